@@ -1,0 +1,192 @@
+//! Suite `fold`: the 1 GiB fold, pagefold against the kernel's KSM on the same
+//! data. A 1 GiB region (262,144 pages) holds 50% copies of 1,000 distinct
+//! contents and 50% unique pages, placed at random with a fixed seed. The
+//! engine folds it with one on-demand `engine.scan()` (wall time and process
+//! CPU from getrusage, pages merged, frames left); then the same bytes in
+//! plain anonymous memory are left to KSM (see `kernel_ksm`) at several scan
+//! rates, and we report how long it takes to settle and what ksmd spent.
+//!
+//! Footprint is the engine's own count (frames in use plus its metadata), and
+//! cross-checked from outside with the Shmem line of /proc/meminfo, which
+//! counts the memfd frames the kernel really holds: a fold that only updated
+//! counters would show up there. Every byte is read back after the fold.
+
+use crate::kernel_ksm::{self, KsmFold, KsmSetting};
+use crate::ksm::KsmGuard;
+use crate::mem::{self, Block};
+use crate::timing::{median, timed_with_cpu};
+use crate::Plan;
+use pagefold_engine::{Config, Engine, Hint, PAGE};
+use rand::seq::SliceRandom;
+use rand::{rngs::StdRng, SeedableRng};
+use serde::Serialize;
+use std::time::Duration;
+
+/// 1 GiB of pages.
+pub const FOLD_PAGES: usize = (1 << 30) / PAGE;
+/// Distinct contents among the duplicated half.
+pub const DISTINCT: u64 = 1000;
+/// Seed of the page placement.
+pub const SEED: u64 = 0x5eed_f01d;
+const MIB: f64 = (1 << 20) as f64;
+
+#[derive(Serialize, Debug)]
+pub struct EngineFold {
+    pub pages: usize,
+    pub duplicate_pages: usize,
+    pub distinct_duplicates: u64,
+    pub samples: usize,
+    pub wall_s: f64,
+    /// Process CPU during the scan (getrusage, all threads).
+    pub cpu_s: f64,
+    /// CPU the engine reports for the scan.
+    pub engine_cpu_s: f64,
+    pub merged: u64,
+    pub zero_folded: u64,
+    pub frames_before: u64,
+    pub frames_after: u64,
+    /// Frames a perfect fold leaves: the unique pages plus one per distinct duplicate.
+    pub frames_ideal: u64,
+    pub metadata_bytes: u64,
+    /// (frames_after * 4 KiB + metadata) in MiB.
+    pub footprint_mib: f64,
+    /// Shmem growth (/proc/meminfo) over the run's start: after filling, after the scan.
+    pub shmem_filled_mib: f64,
+    pub shmem_folded_mib: f64,
+    pub verified: bool,
+}
+
+#[derive(Serialize, Debug)]
+pub struct FoldResults {
+    pub engine: EngineFold,
+    pub ksm: Vec<KsmFold>,
+    /// Why the KSM side did not run, if it did not.
+    pub ksm_skipped: Option<String>,
+}
+
+pub fn run(plan: &Plan) -> FoldResults {
+    let ids = fold_ids(FOLD_PAGES, SEED);
+    eprintln!("fold: engine scan of 1 GiB, {} runs", plan.runs);
+    let engine = engine_fold(&ids, plan.runs);
+    let (ksm, ksm_skipped) = match KsmGuard::acquire() {
+        Ok(guard) => (ksm_folds(&guard, &ids, plan), None),
+        Err(why) => {
+            eprintln!("fold: kernel KSM skipped: {why}");
+            (Vec::new(), Some(why))
+        }
+    };
+    FoldResults { engine, ksm, ksm_skipped }
+}
+
+/// Content id of every page: the first half cycles through DISTINCT ids, the
+/// second half is unique; then shuffled with a fixed seed.
+pub fn fold_ids(pages: usize, seed: u64) -> Vec<u64> {
+    let duplicates = pages / 2;
+    let mut ids: Vec<u64> =
+        (0..pages).map(|i| if i < duplicates { i as u64 % DISTINCT } else { DISTINCT + i as u64 }).collect();
+    ids.shuffle(&mut StdRng::seed_from_u64(seed));
+    ids
+}
+
+fn ksm_settings(plan: &Plan) -> Vec<KsmSetting> {
+    let (rates, cap): (&[u64], u64) = if plan.quick { (&[10_000], 30) } else { (&[10_000, 1_000, 100], 200) };
+    rates.iter().map(|&pages_to_scan| KsmSetting { pages_to_scan, sleep_ms: 20, cap: Duration::from_secs(cap) }).collect()
+}
+
+fn ksm_folds(guard: &KsmGuard, ids: &[u64], plan: &Plan) -> Vec<KsmFold> {
+    let mut results = Vec::new();
+    for setting in ksm_settings(plan) {
+        eprintln!("fold: kernel KSM, pages_to_scan {} (cap {} s)", setting.pages_to_scan, setting.cap.as_secs());
+        match kernel_ksm::fold(guard, ids, &setting) {
+            Ok(result) => results.push(result),
+            Err(e) => eprintln!("fold: kernel KSM at pages_to_scan {} failed: {e:#}", setting.pages_to_scan),
+        }
+    }
+    results
+}
+
+struct EngineSample {
+    wall_s: f64,
+    cpu_s: f64,
+    engine_cpu_s: f64,
+    merged: u64,
+    zero_folded: u64,
+    frames_before: u64,
+    frames_after: u64,
+    metadata_bytes: u64,
+    shmem_filled_kib: u64,
+    shmem_folded_kib: u64,
+    verified: bool,
+}
+
+fn engine_fold(ids: &[u64], runs: usize) -> EngineFold {
+    let samples: Vec<EngineSample> = (0..runs).map(|_| engine_fold_sample(ids)).collect();
+    let med = |f: fn(&EngineSample) -> f64| median(&samples.iter().map(f).collect::<Vec<_>>());
+    let first = &samples[0];
+    let duplicate_pages = ids.len() / 2;
+    let frames_ideal = (ids.len() - duplicate_pages) as u64 + DISTINCT;
+    EngineFold {
+        pages: ids.len(),
+        duplicate_pages,
+        distinct_duplicates: DISTINCT,
+        samples: runs,
+        wall_s: med(|s| s.wall_s),
+        cpu_s: med(|s| s.cpu_s),
+        engine_cpu_s: med(|s| s.engine_cpu_s),
+        merged: first.merged,
+        zero_folded: first.zero_folded,
+        frames_before: first.frames_before,
+        frames_after: first.frames_after,
+        frames_ideal,
+        metadata_bytes: first.metadata_bytes,
+        footprint_mib: (first.frames_after as f64 * PAGE as f64 + first.metadata_bytes as f64) / MIB,
+        shmem_filled_mib: med(|s| s.shmem_filled_kib as f64 / 1024.0),
+        shmem_folded_mib: med(|s| s.shmem_folded_kib as f64 / 1024.0),
+        verified: samples.iter().all(|s| s.verified),
+    }
+}
+
+fn engine_fold_sample(ids: &[u64]) -> EngineSample {
+    let shmem_start = mem::meminfo_kib("Shmem");
+    let engine = Engine::new(Config::default());
+    let block = Block::new(&engine, ids.len(), Hint::FullWrite);
+    unsafe { mem::fill_pages(block.ptr(), ids) };
+    let shmem_filled = mem::meminfo_kib("Shmem");
+    let before = engine.stats();
+    let (report, wall, cpu) = timed_with_cpu(|| engine.scan());
+    let after = engine.stats();
+    let shmem_folded = mem::meminfo_kib("Shmem");
+    let verified = unsafe { mem::first_mismatch(block.ptr(), ids) }.is_none();
+    if !verified {
+        eprintln!("ENGINE CHECK FAILED: the 1 GiB fold reads back wrong");
+    }
+    EngineSample {
+        wall_s: wall.as_secs_f64(),
+        cpu_s: cpu.as_secs_f64(),
+        engine_cpu_s: report.cpu_ns as f64 / 1e9,
+        merged: report.merged,
+        zero_folded: report.zero_folded,
+        frames_before: before.frames_in_use,
+        frames_after: after.frames_in_use,
+        metadata_bytes: after.metadata_bytes,
+        shmem_filled_kib: shmem_filled.saturating_sub(shmem_start),
+        shmem_folded_kib: shmem_folded.saturating_sub(shmem_start),
+        verified,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fold_ids_are_half_duplicates_of_1000_contents_and_seeded() {
+        let ids = fold_ids(FOLD_PAGES, SEED);
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), FOLD_PAGES / 2 + DISTINCT as usize);
+        assert_eq!(ids, fold_ids(FOLD_PAGES, SEED));
+        assert!(ids[..1000].iter().any(|&id| id >= DISTINCT) && ids[..1000].iter().any(|&id| id < DISTINCT));
+    }
+}

@@ -1,0 +1,36 @@
+//! The `pagefold` command: it only orchestrates and reports. Engine work lives
+//! in pagefold-engine, footprint reading in pagefold-measure, workloads and
+//! benchmarks in pagefold-bench.
+
+use clap::{Parser, Subcommand};
+
+mod demo;
+mod measure;
+
+#[derive(Parser)]
+#[command(name = "pagefold", version, about = "Fewer physical pages for the same bytes")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the built-in interpreter-like workload plain, through the engine and
+    /// (as root) under kernel KSM, and print footprint and time side by side.
+    Demo(demo::Args),
+    /// The true physical footprint of a process, once or as a time series.
+    Measure(measure::Args),
+    /// Engine micro-benchmarks and the fold comparison against kernel KSM.
+    Bench(pagefold_bench::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match cli.cmd {
+        Cmd::Demo(a) => demo::run(a),
+        Cmd::Measure(a) => measure::run(a),
+        Cmd::Bench(a) => pagefold_bench::run(a),
+    };
+    std::process::exit(code);
+}

@@ -1,0 +1,102 @@
+//! Engine configuration: which mechanisms run, the budgets they run under, and
+//! fault injection for the tests that force every fallback path.
+//!
+//! Everything can be set from the environment (`PAGEFOLD_*`), so the preload
+//! and the C ABI share one vocabulary with the Rust API.
+
+use std::time::Duration;
+
+/// What the engine may do and how much it may spend doing it.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Serve allocations from memfd frames. Off: every block is plain anonymous memory.
+    pub frames: bool,
+    /// Turn copies of whole pages into copy-on-write views (mmapcopy).
+    pub copy: bool,
+    /// Fold all-zero pages during a scan.
+    pub zero: bool,
+    /// Merge identical pages during a scan.
+    pub merge: bool,
+    /// Most mappings (VMAs) the engine's blocks may use in total.
+    pub vma_budget: usize,
+    /// Mappings always left free for the program below `vm.max_map_count`.
+    pub vma_reserve: usize,
+    /// Pages write-protected and scanned at a time; bounds how long a writer can stall.
+    pub scan_chunk_pages: usize,
+    /// Background scan period; `None` scans only on demand.
+    pub scan_interval: Option<Duration>,
+    /// Fraction of one core the background scanner may use (0 < f <= 1).
+    pub scan_cpu_budget: f64,
+    /// Fault injection, for tests.
+    pub inject: Inject,
+}
+
+/// Forced failures. Each makes the engine take the same fallback a real
+/// failure of that resource would.
+#[derive(Clone, Debug, Default)]
+pub struct Inject {
+    /// memfd_create fails: the engine runs on plain anonymous memory.
+    pub fail_memfd: bool,
+    /// userfaultfd fails: scans skip everything that needs write protection.
+    pub fail_uffd: bool,
+    /// Every engine mmap after this many succeeds fails with ENOMEM.
+    pub fail_mmap_after: Option<u64>,
+    /// Pretend vm.max_map_count is this value.
+    pub max_map_count: Option<usize>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            frames: true,
+            copy: true,
+            zero: true,
+            merge: true,
+            vma_budget: 30_000,
+            vma_reserve: 4_096,
+            scan_chunk_pages: 512,
+            scan_interval: None,
+            scan_cpu_budget: 0.10,
+            inject: Inject::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Defaults overridden by `PAGEFOLD_*` variables:
+    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_COPY`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE` (0/1),
+    /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
+    /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction).
+    /// Unparsable values keep the default; the preload cannot report errors.
+    pub fn from_env() -> Config {
+        let mut c = Config::default();
+        let flag = |name: &str, v: &mut bool| {
+            if let Ok(s) = std::env::var(name) {
+                *v = !matches!(s.trim(), "0" | "off" | "false" | "no");
+            }
+        };
+        flag("PAGEFOLD_FRAMES", &mut c.frames);
+        flag("PAGEFOLD_COPY", &mut c.copy);
+        flag("PAGEFOLD_ZERO", &mut c.zero);
+        flag("PAGEFOLD_MERGE", &mut c.merge);
+        let num = |name: &str| std::env::var(name).ok().and_then(|s| s.trim().parse::<u64>().ok());
+        if let Some(v) = num("PAGEFOLD_VMA_BUDGET") {
+            c.vma_budget = v as usize;
+        }
+        if let Some(v) = num("PAGEFOLD_VMA_RESERVE") {
+            c.vma_reserve = v as usize;
+        }
+        if let Some(v) = num("PAGEFOLD_SCAN_CHUNK") {
+            c.scan_chunk_pages = (v as usize).max(1);
+        }
+        if let Some(v) = num("PAGEFOLD_SCAN_INTERVAL_MS") {
+            c.scan_interval = (v > 0).then(|| Duration::from_millis(v));
+        }
+        if let Some(f) = std::env::var("PAGEFOLD_SCAN_CPU").ok().and_then(|s| s.parse::<f64>().ok()) {
+            if f > 0.0 && f <= 1.0 {
+                c.scan_cpu_budget = f;
+            }
+        }
+        c
+    }
+}

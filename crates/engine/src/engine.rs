@@ -1,0 +1,505 @@
+//! The engine's public face and its state: allocation, free, virtual copy and
+//! statistics. Scanning lives in scan.rs, fork handling in fork.rs.
+//!
+//! All state sits behind one mutex. Operations are short (a few system calls
+//! per run of pages), and the scanner takes the lock per chunk, so program
+//! threads interleave with a running scan.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::frames::{FrameId, Pool};
+use crate::protect::Protector;
+use crate::space::{runs, Block, Page};
+use crate::stats::Stats;
+use crate::{fork, sys, PAGE};
+
+/// How a block will be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hint {
+    None,
+    /// The caller writes every page at once: populate now instead of one fault per page.
+    FullWrite,
+}
+
+/// What one scan did.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct ScanReport {
+    pub pages_scanned: u64,
+    pub zero_folded: u64,
+    pub merged: u64,
+    pub diverged_released: u64,
+    /// Merges or folds skipped because the VMA budget was spent.
+    pub skipped_vma: u64,
+    pub wall_ns: u64,
+    pub cpu_ns: u64,
+}
+
+/// A handle to one engine; clones share it.
+#[derive(Clone)]
+pub struct Engine {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub cfg: Config,
+    pub state: Mutex<State>,
+    pub bg_stop: AtomicBool,
+    pub bg: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+pub(crate) struct State {
+    /// Frame pools; the last one takes new allocations unless retired.
+    pub pools: Vec<Pool>,
+    pub blocks: BTreeMap<usize, Block>,
+    pub protector: Option<Protector>,
+    pub pagemap: Option<sys::Pagemap>,
+    /// Content hash -> a frozen frame holding that content (kernel KSM's stable tree).
+    pub stable: HashMap<u64, FrameId>,
+    /// Mappings used by all blocks.
+    pub vmas: usize,
+    /// Mappings the rest of the process used at the last look.
+    pub other_maps: usize,
+    pub max_map: usize,
+    /// Remaps since `other_maps` was read; our count can drift from the kernel's.
+    pub remaps_since_count: usize,
+    pub stats: Stats,
+    pub cfg: Config,
+}
+
+impl Engine {
+    /// Never fails: without memfd, mmap or userfaultfd the engine degrades to
+    /// plain memory or fewer mechanisms and says so in its statistics.
+    pub fn new(cfg: Config) -> Engine {
+        sys::set_mmap_allowance(cfg.inject.fail_mmap_after);
+        let state = State::new(cfg.clone());
+        let inner = Arc::new(Inner {
+            cfg,
+            state: Mutex::new(state),
+            bg_stop: AtomicBool::new(false),
+            bg: Mutex::new(None),
+        });
+        fork::register(Arc::downgrade(&inner));
+        let e = Engine { inner };
+        if let Some(iv) = e.inner.cfg.scan_interval {
+            e.start_background(iv);
+        }
+        e
+    }
+
+    /// A zero-filled, page-aligned block of at least `len` bytes; null only if
+    /// even plain anonymous memory cannot be had.
+    pub fn alloc(&self, len: usize, hint: Hint) -> *mut u8 {
+        self.inner.lock().alloc(len, hint)
+    }
+
+    /// Frees a block returned by `alloc`. False if `ptr` is not one.
+    ///
+    /// # Safety
+    /// No one may use the block afterwards.
+    pub unsafe fn free(&self, ptr: *mut u8) -> bool {
+        self.inner.lock().free(ptr)
+    }
+
+    /// True if `ptr` lies in one of this engine's blocks.
+    pub fn owns(&self, ptr: *const u8) -> bool {
+        self.inner.lock().find(ptr as usize, 1).is_some()
+    }
+
+    /// Length in bytes of the block starting at `ptr`.
+    pub fn block_len(&self, ptr: *const u8) -> Option<usize> {
+        self.inner.lock().blocks.get(&(ptr as usize)).map(|b| b.len())
+    }
+
+    /// Copies `len` bytes with memmove semantics. Whole pages between engine
+    /// blocks at equal page offsets become copy-on-write views; the rest is
+    /// copied plainly.
+    ///
+    /// # Safety
+    /// As for `memmove`: both ranges valid for `len` bytes.
+    pub unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) {
+        let overlap = (dst as usize) < src as usize + len && (src as usize) < dst as usize + len;
+        if !self.inner.cfg.copy || len < PAGE || overlap {
+            std::ptr::copy(src, dst, len);
+            return;
+        }
+        let mut st = self.inner.lock();
+        if !st.virtual_copy(dst, src, len) {
+            std::ptr::copy_nonoverlapping(src, dst, len);
+            st.stats.bytes_copied_plain += len as u64;
+        }
+    }
+
+    /// Folds zero pages and merges identical pages now.
+    pub fn scan(&self) -> crate::ScanReport {
+        crate::scan::scan(&self.inner)
+    }
+
+    /// Scans every `interval`, never using more than the configured fraction of a core.
+    pub fn start_background(&self, interval: Duration) {
+        let mut bg = self.inner.bg.lock().unwrap_or_else(|e| e.into_inner());
+        if bg.is_some() {
+            return;
+        }
+        self.inner.bg_stop.store(false, Ordering::SeqCst);
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        let budget = self.inner.cfg.scan_cpu_budget;
+        *bg = std::thread::Builder::new()
+            .name("pagefold-scan".into())
+            .spawn(move || crate::scan::background(weak, interval, budget))
+            .ok();
+    }
+
+    pub fn stop_background(&self) {
+        self.inner.bg_stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.inner.bg.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            h.thread().unpark();
+            let _ = h.join();
+        }
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.inner.lock().snapshot()
+    }
+}
+
+impl Inner {
+    /// The state, even if a panic poisoned the lock: the state is updated
+    /// only after the system calls it describes succeeded.
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.bg_stop.store(true, Ordering::SeqCst);
+    }
+}
+
+impl State {
+    fn new(cfg: Config) -> State {
+        let mut stats = Stats::default();
+        let pools = match Self::open_pool(&cfg) {
+            Ok(p) => vec![p],
+            Err(_) => {
+                if cfg.frames {
+                    stats.fallbacks.memfd += 1;
+                }
+                Vec::new()
+            }
+        };
+        let protector = if cfg.inject.fail_uffd { None } else { Protector::open().ok() };
+        let max_map = cfg.inject.max_map_count.unwrap_or_else(sys::max_map_count);
+        State {
+            pools,
+            blocks: BTreeMap::new(),
+            protector,
+            pagemap: sys::Pagemap::open().ok(),
+            stable: HashMap::new(),
+            vmas: 0,
+            other_maps: sys::count_maps(),
+            max_map,
+            remaps_since_count: 0,
+            stats,
+            cfg,
+        }
+    }
+
+    pub fn open_pool(cfg: &Config) -> std::io::Result<Pool> {
+        if !cfg.frames {
+            return Err(std::io::Error::other("frames disabled"));
+        }
+        if cfg.inject.fail_memfd {
+            return Err(std::io::Error::from_raw_os_error(libc::EMFILE));
+        }
+        Pool::create()
+    }
+
+    /// The pool taking new allocations, if any.
+    fn current_pool(&self) -> Option<usize> {
+        self.pools.last().filter(|p| !p.retired).map(|_| self.pools.len() - 1)
+    }
+
+    /// The block containing `[addr, addr+len)`, by its base.
+    pub fn find(&self, addr: usize, len: usize) -> Option<usize> {
+        let (&base, b) = self.blocks.range(..=addr).next_back()?;
+        b.contains(addr, len).then_some(base)
+    }
+
+    pub fn alloc(&mut self, len: usize, hint: Hint) -> *mut u8 {
+        let npages = len.max(1).div_ceil(PAGE);
+        let (ptr, pages) = match self.alloc_frames(npages) {
+            Some(x) => x,
+            None => match sys::map(std::ptr::null_mut(), npages * PAGE, -1, 0, false, false) {
+                Ok(p) => (p, vec![Page::Anon; npages]),
+                Err(_) => return std::ptr::null_mut(),
+            },
+        };
+        if hint == Hint::FullWrite {
+            let _ = sys::madvise(ptr, npages * PAGE, libc::MADV_POPULATE_WRITE);
+        }
+        self.register(ptr, npages * PAGE);
+        let block = Block::new(ptr, pages);
+        self.vmas += block.vmas;
+        self.blocks.insert(ptr as usize, block);
+        ptr
+    }
+
+    /// A fresh run of owned frames mapped shared; None (counted) on any failure.
+    fn alloc_frames(&mut self, npages: usize) -> Option<(*mut u8, Vec<Page>)> {
+        let pi = self.current_pool()?;
+        let Some(slot) = self.pools[pi].alloc(npages as u64) else {
+            self.stats.fallbacks.frames += 1;
+            return None;
+        };
+        match sys::map(std::ptr::null_mut(), npages * PAGE, self.pools[pi].fd, slot, true, false) {
+            Ok(p) => {
+                let pool = &mut self.pools[pi];
+                let pages = (0..npages as u64)
+                    .map(|i| {
+                        pool.incref(slot + i);
+                        Page::Owned(FrameId::new(pi, slot + i))
+                    })
+                    .collect();
+                Some((p, pages))
+            }
+            Err(_) => {
+                self.pools[pi].unalloc(slot, npages as u64);
+                self.stats.fallbacks.mmap += 1;
+                None
+            }
+        }
+    }
+
+    /// Registers a remapped range for write protection again (mmap drops it).
+    pub fn register(&self, addr: *mut u8, len: usize) {
+        if let Some(p) = &self.protector {
+            let _ = p.register(addr, len);
+        }
+    }
+
+    pub fn free(&mut self, ptr: *mut u8) -> bool {
+        let Some(block) = self.blocks.remove(&(ptr as usize)) else {
+            return false;
+        };
+        sys::unmap(block.base, block.len());
+        self.vmas -= block.vmas;
+        self.drop_refs(block.pages.iter().filter_map(|p| p.frame()));
+        true
+    }
+
+    /// Drops one reference per frame given; frames nobody uses any more are
+    /// punched out, in runs.
+    pub fn drop_refs(&mut self, frames: impl Iterator<Item = FrameId>) {
+        let mut freed: Vec<FrameId> = frames.filter(|f| self.pools[f.pool()].decref(f.slot())).collect();
+        freed.sort_unstable();
+        let mut i = 0;
+        while i < freed.len() {
+            let mut j = i + 1;
+            while j < freed.len() && freed[j].0 == freed[i].0 + (j - i) as u64 {
+                j += 1;
+            }
+            self.pools[freed[i].pool()].release(freed[i].slot(), (j - i) as u64);
+            i = j;
+        }
+    }
+
+    /// Whether `cost` more mappings fit in the budget. Looks at the real
+    /// mapping count once more before saying no.
+    pub fn vma_room(&mut self, cost: usize) -> bool {
+        let fits = |s: &State| {
+            let limit = s.cfg.vma_budget.min(s.max_map.saturating_sub(s.cfg.vma_reserve + s.other_maps));
+            s.vmas + cost <= limit
+        };
+        if fits(self) {
+            return true;
+        }
+        self.refresh_other_maps();
+        fits(self)
+    }
+
+    pub fn refresh_other_maps(&mut self) {
+        self.remaps_since_count = 0;
+        self.other_maps = sys::count_maps().saturating_sub(self.vmas);
+    }
+
+    /// Maps pages `[i, i+n)` of block `base` privately onto frames from `first`
+    /// (or anonymous memory if `first` is None), replacing what was there, and
+    /// updates page states and the mapping count. References are the caller's.
+    pub fn remap(&mut self, base: usize, i: usize, n: usize, first: Option<FrameId>) -> bool {
+        let cost = self.blocks[&base].remap_cost(i, n);
+        if !self.vma_room(cost) {
+            self.stats.fallbacks.vma_budget += 1;
+            return false;
+        }
+        self.remap_unchecked(base, i, n, first)
+    }
+
+    /// `remap` without the budget check, for changes that cannot add mappings.
+    pub fn remap_unchecked(&mut self, base: usize, i: usize, n: usize, first: Option<FrameId>) -> bool {
+        let addr = self.blocks[&base].page_addr(i);
+        let (fd, slot) = match first {
+            Some(f) => (self.pools[f.pool()].fd, f.slot()),
+            None => (-1, 0),
+        };
+        if sys::map(addr, n * PAGE, fd, slot, false, true).is_err() {
+            self.stats.fallbacks.mmap += 1;
+            return false;
+        }
+        let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+        let before = block.boundaries(i, n);
+        for k in 0..n {
+            block.pages[i + k] = match first {
+                Some(f) => Page::Shared(f.offset(k as u64)),
+                None => Page::Anon,
+            };
+        }
+        let after = block.boundaries(i, n);
+        block.vmas = block.vmas + after - before;
+        self.vmas = self.vmas + after - before;
+        self.remaps_since_count += 1;
+        if self.remaps_since_count >= 1024 {
+            self.refresh_other_maps();
+        }
+        true
+    }
+
+    /// Re-reads divergence of the shared pages `[i, i+n)` of a block from
+    /// pagemap; frames of diverged pages lose their reference.
+    pub fn refresh_divergence(&mut self, base: usize, i: usize, n: usize) -> u64 {
+        let block = &self.blocks[&base];
+        if !block.pages[i..i + n].iter().any(|p| matches!(p, Page::Shared(_))) {
+            return 0;
+        }
+        let Some(pm) = &self.pagemap else { return 0 };
+        let mut entries = vec![0u64; n];
+        if pm.read(block.page_addr(i), &mut entries).is_err() {
+            return 0;
+        }
+        let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+        let mut released = Vec::new();
+        for (k, e) in entries.iter().enumerate() {
+            if let Page::Shared(f) = block.pages[i + k] {
+                if sys::is_diverged(*e) {
+                    block.pages[i + k] = Page::Diverged(f);
+                    released.push(f);
+                }
+            }
+        }
+        let n_released = released.len() as u64;
+        self.drop_refs(released.into_iter());
+        self.stats.diverged_released += n_released;
+        n_released
+    }
+
+    /// Makes the owned pages in `[i, i+n)` shared (frozen) by remapping them
+    /// privately in place; their content stays in the frames.
+    pub fn freeze(&mut self, base: usize, i: usize, n: usize) {
+        let owned = |s: &State, k: usize| match s.blocks[&base].pages[k] {
+            Page::Owned(f) => Some(f),
+            _ => None,
+        };
+        for (a, b) in runs(i..i + n, |k| owned(self, k)) {
+            let first = owned(self, a).expect("run starts owned");
+            if self.remap(base, a, b - a, Some(first)) {
+                for k in 0..(b - a) as u64 {
+                    self.pools[first.pool()].freeze(first.slot() + k);
+                }
+            }
+        }
+    }
+
+    /// The copy proper; false if nothing in it can be virtual (caller copies plainly).
+    unsafe fn virtual_copy(&mut self, dst: *mut u8, src: *const u8, len: usize) -> bool {
+        let (Some(sb), Some(db)) = (self.find(src as usize, len), self.find(dst as usize, len)) else {
+            return false;
+        };
+        if src as usize % PAGE != dst as usize % PAGE {
+            return false;
+        }
+        let head = (PAGE - src as usize % PAGE) % PAGE;
+        let whole = (len - head) / PAGE;
+        if whole == 0 {
+            return false;
+        }
+        let tail = len - head - whole * PAGE;
+        let (s0, d0) = (src.add(head), dst.add(head));
+        std::ptr::copy_nonoverlapping(src, dst, head);
+        std::ptr::copy_nonoverlapping(s0.add(whole * PAGE), d0.add(whole * PAGE), tail);
+        self.stats.bytes_copied_plain += (head + tail) as u64;
+
+        let si = (s0 as usize - sb) / PAGE;
+        let di = (d0 as usize - db) / PAGE;
+        self.refresh_divergence(sb, si, whole);
+        self.freeze(sb, si, whole);
+        let src_pages: Vec<Page> = self.blocks[&sb].pages[si..si + whole].to_vec();
+        let shared_frame = |k: usize| match src_pages[k] {
+            Page::Shared(f) => Some(f),
+            _ => None,
+        };
+        let mut plain = vec![true; whole];
+        for (a, b) in runs(0..whole, shared_frame) {
+            if self.share_run(db, di + a, b - a, shared_frame(a).expect("run starts shared")) {
+                plain[a..b].iter_mut().for_each(|p| *p = false);
+            }
+        }
+        for (k, _) in plain.iter().enumerate().filter(|(_, p)| **p) {
+            std::ptr::copy_nonoverlapping(s0.add(k * PAGE), d0.add(k * PAGE), PAGE);
+            self.stats.bytes_copied_plain += PAGE as u64;
+        }
+        let (sblock, dblock) = (&self.blocks[&sb], &self.blocks[&db]);
+        self.register(sblock.base, sblock.len());
+        self.register(dblock.base, dblock.len());
+        true
+    }
+
+    /// Maps dst pages `[i, i+n)` onto the frozen frames from `first`.
+    fn share_run(&mut self, db: usize, i: usize, n: usize, first: FrameId) -> bool {
+        let old: Vec<FrameId> = self.blocks[&db].pages[i..i + n].iter().filter_map(|p| p.frame()).collect();
+        if !self.remap(db, i, n, Some(first)) {
+            return false;
+        }
+        for k in 0..n as u64 {
+            self.pools[first.pool()].incref(first.slot() + k);
+        }
+        self.drop_refs(old.into_iter());
+        self.stats.pages_shared_by_copy += n as u64;
+        true
+    }
+
+    pub fn snapshot(&self) -> Stats {
+        let mut s = self.stats;
+        s.blocks = self.blocks.len() as u64;
+        s.block_bytes = self.blocks.values().map(|b| b.len() as u64).sum();
+        s.frames_in_use = self.pools.iter().map(|p| p.in_use()).sum();
+        s.frames_resident = self.pools.iter().map(|p| p.resident_frames()).sum();
+        s.pages_sharing = self.pages_sharing();
+        s.vmas_used = self.vmas as u64;
+        s.metadata_bytes = self.metadata_bytes() as u64;
+        s.protected_scan = self.protector.is_some();
+        s.frames_active = self.current_pool().is_some();
+        s
+    }
+
+    fn pages_sharing(&self) -> u64 {
+        let mut per_frame: HashMap<FrameId, u64> = HashMap::new();
+        for b in self.blocks.values() {
+            for p in &b.pages {
+                if let Page::Shared(f) = p {
+                    *per_frame.entry(*f).or_default() += 1;
+                }
+            }
+        }
+        per_frame.values().filter(|&&n| n > 1).sum()
+    }
+
+    fn metadata_bytes(&self) -> usize {
+        let blocks: usize = self.blocks.values().map(|b| b.metadata_bytes() + 48).sum();
+        let pools: usize = self.pools.iter().map(|p| p.metadata_bytes()).sum();
+        blocks + pools + self.stable.capacity() * 24 + std::mem::size_of::<State>()
+    }
+}

@@ -1,0 +1,132 @@
+//! Fork safety.
+//!
+//! Owned pages are mapped MAP_SHARED: after a plain fork, parent and child
+//! would write into the same frames. So before fork (pthread_atfork prepare)
+//! every engine's lock is taken and every owned page frozen (remapped
+//! MAP_PRIVATE in place, which adds no mapping); the kernel's own
+//! copy-on-write then keeps the two processes apart.
+//!
+//! Both processes now map the pre-fork frames, and neither knows what the
+//! other still uses, so after the fork each side retires its pools (no punch,
+//! no reuse; they stay readable and mappable) and starts a fresh one. The
+//! child also needs its own userfaultfd and pagemap: the inherited ones
+//! belong to the parent's address space. The background scanner thread does
+//! not survive fork; the child scans on demand only.
+
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex, MutexGuard, Once, Weak};
+
+use crate::engine::{Inner, State};
+use crate::protect::Protector;
+use crate::space::Page;
+use crate::sys;
+
+static ENGINES: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
+static ATFORK: Once = Once::new();
+
+/// Locks held by the forking thread from prepare until parent/child.
+struct Held {
+    _registry: MutexGuard<'static, Vec<Weak<Inner>>>,
+    engines: Vec<(Arc<Inner>, MutexGuard<'static, State>)>,
+}
+
+thread_local! {
+    static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
+}
+
+pub fn register(engine: Weak<Inner>) {
+    ATFORK.call_once(|| unsafe {
+        libc::pthread_atfork(Some(prepare), Some(parent), Some(child));
+    });
+    let mut list = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
+    list.retain(|w| w.strong_count() > 0);
+    list.push(engine);
+}
+
+extern "C" fn prepare() {
+    let registry = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
+    let engines = registry
+        .iter()
+        .filter_map(Weak::upgrade)
+        .map(|inner| {
+            let guard = inner.lock();
+            // The guard borrows from `inner`, which `Held` keeps alive beside it.
+            let guard: MutexGuard<'static, State> = unsafe { std::mem::transmute(guard) };
+            (inner, guard)
+        })
+        .collect::<Vec<_>>();
+    let mut held = Held { _registry: registry, engines };
+    for (_, st) in held.engines.iter_mut() {
+        st.freeze_all();
+    }
+    HELD.with(|h| *h.borrow_mut() = Some(held));
+}
+
+extern "C" fn parent() {
+    release(false);
+}
+
+extern "C" fn child() {
+    release(true);
+}
+
+fn release(in_child: bool) {
+    let Some(mut held) = HELD.with(|h| h.borrow_mut().take()) else { return };
+    for (_, st) in held.engines.iter_mut() {
+        st.retire_pools();
+        if in_child {
+            st.reopen_process_handles();
+        }
+    }
+    // Guards drop here, in this order: engines first, then the registry.
+    held.engines.clear();
+}
+
+impl State {
+    /// Freezes every owned page of every block (whole runs: no new mappings).
+    fn freeze_all(&mut self) {
+        let bases: Vec<usize> = self.blocks.keys().copied().collect();
+        for base in bases {
+            let owned_runs = {
+                let pages = &self.blocks[&base].pages;
+                crate::space::runs(0..pages.len(), |k| match pages[k] {
+                    Page::Owned(f) => Some(f),
+                    _ => None,
+                })
+            };
+            for (a, b) in owned_runs {
+                let Page::Owned(first) = self.blocks[&base].pages[a] else { continue };
+                if self.remap_unchecked(base, a, b - a, Some(first)) {
+                    for k in 0..(b - a) as u64 {
+                        self.pools[first.pool()].freeze(first.slot() + k);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stops punching and reusing every existing pool; opens a fresh one.
+    fn retire_pools(&mut self) {
+        if self.pools.is_empty() {
+            return;
+        }
+        for p in self.pools.iter_mut() {
+            p.retired = true;
+        }
+        match State::open_pool(&self.cfg) {
+            Ok(p) => self.pools.push(p),
+            Err(_) => self.stats.fallbacks.memfd += 1,
+        }
+        self.stable.clear();
+    }
+
+    /// The inherited userfaultfd and pagemap describe the parent.
+    fn reopen_process_handles(&mut self) {
+        self.pagemap = sys::Pagemap::open().ok();
+        self.protector = if self.cfg.inject.fail_uffd { None } else { Protector::open().ok() };
+        let ranges: Vec<(*mut u8, usize)> = self.blocks.values().map(|b| (b.base, b.len())).collect();
+        for (addr, len) in ranges {
+            self.register(addr, len);
+        }
+    }
+}

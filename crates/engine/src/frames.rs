@@ -1,0 +1,233 @@
+//! The frame pool: physical pages emulated by page-sized slots of a memfd.
+//!
+//! A frame is referenced once per page that maps it (owned or shared). At
+//! zero references its slot is punched out, so a free frame always reads as
+//! zero and costs no memory. Runs of frames are handed out best-fit from a set
+//! of free extents, so a fresh block maps one contiguous run: one mapping.
+//!
+//! After fork both processes map the same memfd, so neither may punch or
+//! reuse a frame from before the fork: the pool is *retired* (kept for reading
+//! and mapping its frozen frames) and a fresh pool takes new allocations.
+//! Frame ids carry their pool's number in the high bits.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+
+use crate::{sys, PAGE};
+
+/// Frames per pool: the memfd's size, reserved up front (sparse, free).
+const POOL_FRAMES: u64 = 1 << 26; // 256 GiB
+const POOL_SHIFT: u32 = 40;
+
+/// A frame: pool number and slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FrameId(pub u64);
+
+impl FrameId {
+    pub fn new(pool: usize, slot: u64) -> FrameId {
+        FrameId(((pool as u64) << POOL_SHIFT) | slot)
+    }
+    pub fn pool(self) -> usize {
+        (self.0 >> POOL_SHIFT) as usize
+    }
+    pub fn slot(self) -> u64 {
+        self.0 & ((1 << POOL_SHIFT) - 1)
+    }
+    /// The frame `n` slots further in the same pool.
+    pub fn offset(self, n: u64) -> FrameId {
+        FrameId(self.0 + n)
+    }
+}
+
+/// Free slot extents, indexed by start (to coalesce) and by size (best fit).
+#[derive(Default)]
+struct FreeExtents {
+    by_start: BTreeMap<u64, u64>,
+    by_size: BTreeSet<(u64, u64)>,
+}
+
+impl FreeExtents {
+    fn take(&mut self, n: u64) -> Option<u64> {
+        let &(len, start) = self.by_size.range((n, 0)..).next()?;
+        self.remove(start, len);
+        if len > n {
+            self.insert_raw(start + n, len - n);
+        }
+        Some(start)
+    }
+
+    fn remove(&mut self, start: u64, len: u64) {
+        self.by_start.remove(&start);
+        self.by_size.remove(&(len, start));
+    }
+
+    fn insert_raw(&mut self, start: u64, len: u64) {
+        self.by_start.insert(start, len);
+        self.by_size.insert((len, start));
+    }
+
+    /// Returns `[start, start+len)`, merged with free neighbours.
+    fn give(&mut self, mut start: u64, mut len: u64) {
+        if let Some((&s, &l)) = self.by_start.range(..start).next_back() {
+            if s + l == start {
+                self.remove(s, l);
+                start = s;
+                len += l;
+            }
+        }
+        if let Some(&l) = self.by_start.get(&(start + len)) {
+            self.remove(start + len, l);
+            len += l;
+        }
+        self.insert_raw(start, len);
+    }
+
+    fn bytes(&self) -> usize {
+        self.by_start.len() * 64
+    }
+}
+
+/// One memfd and the bookkeeping of its slots.
+pub struct Pool {
+    pub fd: i32,
+    /// A read-only view of the whole memfd, for comparing frame contents.
+    window: *mut u8,
+    refs: Vec<u32>,
+    /// Frames mapped privately somewhere: immutable while referenced.
+    frozen: Vec<bool>,
+    free: FreeExtents,
+    /// Slots at and above this were never handed out.
+    next: u64,
+    pub retired: bool,
+}
+
+unsafe impl Send for Pool {}
+
+impl Pool {
+    pub fn create() -> io::Result<Pool> {
+        let fd = sys::memfd_create(c"pagefold")?;
+        let setup = || -> io::Result<*mut u8> {
+            sys::ftruncate(fd, POOL_FRAMES * PAGE as u64)?;
+            sys::map_window(fd, (POOL_FRAMES as usize) * PAGE)
+        };
+        match setup() {
+            Ok(window) => Ok(Pool {
+                fd,
+                window,
+                refs: Vec::new(),
+                frozen: Vec::new(),
+                free: FreeExtents::default(),
+                next: 0,
+                retired: false,
+            }),
+            Err(e) => {
+                unsafe { libc::close(fd) };
+                Err(e)
+            }
+        }
+    }
+
+    /// A run of `n` fresh (zero, unreferenced) slots.
+    pub fn alloc(&mut self, n: u64) -> Option<u64> {
+        if self.retired {
+            return None;
+        }
+        if let Some(s) = self.free.take(n) {
+            return Some(s);
+        }
+        if self.next + n > POOL_FRAMES {
+            return None;
+        }
+        let s = self.next;
+        self.next += n;
+        self.refs.resize(self.next as usize, 0);
+        self.frozen.resize(self.next as usize, false);
+        Some(s)
+    }
+
+    /// Returns never-referenced slots (an allocation that failed later).
+    pub fn unalloc(&mut self, slot: u64, n: u64) {
+        self.free.give(slot, n);
+    }
+
+    pub fn incref(&mut self, slot: u64) {
+        if !self.retired {
+            self.refs[slot as usize] += 1;
+        }
+    }
+
+    /// Drops a reference; true if the slot is now free (and must be punched).
+    pub fn decref(&mut self, slot: u64) -> bool {
+        if self.retired {
+            return false;
+        }
+        let r = &mut self.refs[slot as usize];
+        debug_assert!(*r > 0, "frame {slot} over-released");
+        *r = r.saturating_sub(1);
+        if *r == 0 {
+            self.frozen[slot as usize] = false;
+            return true;
+        }
+        false
+    }
+
+    /// Punches and frees `[slot, slot+n)`, all of which reached zero references.
+    pub fn release(&mut self, slot: u64, n: u64) {
+        // A failed punch leaves memory allocated, never wrong content in a
+        // fresh frame: such slots are leaked rather than reused.
+        if sys::punch(self.fd, slot, n).is_ok() {
+            self.free.give(slot, n);
+        }
+    }
+
+    pub fn refs(&self, slot: u64) -> u32 {
+        self.refs.get(slot as usize).copied().unwrap_or(0)
+    }
+
+    pub fn freeze(&mut self, slot: u64) {
+        if let Some(f) = self.frozen.get_mut(slot as usize) {
+            *f = true;
+        }
+    }
+
+    /// Still immutable and in use: a valid merge target. Retired pools are
+    /// frozen as a whole.
+    pub fn is_stable(&self, slot: u64) -> bool {
+        self.retired || (self.refs(slot) > 0 && self.frozen.get(slot as usize).copied().unwrap_or(false))
+    }
+
+    pub fn frame_ptr(&self, slot: u64) -> *const u8 {
+        unsafe { self.window.add(slot as usize * PAGE) }
+    }
+
+    /// True if the slot's content is in memory (reading it allocates nothing).
+    pub fn resident(&self, slot: u64) -> bool {
+        let mut v = [0u8; 1];
+        sys::mincore(self.frame_ptr(slot) as *mut u8, PAGE, &mut v).is_ok() && v[0] & 1 != 0
+    }
+
+    pub fn in_use(&self) -> u64 {
+        self.refs.iter().filter(|&&r| r > 0).count() as u64
+    }
+
+    /// Resident frames, counted by the kernel (st_blocks of the memfd).
+    pub fn resident_frames(&self) -> u64 {
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(self.fd, &mut st) } != 0 {
+            return 0;
+        }
+        st.st_blocks as u64 * 512 / PAGE as u64
+    }
+
+    pub fn metadata_bytes(&self) -> usize {
+        self.refs.capacity() * 4 + self.frozen.capacity() + self.free.bytes()
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // Blocks still mapping the memfd keep it alive; only our handles go.
+        sys::unmap(self.window, POOL_FRAMES as usize * PAGE);
+        unsafe { libc::close(self.fd) };
+    }
+}

@@ -1,0 +1,64 @@
+//! pagefold-engine: fewer physical pages for the same bytes, inside one process.
+//!
+//! # Overview
+//!
+//! Memory handed out by the engine lives in *frames*: page-sized slots of one
+//! memfd (the frame pool). A block (one allocation) is a virtual range whose
+//! pages map frames; every page is in one of four states:
+//!
+//! - **Owned**: the page maps its own frame `MAP_SHARED`; writes go straight
+//!   into the frame. A fresh block is one run of owned pages over a contiguous
+//!   run of frames, so it costs one mapping and no memory until touched.
+//! - **Shared**: the page maps a frame `MAP_PRIVATE`. The frame is immutable
+//!   while any page maps it this way: a write makes the kernel copy the page
+//!   (its own copy-on-write, about 2 us) and the page becomes *diverged*.
+//! - **Diverged**: still mapped `MAP_PRIVATE` at a frame offset, but the
+//!   content is the page's private anonymous copy; it no longer needs the frame.
+//!   The engine learns of divergence lazily, from /proc/self/pagemap.
+//! - **Anon**: plain anonymous memory (a fallback, or a folded zero range).
+//!
+//! A virtual copy (`copy`) freezes the source's owned pages (remaps them
+//! `MAP_PRIVATE` in place; the content stays in the page cache) and maps the
+//! destination `MAP_PRIVATE` onto the same frames: mmapcopy without a new system
+//! call. Pages whose content is not in a frame (diverged, anon) and partial
+//! head and tail pages are copied plainly, so the source is never remapped from
+//! under a writer and no write can be lost.
+//!
+//! A scan walks blocks in chunks. Each chunk is write-protected with
+//! userfaultfd (a writer sleeps in the kernel, no signal, no new mapping),
+//! divergence is refreshed from pagemap, all-zero pages are folded (their frame
+//! punched out, or an anonymous page dropped) and identical pages are merged:
+//! an xxh3 hash finds a candidate, a full byte comparison decides, and the
+//! page is remapped `MAP_PRIVATE` onto the one frame (consecutive pages onto
+//! consecutive frames as one run). Then the chunk is unprotected and sleepers
+//! wake. Without userfaultfd only the steps that are safe against concurrent
+//! writers run (releasing frames of diverged pages).
+//!
+//! Frames are reference counted (one reference per owned or shared page) and
+//! freed by punching a hole, so a free frame is always zero. Every remap in
+//! the middle of a block can cost mappings, and the kernel refuses mmap beyond
+//! `vm.max_map_count`; the engine keeps its own VMA count under a budget and
+//! falls back to plain copies or skipped merges before it gets there. Any
+//! failed system call degrades to plain memory and is counted; it never fails
+//! the program.
+//!
+//! Fork: the child inherits mappings of the same memfd, so at fork every owned
+//! page is frozen and both sides stop punching or reusing pre-fork frames
+//! (they retire the pool and start a fresh one).
+
+mod config;
+mod frames;
+mod space;
+mod stats;
+mod sys;
+mod engine;
+mod scan;
+mod protect;
+mod fork;
+
+pub use config::{Config, Inject};
+pub use engine::{Engine, Hint, ScanReport};
+pub use stats::{Fallbacks, Stats};
+
+/// The page size the engine works in.
+pub const PAGE: usize = 4096;

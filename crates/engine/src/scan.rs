@@ -1,0 +1,307 @@
+//! The scan: zero folding and identical-page merging.
+//!
+//! Blocks are walked in chunks of `scan_chunk_pages`, under the engine lock
+//! one chunk at a time. For each chunk:
+//!
+//! 1. write-protect it (userfaultfd): writers sleep until step 6;
+//! 2. refresh divergence from pagemap (frames of pages that were written
+//!    since they were shared lose a reference);
+//! 3. ask mincore which pages hold content: a page never touched (or already
+//!    folded) is skipped, because reading it would allocate it;
+//! 4. fold zero pages: an anonymous page is dropped (MADV_DONTNEED, the
+//!    kernel zero page serves reads), a frame is punched out, a diverged page
+//!    is remapped anonymous;
+//! 5. merge: each non-zero page is hashed (xxh3). A hit in the stable index
+//!    (frozen frames by hash) is byte-compared and the page remapped onto that
+//!    frame. A hit in this scan's unstable index (pages seen earlier) is
+//!    protected too, compared, turned into a frozen frame, and both pages map
+//!    it. A hash alone never decides: every merge compares all 4096 bytes.
+//!    Consecutive pages merging onto consecutive frames are remapped as one run;
+//! 6. register remapped ranges again and unprotect the chunk (waking writers).
+//!
+//! Without userfaultfd, steps 4-5 would race with writers and are skipped;
+//! step 2 is safe on its own (divergence never reverts).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Weak;
+use std::time::{Duration, Instant};
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::engine::{Inner, ScanReport, State};
+use crate::frames::FrameId;
+use crate::space::{runs, Page};
+use crate::{sys, PAGE};
+
+/// Pages seen earlier in this scan, by content hash: (block base, page index).
+type Unstable = HashMap<u64, (usize, usize)>;
+
+pub fn scan(inner: &Inner) -> ScanReport {
+    let (t0, c0) = (Instant::now(), sys::thread_cpu_ns());
+    let mut rep = ScanReport::default();
+    let mut unstable = Unstable::new();
+    let bases: Vec<usize> = {
+        let mut st = inner.lock();
+        st.refresh_other_maps();
+        if st.protector.is_none() {
+            st.stats.fallbacks.uffd += 1;
+        }
+        st.blocks.keys().copied().collect()
+    };
+    let chunk = inner.cfg.scan_chunk_pages.max(1);
+    for base in bases {
+        let mut i = 0;
+        loop {
+            let mut st = inner.lock();
+            let Some(n) = st.blocks.get(&base).map(|b| b.pages.len()) else { break };
+            if i >= n {
+                break;
+            }
+            let c = chunk.min(n - i);
+            st.scan_chunk(base, i, c, &mut unstable, &mut rep);
+            i += c;
+        }
+    }
+    rep.wall_ns = t0.elapsed().as_nanos() as u64;
+    rep.cpu_ns = sys::thread_cpu_ns() - c0;
+    let mut st = inner.lock();
+    st.stats.scans += 1;
+    st.stats.scan_cpu_ns += rep.cpu_ns;
+    rep
+}
+
+/// The background scanner: scans every `interval`, and after a scan that
+/// took CPU time c sleeps at least c * (1/budget - 1), so it averages at most
+/// `budget` of one core.
+pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
+    let mut sleep = interval;
+    loop {
+        std::thread::park_timeout(sleep);
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.bg_stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let rep = scan(&inner);
+        drop(inner);
+        let cpu = Duration::from_nanos(rep.cpu_ns);
+        sleep = interval.max(cpu.mul_f64(1.0 / budget - 1.0));
+    }
+}
+
+fn page_eq(a: *const u8, b: *const u8) -> bool {
+    unsafe { std::slice::from_raw_parts(a, PAGE) == std::slice::from_raw_parts(b, PAGE) }
+}
+
+impl State {
+    fn scan_chunk(&mut self, base: usize, i: usize, c: usize, unstable: &mut Unstable, rep: &mut ScanReport) {
+        let addr = self.blocks[&base].page_addr(i);
+        rep.diverged_released += self.refresh_divergence(base, i, c);
+        let protected = self.protector.as_ref().is_some_and(|p| p.protect(addr, c * PAGE).is_ok());
+        if !protected {
+            return;
+        }
+        // Divergence again: a write may have landed between the refresh and the protect.
+        rep.diverged_released += self.refresh_divergence(base, i, c);
+        let mut resident = vec![0u8; c];
+        if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
+            let (zero, nonzero): (Vec<usize>, Vec<usize>) =
+                (0..c).filter(|&k| resident[k] & 1 != 0).map(|k| i + k).partition(|&k| {
+                    sys::is_zero(self.blocks[&base].page_addr(k))
+                });
+            rep.pages_scanned += (zero.len() + nonzero.len()) as u64;
+            if self.cfg.zero {
+                self.fold_zero(base, &zero, rep);
+            }
+            if self.cfg.merge {
+                self.merge(base, i..i + c, &nonzero, unstable, rep);
+            }
+        }
+        let block = &self.blocks[&base];
+        self.register(block.base, block.len());
+        if let Some(p) = &self.protector {
+            let _ = p.unprotect(addr, c * PAGE);
+        }
+    }
+
+    /// Folds the all-zero pages at indices `zero` (sorted) of a block.
+    fn fold_zero(&mut self, base: usize, zero: &[usize], rep: &mut ScanReport) {
+        let zero_runs = {
+            let pages = &self.blocks[&base].pages;
+            state_runs(zero, |k| pages[k])
+        };
+        for (a, b) in zero_runs {
+            let page = self.blocks[&base].pages[a];
+            let addr = self.blocks[&base].page_addr(a);
+            let n = b - a;
+            let folded = match page {
+                Page::Anon => sys::madvise(addr, n * PAGE, libc::MADV_DONTNEED).is_ok(),
+                Page::Diverged(_) => {
+                    let ok = self.remap(base, a, n, None);
+                    rep.skipped_vma += !ok as u64;
+                    ok
+                }
+                Page::Owned(f) | Page::Shared(f) => {
+                    let pool = &self.pools[f.pool()];
+                    !pool.retired && sys::punch(pool.fd, f.slot(), n as u64).is_ok()
+                }
+            };
+            if folded {
+                rep.zero_folded += n as u64;
+                self.stats.zero_folded += n as u64;
+            }
+        }
+    }
+
+    /// Merges the non-zero pages at indices `pages` of a block, all inside the
+    /// protected `chunk`.
+    fn merge(
+        &mut self,
+        base: usize,
+        chunk: std::ops::Range<usize>,
+        pages: &[usize],
+        unstable: &mut Unstable,
+        rep: &mut ScanReport,
+    ) {
+        let mut plan: HashMap<usize, FrameId> = HashMap::new();
+        for &k in pages {
+            let ptr = self.blocks[&base].page_addr(k);
+            let hash = xxh3_64(unsafe { std::slice::from_raw_parts(ptr, PAGE) });
+            let own = self.blocks[&base].pages[k];
+            if let Some(f) = self.stable_match(hash, ptr, own) {
+                plan.insert(k, f);
+                continue;
+            }
+            if let Page::Shared(f) = own {
+                // Already a frozen frame: it can serve as the stable copy itself.
+                self.stable.insert(hash, f);
+                continue;
+            }
+            match unstable.get(&hash).copied() {
+                Some((qb, qi)) if (qb, qi) != (base, k) => {
+                    if let Some(f) = self.promote(qb, qi, ptr, &chunk, base) {
+                        self.stable.insert(hash, f);
+                        unstable.remove(&hash);
+                        plan.insert(k, f);
+                    }
+                }
+                _ => {
+                    unstable.insert(hash, (base, k));
+                }
+            }
+        }
+        self.apply_merges(base, &plan, rep);
+    }
+
+    /// A frozen frame in the stable index with exactly the content at `ptr`.
+    fn stable_match(&mut self, hash: u64, ptr: *const u8, own: Page) -> Option<FrameId> {
+        let f = *self.stable.get(&hash)?;
+        let pool = &self.pools[f.pool()];
+        if !pool.is_stable(f.slot()) {
+            self.stable.remove(&hash);
+            return None;
+        }
+        let same_frame = own.frame() == Some(f);
+        (!same_frame && pool.resident(f.slot()) && page_eq(ptr, pool.frame_ptr(f.slot()))).then_some(f)
+    }
+
+    /// Turns page `qi` of block `qb` into a frozen frame, if its content
+    /// still equals the page at `ptr`. Pages outside the protected chunk are
+    /// protected for the comparison.
+    fn promote(&mut self, qb: usize, qi: usize, ptr: *const u8, chunk: &std::ops::Range<usize>, base: usize) -> Option<FrameId> {
+        let qaddr = self.blocks.get(&qb).filter(|b| qi < b.pages.len())?.page_addr(qi);
+        let inside = qb == base && chunk.contains(&qi);
+        if !inside {
+            self.protector.as_ref()?.protect(qaddr, PAGE).ok()?;
+            self.refresh_divergence(qb, qi, 1);
+        }
+        let frame = self.frame_for(qb, qi, ptr);
+        if !inside {
+            let block = &self.blocks[&qb];
+            self.register(block.base, block.len());
+            if let Some(p) = &self.protector {
+                let _ = p.unprotect(qaddr, PAGE);
+            }
+        }
+        frame
+    }
+
+    /// Frozen frame holding protected page `qi` of block `qb`, which must equal `ptr`.
+    fn frame_for(&mut self, qb: usize, qi: usize, ptr: *const u8) -> Option<FrameId> {
+        let qaddr = self.blocks[&qb].page_addr(qi);
+        let mut res = [0u8; 1];
+        sys::mincore(qaddr, PAGE, &mut res).ok()?;
+        if res[0] & 1 == 0 || !page_eq(qaddr, ptr) {
+            return None;
+        }
+        match self.blocks[&qb].pages[qi] {
+            Page::Shared(f) => Some(f),
+            Page::Owned(f) => {
+                self.freeze(qb, qi, 1);
+                matches!(self.blocks[&qb].pages[qi], Page::Shared(_)).then_some(f)
+            }
+            Page::Anon | Page::Diverged(_) => self.materialize(qb, qi),
+        }
+    }
+
+    /// Copies a protected anonymous page into a new frame and maps it there.
+    fn materialize(&mut self, qb: usize, qi: usize) -> Option<FrameId> {
+        let pi = self.pools.len().checked_sub(1).filter(|&p| !self.pools[p].retired)?;
+        let slot = self.pools[pi].alloc(1)?;
+        let qaddr = self.blocks[&qb].page_addr(qi);
+        let f = FrameId::new(pi, slot);
+        if sys::pwrite_all(self.pools[pi].fd, qaddr, PAGE, slot * PAGE as u64).is_err() || !self.remap(qb, qi, 1, Some(f)) {
+            // The frame may hold data now: punch it before reuse.
+            self.pools[pi].release(slot, 1);
+            return None;
+        }
+        self.pools[pi].incref(slot);
+        self.pools[pi].freeze(slot);
+        Some(f)
+    }
+
+    /// Remaps planned pages onto their frames, consecutive ones as runs.
+    fn apply_merges(&mut self, base: usize, plan: &HashMap<usize, FrameId>, rep: &mut ScanReport) {
+        let mut keys: Vec<usize> = plan.keys().copied().collect();
+        keys.sort_unstable();
+        let Some((&lo, &hi)) = keys.first().zip(keys.last()) else { return };
+        for (a, b) in runs(lo..hi + 1, |k| plan.get(&k).copied()) {
+            let first = plan[&a];
+            let n = b - a;
+            let old: Vec<FrameId> = self.blocks[&base].pages[a..b].iter().filter_map(|p| p.frame()).collect();
+            if !self.remap(base, a, n, Some(first)) {
+                rep.skipped_vma += n as u64;
+                continue;
+            }
+            for k in 0..n as u64 {
+                self.pools[first.pool()].incref(first.slot() + k);
+            }
+            self.drop_refs(old.into_iter());
+            rep.merged += n as u64;
+            self.stats.merged += n as u64;
+        }
+    }
+}
+
+/// Runs `[start, end)` of consecutive indices in a sorted list whose pages
+/// have the same state, with consecutive frames: one system call each.
+fn state_runs(sorted: &[usize], page: impl Fn(usize) -> Page) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for &k in sorted {
+        match out.last_mut() {
+            Some((_, e)) if *e == k && same_run(page(k - 1), page(k)) => *e += 1,
+            _ => out.push((k, k + 1)),
+        }
+    }
+    out
+}
+
+fn same_run(a: Page, b: Page) -> bool {
+    match (a, b) {
+        (Page::Anon, Page::Anon) => true,
+        (Page::Owned(x), Page::Owned(y)) | (Page::Shared(x), Page::Shared(y)) | (Page::Diverged(x), Page::Diverged(y)) => {
+            x.pool() == y.pool() && y.0 == x.0 + 1
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,56 @@
+//! Counters the engine keeps about itself. Gauges describe the present
+//! (frames in use, VMAs, metadata); totals count events since the engine began.
+
+use serde::Serialize;
+
+/// Why the engine took a slower or plainer path than it wanted.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Fallbacks {
+    /// memfd_create failed: blocks are plain anonymous memory.
+    pub memfd: u64,
+    /// An mmap failed: a block became plain memory or a copy became a plain copy.
+    pub mmap: u64,
+    /// The VMA budget was exhausted: a copy was done plainly or a merge skipped.
+    pub vma_budget: u64,
+    /// userfaultfd unavailable: a scan skipped work that needs write protection.
+    pub uffd: u64,
+    /// The frame pool could not grow.
+    pub frames: u64,
+}
+
+/// A snapshot of the engine's state and history.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Stats {
+    /// Live blocks and their total length in bytes.
+    pub blocks: u64,
+    pub block_bytes: u64,
+    /// Frames referenced by at least one page.
+    pub frames_in_use: u64,
+    /// Frames whose content is resident in memory (holes excluded).
+    pub frames_resident: u64,
+    /// Pages currently mapping a frame that another page maps too.
+    pub pages_sharing: u64,
+    /// Total pages turned into copy-on-write views by `copy`.
+    pub pages_shared_by_copy: u64,
+    /// Total bytes copied plainly by `copy` (partial pages, non-engine memory, fallbacks).
+    pub bytes_copied_plain: u64,
+    /// Total pages freed because they were all zero.
+    pub zero_folded: u64,
+    /// Total pages merged onto an identical frame.
+    pub merged: u64,
+    /// Total frames released because every page using them had diverged.
+    pub diverged_released: u64,
+    /// Completed scans.
+    pub scans: u64,
+    /// CPU time spent scanning, in nanoseconds.
+    pub scan_cpu_ns: u64,
+    pub fallbacks: Fallbacks,
+    /// Mappings the engine's blocks use now.
+    pub vmas_used: u64,
+    /// Bytes of the engine's own bookkeeping.
+    pub metadata_bytes: u64,
+    /// Whether write protection (userfaultfd) is available for scans.
+    pub protected_scan: bool,
+    /// Whether blocks are served from memfd frames (false: degraded to plain memory).
+    pub frames_active: bool,
+}

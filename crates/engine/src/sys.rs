@@ -1,0 +1,191 @@
+//! Thin wrappers over the system calls the engine uses, each returning
+//! `io::Result`, plus the fault injection that lets tests force the failure
+//! of any of them. Nothing here allocates on the heap, so the preload can call
+//! these from inside malloc.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::PAGE;
+
+/// How many more engine mmaps may succeed before injected ENOMEM (u64::MAX: unlimited).
+static MMAP_ALLOWANCE: AtomicU64 = AtomicU64::new(u64::MAX);
+
+pub fn set_mmap_allowance(n: Option<u64>) {
+    MMAP_ALLOWANCE.store(n.unwrap_or(u64::MAX), Ordering::SeqCst);
+}
+
+fn take_mmap_allowance() -> bool {
+    MMAP_ALLOWANCE
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| match n {
+            u64::MAX => Some(u64::MAX),
+            0 => None,
+            n => Some(n - 1),
+        })
+        .is_ok()
+}
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+pub fn memfd_create(name: &std::ffi::CStr) -> io::Result<i32> {
+    check(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) })
+}
+
+pub fn ftruncate(fd: i32, len: u64) -> io::Result<()> {
+    check(unsafe { libc::ftruncate(fd, len as libc::off_t) }).map(|_| ())
+}
+
+/// Frees the frames `[frame, frame + n)`: afterwards they read as zero.
+pub fn punch(fd: i32, frame: u64, n: u64) -> io::Result<()> {
+    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    let off = (frame * PAGE as u64) as libc::off_t;
+    check(unsafe { libc::fallocate(fd, mode, off, (n * PAGE as u64) as libc::off_t) }).map(|_| ())
+}
+
+pub fn pwrite_all(fd: i32, buf: *const u8, len: usize, off: u64) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let r = unsafe {
+            libc::pwrite(fd, buf.add(done).cast(), len - done, (off + done as u64) as libc::off_t)
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        done += r as usize;
+    }
+    Ok(())
+}
+
+/// Maps `len` bytes; `fixed` replaces whatever is mapped at `addr`.
+/// `fd < 0` maps anonymous memory.
+pub fn map(addr: *mut u8, len: usize, fd: i32, frame: u64, shared: bool, fixed: bool) -> io::Result<*mut u8> {
+    if !take_mmap_allowance() {
+        return Err(io::Error::from_raw_os_error(libc::ENOMEM));
+    }
+    let mut flags = if shared { libc::MAP_SHARED } else { libc::MAP_PRIVATE };
+    if fd < 0 {
+        flags |= libc::MAP_ANONYMOUS;
+    }
+    if fixed {
+        flags |= libc::MAP_FIXED;
+    }
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    let off = (frame * PAGE as u64) as libc::off_t;
+    let p = unsafe { libc::mmap(addr.cast(), len, prot, flags, fd, off) };
+    if p == libc::MAP_FAILED {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(p.cast())
+    }
+}
+
+/// A read-only shared view of the frame pool, for the scanner.
+pub fn map_window(fd: i32, len: usize) -> io::Result<*mut u8> {
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd, 0) };
+    if p == libc::MAP_FAILED {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(p.cast())
+    }
+}
+
+pub fn unmap(addr: *mut u8, len: usize) {
+    unsafe { libc::munmap(addr.cast(), len) };
+}
+
+pub fn madvise(addr: *mut u8, len: usize, advice: i32) -> io::Result<()> {
+    check(unsafe { libc::madvise(addr.cast(), len, advice) }).map(|_| ())
+}
+
+/// Residency of the frames behind `len` bytes of a file mapping (mincore looks
+/// into the page cache even for pages this mapping has never touched).
+pub fn mincore(addr: *mut u8, len: usize, out: &mut [u8]) -> io::Result<()> {
+    check(unsafe { libc::mincore(addr.cast(), len, out.as_mut_ptr()) }).map(|_| ())
+}
+
+pub fn max_map_count() -> usize {
+    std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(65_530)
+}
+
+/// Mappings the process has now (lines of /proc/self/maps).
+pub fn count_maps() -> usize {
+    use std::io::Read;
+    let mut f = match std::fs::File::open("/proc/self/maps") {
+        Ok(f) => f,
+        Err(_) => return 0,
+    };
+    let mut buf = vec![0u8; 1 << 16];
+    let mut lines = 0;
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => lines += buf[..n].iter().filter(|&&b| b == b'\n').count(),
+        }
+    }
+    lines
+}
+
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Pagemap flags for a range of our own pages.
+pub struct Pagemap {
+    fd: i32,
+}
+
+pub const PM_PRESENT: u64 = 1 << 63;
+pub const PM_SWAP: u64 = 1 << 62;
+pub const PM_FILE: u64 = 1 << 61;
+
+impl Pagemap {
+    pub fn open() -> io::Result<Pagemap> {
+        let fd = check(unsafe {
+            libc::open(c"/proc/self/pagemap".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC)
+        })?;
+        Ok(Pagemap { fd })
+    }
+
+    /// Fills `out[i]` with the pagemap entry of page `addr + i * PAGE`.
+    pub fn read(&self, addr: *const u8, out: &mut [u64]) -> io::Result<()> {
+        let off = (addr as u64 / PAGE as u64) * 8;
+        let bytes = out.len() * 8;
+        let r = unsafe { libc::pread(self.fd, out.as_mut_ptr().cast(), bytes, off as libc::off_t) };
+        if r as usize != bytes {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Pagemap {
+    fn drop(&mut self) {
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+/// A page of a MAP_PRIVATE file mapping has its own anonymous copy.
+pub fn is_diverged(entry: u64) -> bool {
+    (entry & PM_PRESENT != 0 && entry & PM_FILE == 0) || entry & PM_SWAP != 0
+}
+
+pub fn is_zero(page: *const u8) -> bool {
+    // Word-wise with an early exit: the R paper's cheap content check.
+    let words = unsafe { std::slice::from_raw_parts(page as *const u64, PAGE / 8) };
+    words.chunks_exact(8).all(|c| c.iter().fold(0, |a, w| a | w) == 0)
+}

@@ -1,0 +1,99 @@
+//! memfd (shmem) accounting. pagefold's engine keeps page frames in a memfd;
+//! its pages live in the page cache of that file, and a page the process does
+//! not map at the moment (a frame no block points at, or one only read
+//! through pread) is invisible to pagemap although it still costs memory.
+//! So a memfd's pages are counted from the file instead: st_blocks * 512
+//! bytes covers every page allocated to it, mapped or not (and, on a machine
+//! with swap, swapped-out ones).
+//!
+//! Memfds are found two ways: mappings whose path starts with `/memfd:`,
+//! stat'ed through /proc/PID/map_files/START-END (needs root), and open file
+//! descriptors whose /proc/PID/fd/N link names `/memfd:`, stat'ed through the
+//! link. Each inode (st_dev, st_ino) is counted once, however many mappings,
+//! descriptors or processes reach it. A memfd mapping whose file could not be
+//! stat'ed is not "accounted": its page-cache pages are then counted by PFN
+//! like any other page, so nothing is lost, only unmapped pages are missed.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::error::Error;
+use crate::procfs::{self, Mapping};
+
+/// Identity of an inode: (st_dev, st_ino).
+pub(crate) type InodeKey = (u64, u64);
+
+/// The memfds one process reaches.
+#[derive(Debug, Default)]
+pub(crate) struct Memfds {
+    /// Allocated bytes (st_blocks * 512) of every memfd inode found.
+    pub bytes_by_inode: HashMap<InodeKey, u64>,
+    /// Memfd inodes (as maps names them) whose mappings are accounted here,
+    /// so their page-cache pages must not be counted again by PFN.
+    accounted_mappings: HashSet<InodeKey>,
+}
+
+impl Memfds {
+    /// True if this mapping's page-cache pages are counted via st_blocks.
+    pub fn accounts(&self, mapping: &Mapping) -> bool {
+        mapping.is_memfd() && self.accounted_mappings.contains(&(mapping.dev, mapping.inode))
+    }
+
+    /// Bytes allocated to memfds of this process, each inode once.
+    pub fn bytes(&self) -> u64 {
+        self.bytes_by_inode.values().sum()
+    }
+}
+
+/// Finds the memfds of `pid` through its mappings and its descriptors.
+pub(crate) fn find_memfds(pid: u32, mappings: &[Mapping]) -> Result<Memfds, Error> {
+    let mut memfds = Memfds::default();
+    add_mapped(pid, mappings, &mut memfds);
+    add_open(pid, &mut memfds)?;
+    Ok(memfds)
+}
+
+fn add_mapped(pid: u32, mappings: &[Mapping], memfds: &mut Memfds) {
+    let mut tried = HashSet::new();
+    for mapping in mappings.iter().filter(|m| m.is_memfd()) {
+        let maps_key = (mapping.dev, mapping.inode);
+        if !tried.insert(maps_key) {
+            continue; // one stat per inode: the engine may map one memfd many times
+        }
+        let link = format!("/proc/{pid}/map_files/{:x}-{:x}", mapping.start, mapping.end);
+        // EPERM without root, ENOENT if unmapped meanwhile: not accounted.
+        if let Some((key, bytes)) = stat_inode(Path::new(&link)) {
+            memfds.bytes_by_inode.insert(key, bytes);
+            memfds.accounted_mappings.insert(maps_key);
+        }
+    }
+}
+
+fn add_open(pid: u32, memfds: &mut Memfds) -> Result<(), Error> {
+    let dir = procfs::proc_path(pid, "fd");
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        // Descriptors are extra information; maps was readable, so carry on.
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => return Ok(()),
+        Err(e) => return Err(Error::from_proc_io(pid, dir, e)),
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let names_memfd = fs::read_link(&path)
+            .map(|target| target.as_os_str().as_encoded_bytes().starts_with(b"/memfd:"))
+            .unwrap_or(false);
+        // A descriptor closed in between simply fails to stat.
+        if let Some((key, bytes)) = names_memfd.then(|| stat_inode(&path)).flatten() {
+            memfds.bytes_by_inode.insert(key, bytes);
+        }
+    }
+    Ok(())
+}
+
+/// (inode identity, allocated bytes) of the file a /proc link points at.
+fn stat_inode(link: &Path) -> Option<(InodeKey, u64)> {
+    let meta = fs::metadata(link).ok()?;
+    Some(((meta.dev(), meta.ino()), meta.blocks() * 512))
+}
