@@ -72,10 +72,14 @@ extern "C" fn child() {
 
 fn release(in_child: bool) {
     let Some(mut held) = HELD.with(|h| h.borrow_mut().take()) else { return };
-    for (_, st) in held.engines.iter_mut() {
+    for (inner, st) in held.engines.iter_mut() {
         st.retire_pools();
         if in_child {
             st.reopen_process_handles();
+            // The scanner thread does not exist here: forget its handle, never join it.
+            if let Ok(mut bg) = inner.bg.try_lock() {
+                std::mem::forget(bg.take());
+            }
         }
     }
     // Guards drop here, in this order: engines first, then the registry.

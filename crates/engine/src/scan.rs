@@ -59,7 +59,11 @@ pub fn scan(inner: &Inner) -> ScanReport {
                 break;
             }
             let c = chunk.min(n - i);
+            // A signal handler of this thread writing into the protected chunk
+            // would wait for this very thread: no signals until it is unprotected.
+            let mask = sys::block_signals();
             st.scan_chunk(base, i, c, &mut unstable, &mut rep);
+            sys::restore_signals(&mask);
             i += c;
         }
     }
@@ -75,6 +79,8 @@ pub fn scan(inner: &Inner) -> ScanReport {
 /// took CPU time c sleeps at least c * (1/budget - 1), so it averages at most
 /// `budget` of one core.
 pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
+    // Process signals go to the program's threads, never to the scanner.
+    let _ = sys::block_signals();
     let mut sleep = interval;
     loop {
         std::thread::park_timeout(sleep);

@@ -189,3 +189,18 @@ pub fn is_zero(page: *const u8) -> bool {
     let words = unsafe { std::slice::from_raw_parts(page as *const u64, PAGE / 8) };
     words.chunks_exact(8).all(|c| c.iter().fold(0, |a, w| a | w) == 0)
 }
+
+/// Blocks every signal in this thread; returns the mask to restore.
+pub fn block_signals() -> libc::sigset_t {
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        old
+    }
+}
+
+pub fn restore_signals(mask: &libc::sigset_t) {
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, std::ptr::null_mut()) };
+}
