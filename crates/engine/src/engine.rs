@@ -318,6 +318,11 @@ impl State {
         if fits(self) {
             return true;
         }
+        // Reading /proc/self/maps costs milliseconds at tens of thousands of
+        // mappings: only when our own count has changed since the last read.
+        if self.remaps_since_count == 0 {
+            return false;
+        }
         self.refresh_other_maps();
         fits(self)
     }

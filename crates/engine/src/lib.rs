@@ -53,7 +53,8 @@ mod stats;
 mod sys;
 mod engine;
 mod scan;
-mod protect;
+#[doc(hidden)]
+pub mod protect;
 mod fork;
 
 pub use config::{Config, Inject};

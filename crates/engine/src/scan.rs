@@ -119,7 +119,8 @@ impl State {
             if self.cfg.zero {
                 self.fold_zero(base, &zero, rep);
             }
-            if self.cfg.merge {
+            // A merge costs up to two mappings for the page and two for its partner.
+            if self.cfg.merge && self.vma_room(4) {
                 self.merge(base, i..i + c, &nonzero, unstable, rep);
             }
         }
