@@ -111,10 +111,10 @@ impl State {
         rep.diverged_released += self.refresh_divergence(base, i, c);
         let mut resident = vec![0u8; c];
         if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
-            let (zero, nonzero): (Vec<usize>, Vec<usize>) =
-                (0..c).filter(|&k| resident[k] & 1 != 0).map(|k| i + k).partition(|&k| {
-                    sys::is_zero(self.blocks[&base].page_addr(k))
-                });
+            let (zero, nonzero): (Vec<usize>, Vec<usize>) = (0..c)
+                .filter(|&k| resident[k] & 1 != 0)
+                .map(|k| i + k)
+                .partition(|&k| sys::is_zero(self.fold_content(base, k)));
             rep.pages_scanned += (zero.len() + nonzero.len()) as u64;
             if self.cfg.zero {
                 self.fold_zero(base, &zero, rep);
@@ -128,6 +128,15 @@ impl State {
         self.register(block.base, block.len());
         if let Some(p) = &self.protector {
             let _ = p.unprotect(addr, c * PAGE);
+        }
+    }
+
+    /// What a zero fold of page `k` would discard: for a shared page the frame
+    /// itself (punching it affects every page mapping it), else the page.
+    fn fold_content(&self, base: usize, k: usize) -> *const u8 {
+        match self.blocks[&base].pages[k] {
+            Page::Shared(f) => self.pools[f.pool()].frame_ptr(f.slot()),
+            _ => self.blocks[&base].page_addr(k),
         }
     }
 
@@ -242,7 +251,8 @@ impl State {
             return None;
         }
         match self.blocks[&qb].pages[qi] {
-            Page::Shared(f) => Some(f),
+            // The frame is what the partner will map: compare that, not the page.
+            Page::Shared(f) => page_eq(self.pools[f.pool()].frame_ptr(f.slot()), ptr).then_some(f),
             Page::Owned(f) => {
                 self.freeze(qb, qi, 1);
                 matches!(self.blocks[&qb].pages[qi], Page::Shared(_)).then_some(f)

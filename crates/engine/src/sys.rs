@@ -179,9 +179,15 @@ impl Drop for Pagemap {
     }
 }
 
-/// A page of a MAP_PRIVATE file mapping has its own anonymous copy.
+pub const PM_UFFD_WP: u64 = 1 << 57;
+
+/// A page of a MAP_PRIVATE file mapping has its own anonymous copy: present
+/// and not file-backed, or swapped out. A write-protected page that was never
+/// faulted in shows as a swap entry too (a uffd-wp PTE marker) with the
+/// uffd-wp bit: that is no copy. (A diverged page swapped out while protected
+/// looks the same; the scan never trusts page state for content — see scan.rs.)
 pub fn is_diverged(entry: u64) -> bool {
-    (entry & PM_PRESENT != 0 && entry & PM_FILE == 0) || entry & PM_SWAP != 0
+    (entry & PM_PRESENT != 0 && entry & PM_FILE == 0) || (entry & PM_SWAP != 0 && entry & PM_UFFD_WP == 0)
 }
 
 pub fn is_zero(page: *const u8) -> bool {
