@@ -306,6 +306,7 @@ impl State {
             self.pools[freed[i].pool()].release(freed[i].slot(), (j - i) as u64);
             i = j;
         }
+        self.pools.iter_mut().for_each(Pool::close_if_idle);
     }
 
     /// Whether `cost` more mappings fit in the budget. Looks at the real
@@ -355,6 +356,16 @@ impl State {
             self.stats.fallbacks.mmap += 1;
             return false;
         }
+        self.record_remap(base, i, n, first);
+        true
+    }
+
+    /// Page states and mapping count after pages `[i, i+n)` were remapped.
+    pub fn record_remap(&mut self, base: usize, i: usize, n: usize, first: Option<FrameId>) {
+        let addr = self.blocks[&base].page_addr(i);
+        // A fresh mapping is not registered with userfaultfd; a scan could not
+        // protect (and would skip) it until it is.
+        self.register(addr, n * PAGE);
         let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
         let before = block.boundaries(i, n);
         for k in 0..n {
@@ -370,7 +381,6 @@ impl State {
         if self.remaps_since_count >= 1024 {
             self.refresh_other_maps();
         }
-        true
     }
 
     /// Re-reads divergence of the shared pages `[i, i+n)` of a block from
@@ -456,9 +466,6 @@ impl State {
             std::ptr::copy_nonoverlapping(s0.add(k * PAGE), d0.add(k * PAGE), PAGE);
             self.stats.bytes_copied_plain += PAGE as u64;
         }
-        let (sblock, dblock) = (&self.blocks[&sb], &self.blocks[&db]);
-        self.register(sblock.base, sblock.len());
-        self.register(dblock.base, dblock.len());
         true
     }
 

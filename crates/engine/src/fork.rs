@@ -73,7 +73,7 @@ extern "C" fn child() {
 fn release(in_child: bool) {
     let Some(mut held) = HELD.with(|h| h.borrow_mut().take()) else { return };
     for (inner, st) in held.engines.iter_mut() {
-        st.retire_pools();
+        st.retire_pools(in_child);
         if in_child {
             st.reopen_process_handles();
             // The scanner thread does not exist here: forget its handle, never join it.
@@ -87,7 +87,10 @@ fn release(in_child: bool) {
 }
 
 impl State {
-    /// Freezes every owned page of every block (whole runs: no new mappings).
+    /// Freezes every owned page of every block. An owned run is a mapping of
+    /// its own, so this replaces whole mappings: no new VMA, nothing for
+    /// injected mmap failures to model. Should the kernel still refuse, the
+    /// run stays shared with the child; that is counted (`fallbacks.mmap`).
     fn freeze_all(&mut self) {
         let bases: Vec<usize> = self.blocks.keys().copied().collect();
         for base in bases {
@@ -100,28 +103,38 @@ impl State {
             };
             for (a, b) in owned_runs {
                 let Page::Owned(first) = self.blocks[&base].pages[a] else { continue };
-                if self.remap_unchecked(base, a, b - a, Some(first)) {
-                    for k in 0..(b - a) as u64 {
-                        self.pools[first.pool()].freeze(first.slot() + k);
-                    }
+                let addr = self.blocks[&base].page_addr(a);
+                let fd = self.pools[first.pool()].fd;
+                if sys::map_uninjected(addr, (b - a) * crate::PAGE, fd, first.slot(), false, true).is_err() {
+                    self.stats.fallbacks.mmap += 1;
+                    continue;
+                }
+                self.record_remap(base, a, b - a, Some(first));
+                for k in 0..(b - a) as u64 {
+                    self.pools[first.pool()].freeze(first.slot() + k);
                 }
             }
         }
     }
 
-    /// Stops punching and reusing every existing pool; opens a fresh one.
-    fn retire_pools(&mut self) {
+    /// Retires every pool the other process may map or allocate from. The
+    /// parent keeps a pool with no references (the child maps none of it and
+    /// allocates only from its own); the child never allocates from an
+    /// inherited memfd. Opens a fresh pool if the current one retired.
+    fn retire_pools(&mut self, in_child: bool) {
         if self.pools.is_empty() {
             return;
         }
-        for p in self.pools.iter_mut() {
+        for p in self.pools.iter_mut().filter(|p| !p.retired && (in_child || p.live() > 0)) {
             p.retired = true;
+            p.close_if_idle();
         }
-        match State::open_pool(&self.cfg) {
-            Ok(p) => self.pools.push(p),
-            Err(_) => self.stats.fallbacks.memfd += 1,
+        if self.pools.last().is_some_and(|p| p.retired) {
+            match State::open_pool(&self.cfg) {
+                Ok(p) => self.pools.push(p),
+                Err(_) => self.stats.fallbacks.memfd += 1,
+            }
         }
-        self.stable.clear();
     }
 
     /// The inherited userfaultfd and pagemap describe the parent.

@@ -7,8 +7,10 @@
 //!
 //! After fork both processes map the same memfd, so neither may punch or
 //! reuse a frame from before the fork: the pool is *retired* (kept for reading
-//! and mapping its frozen frames) and a fresh pool takes new allocations.
-//! Frame ids carry their pool's number in the high bits.
+//! and mapping its frozen frames, references still counted) and a fresh pool
+//! takes new allocations. A retired pool whose last reference is gone is
+//! *closed*: its descriptor and window go, and the kernel frees the memfd once
+//! no process maps it. Frame ids carry their pool's number in the high bits.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -98,7 +100,11 @@ pub struct Pool {
     free: FreeExtents,
     /// Slots at and above this were never handed out.
     next: u64,
+    /// References over all slots.
+    live: u64,
     pub retired: bool,
+    /// Retired and unreferenced: descriptor and window released.
+    pub closed: bool,
 }
 
 unsafe impl Send for Pool {}
@@ -118,7 +124,9 @@ impl Pool {
                 frozen: Vec::new(),
                 free: FreeExtents::default(),
                 next: 0,
+                live: 0,
                 retired: false,
+                closed: false,
             }),
             Err(e) => {
                 unsafe { libc::close(fd) };
@@ -151,24 +159,46 @@ impl Pool {
     }
 
     pub fn incref(&mut self, slot: u64) {
-        if !self.retired {
-            self.refs[slot as usize] += 1;
+        self.refs[slot as usize] += 1;
+        self.live += 1;
+    }
+
+    /// Drops a reference; true if the slot is now free and must be punched
+    /// (never in a retired pool: the other process may still map it).
+    pub fn decref(&mut self, slot: u64) -> bool {
+        let r = &mut self.refs[slot as usize];
+        debug_assert!(*r > 0, "frame {slot} over-released");
+        if *r == 0 {
+            return false;
+        }
+        *r -= 1;
+        self.live -= 1;
+        if *r == 0 {
+            self.frozen[slot as usize] = false;
+            return !self.retired;
+        }
+        false
+    }
+
+    pub fn live(&self) -> u64 {
+        self.live
+    }
+
+    /// Releases a retired pool nobody here references any more.
+    pub fn close_if_idle(&mut self) {
+        if self.retired && self.live == 0 && !self.closed {
+            self.closed = true;
+            self.unmap_and_close();
         }
     }
 
-    /// Drops a reference; true if the slot is now free (and must be punched).
-    pub fn decref(&mut self, slot: u64) -> bool {
-        if self.retired {
-            return false;
-        }
-        let r = &mut self.refs[slot as usize];
-        debug_assert!(*r > 0, "frame {slot} over-released");
-        *r = r.saturating_sub(1);
-        if *r == 0 {
-            self.frozen[slot as usize] = false;
-            return true;
-        }
-        false
+    fn unmap_and_close(&mut self) {
+        // Blocks still mapping the memfd keep it alive; only our handles go.
+        sys::unmap(self.window, POOL_FRAMES as usize * PAGE);
+        unsafe { libc::close(self.fd) };
+        self.refs = Vec::new();
+        self.frozen = Vec::new();
+        self.free = FreeExtents::default();
     }
 
     /// Punches and frees `[slot, slot+n)`, all of which reached zero references.
@@ -190,10 +220,10 @@ impl Pool {
         }
     }
 
-    /// Still immutable and in use: a valid merge target. Retired pools are
-    /// frozen as a whole.
+    /// Still immutable and in use: a valid merge target. Every referenced
+    /// frame of a retired pool is frozen.
     pub fn is_stable(&self, slot: u64) -> bool {
-        self.retired || (self.refs(slot) > 0 && self.frozen.get(slot as usize).copied().unwrap_or(false))
+        self.refs(slot) > 0 && (self.retired || self.frozen.get(slot as usize).copied().unwrap_or(false))
     }
 
     pub fn frame_ptr(&self, slot: u64) -> *const u8 {
@@ -212,6 +242,9 @@ impl Pool {
 
     /// Resident frames, counted by the kernel (st_blocks of the memfd).
     pub fn resident_frames(&self) -> u64 {
+        if self.closed {
+            return 0;
+        }
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         if unsafe { libc::fstat(self.fd, &mut st) } != 0 {
             return 0;
@@ -226,8 +259,8 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        // Blocks still mapping the memfd keep it alive; only our handles go.
-        sys::unmap(self.window, POOL_FRAMES as usize * PAGE);
-        unsafe { libc::close(self.fd) };
+        if !self.closed {
+            self.unmap_and_close();
+        }
     }
 }

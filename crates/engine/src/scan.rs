@@ -103,8 +103,12 @@ impl State {
     fn scan_chunk(&mut self, base: usize, i: usize, c: usize, unstable: &mut Unstable, rep: &mut ScanReport) {
         let addr = self.blocks[&base].page_addr(i);
         rep.diverged_released += self.refresh_divergence(base, i, c);
-        let protected = self.protector.as_ref().is_some_and(|p| p.protect(addr, c * PAGE).is_ok());
-        if !protected {
+        let Some(protector) = &self.protector else { return };
+        if protector.protect(addr, c * PAGE).is_err() {
+            // It may have protected the mappings before the one it refused:
+            // undo that, or their writers would sleep for good.
+            let _ = protector.unprotect(addr, c * PAGE);
+            self.stats.fallbacks.uffd += 1;
             return;
         }
         // Divergence again: a write may have landed between the refresh and the protect.
@@ -124,8 +128,6 @@ impl State {
                 self.merge(base, i..i + c, &nonzero, unstable, rep);
             }
         }
-        let block = &self.blocks[&base];
-        self.register(block.base, block.len());
         if let Some(p) = &self.protector {
             let _ = p.unprotect(addr, c * PAGE);
         }
@@ -228,16 +230,16 @@ impl State {
         let qaddr = self.blocks.get(&qb).filter(|b| qi < b.pages.len())?.page_addr(qi);
         let inside = qb == base && chunk.contains(&qi);
         if !inside {
-            self.protector.as_ref()?.protect(qaddr, PAGE).ok()?;
+            let protector = self.protector.as_ref()?;
+            if protector.protect(qaddr, PAGE).is_err() {
+                let _ = protector.unprotect(qaddr, PAGE);
+                return None;
+            }
             self.refresh_divergence(qb, qi, 1);
         }
         let frame = self.frame_for(qb, qi, ptr);
-        if !inside {
-            let block = &self.blocks[&qb];
-            self.register(block.base, block.len());
-            if let Some(p) = &self.protector {
-                let _ = p.unprotect(qaddr, PAGE);
-            }
+        if let (false, Some(p)) = (inside, &self.protector) {
+            let _ = p.unprotect(qaddr, PAGE);
         }
         frame
     }

@@ -72,6 +72,12 @@ pub fn map(addr: *mut u8, len: usize, fd: i32, frame: u64, shared: bool, fixed: 
     if !take_mmap_allowance() {
         return Err(io::Error::from_raw_os_error(libc::ENOMEM));
     }
+    map_uninjected(addr, len, fd, frame, shared, fixed)
+}
+
+/// `map` without fault injection: for replacing a whole existing mapping,
+/// which needs no new VMA and so has no ENOMEM to simulate.
+pub fn map_uninjected(addr: *mut u8, len: usize, fd: i32, frame: u64, shared: bool, fixed: bool) -> io::Result<*mut u8> {
     let mut flags = if shared { libc::MAP_SHARED } else { libc::MAP_PRIVATE };
     if fd < 0 {
         flags |= libc::MAP_ANONYMOUS;
