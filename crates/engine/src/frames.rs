@@ -20,6 +20,8 @@ use crate::{sys, PAGE};
 /// Frames per pool: the memfd's size, reserved up front (sparse, free).
 const POOL_FRAMES: u64 = 1 << 26; // 256 GiB
 const POOL_SHIFT: u32 = 40;
+const FROZEN: u8 = 1;
+const INDEXED: u8 = 2;
 
 /// A frame: pool number and slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -95,8 +97,10 @@ pub struct Pool {
     /// A read-only view of the whole memfd, for comparing frame contents.
     window: *mut u8,
     refs: Vec<u32>,
-    /// Frames mapped privately somewhere: immutable while referenced.
-    frozen: Vec<bool>,
+    /// Per slot: FROZEN (mapped privately somewhere: immutable while
+    /// referenced) and INDEXED (a scan has checked and hashed it: as it cannot
+    /// change, later scans skip it).
+    flags: Vec<u8>,
     free: FreeExtents,
     /// Slots at and above this were never handed out.
     next: u64,
@@ -121,7 +125,7 @@ impl Pool {
                 fd,
                 window,
                 refs: Vec::new(),
-                frozen: Vec::new(),
+                flags: Vec::new(),
                 free: FreeExtents::default(),
                 next: 0,
                 live: 0,
@@ -149,7 +153,7 @@ impl Pool {
         let s = self.next;
         self.next += n;
         self.refs.resize(self.next as usize, 0);
-        self.frozen.resize(self.next as usize, false);
+        self.flags.resize(self.next as usize, 0);
         Some(s)
     }
 
@@ -174,7 +178,7 @@ impl Pool {
         *r -= 1;
         self.live -= 1;
         if *r == 0 {
-            self.frozen[slot as usize] = false;
+            self.flags[slot as usize] = 0;
             return !self.retired;
         }
         false
@@ -197,7 +201,7 @@ impl Pool {
         sys::unmap(self.window, POOL_FRAMES as usize * PAGE);
         unsafe { libc::close(self.fd) };
         self.refs = Vec::new();
-        self.frozen = Vec::new();
+        self.flags = Vec::new();
         self.free = FreeExtents::default();
     }
 
@@ -215,15 +219,30 @@ impl Pool {
     }
 
     pub fn freeze(&mut self, slot: u64) {
-        if let Some(f) = self.frozen.get_mut(slot as usize) {
-            *f = true;
+        if let Some(f) = self.flags.get_mut(slot as usize) {
+            *f |= FROZEN;
         }
     }
 
     /// Still immutable and in use: a valid merge target. Every referenced
     /// frame of a retired pool is frozen.
     pub fn is_stable(&self, slot: u64) -> bool {
-        self.refs(slot) > 0 && (self.retired || self.frozen.get(slot as usize).copied().unwrap_or(false))
+        self.refs(slot) > 0 && (self.retired || self.flag(slot, FROZEN))
+    }
+
+    fn flag(&self, slot: u64, bit: u8) -> bool {
+        self.flags.get(slot as usize).is_some_and(|f| f & bit != 0)
+    }
+
+    /// A stable frame a scan has already checked (zero test and hash).
+    pub fn is_indexed(&self, slot: u64) -> bool {
+        self.is_stable(slot) && self.flag(slot, INDEXED)
+    }
+
+    pub fn set_indexed(&mut self, slot: u64) {
+        if let Some(f) = self.flags.get_mut(slot as usize) {
+            *f |= INDEXED;
+        }
     }
 
     pub fn frame_ptr(&self, slot: u64) -> *const u8 {
@@ -253,7 +272,7 @@ impl Pool {
     }
 
     pub fn metadata_bytes(&self) -> usize {
-        self.refs.capacity() * 4 + self.frozen.capacity() + self.free.bytes()
+        self.refs.capacity() * 4 + self.flags.capacity() + self.free.bytes()
     }
 }
 

@@ -116,7 +116,7 @@ impl State {
         let mut resident = vec![0u8; c];
         if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
             let (zero, nonzero): (Vec<usize>, Vec<usize>) = (0..c)
-                .filter(|&k| resident[k] & 1 != 0)
+                .filter(|&k| resident[k] & 1 != 0 && !self.already_indexed(base, i + k))
                 .map(|k| i + k)
                 .partition(|&k| sys::is_zero(self.fold_content(base, k)));
             rep.pages_scanned += (zero.len() + nonzero.len()) as u64;
@@ -130,6 +130,14 @@ impl State {
         }
         if let Some(p) = &self.protector {
             let _ = p.unprotect(addr, c * PAGE);
+        }
+    }
+
+    /// A shared page whose frame an earlier scan checked: nothing can have changed.
+    fn already_indexed(&self, base: usize, k: usize) -> bool {
+        match self.blocks[&base].pages[k] {
+            Page::Shared(f) => self.pools[f.pool()].is_indexed(f.slot()),
+            _ => false,
         }
     }
 
@@ -193,6 +201,7 @@ impl State {
             if let Page::Shared(f) = own {
                 // Already a frozen frame: it can serve as the stable copy itself.
                 self.stable.insert(hash, f);
+                self.pools[f.pool()].set_indexed(f.slot());
                 continue;
             }
             match unstable.get(&hash).copied() {

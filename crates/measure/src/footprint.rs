@@ -184,7 +184,11 @@ fn combine(pids: Vec<u32>, scans: Vec<ProcessScan>, pfns: Option<Vec<u64>>) -> F
         footprint_bytes,
         distinct_pages,
         memfd_bytes,
-        method: if distinct_pages.is_some() { Method::Pfn } else { Method::PssProxy },
+        method: if distinct_pages.is_some() {
+            Method::Pfn
+        } else {
+            Method::PssProxy
+        },
         rss_bytes: rollup.rss,
         pss_bytes: rollup.pss,
         uss_bytes: rollup.uss,
@@ -216,7 +220,12 @@ mod tests {
         let scan = ProcessScan {
             pfns_hidden: true,
             memfds: vec![((1, 2), 8192)],
-            rollup: Rollup { rss: 10, pss: 7, uss: 5, swap: 0 },
+            rollup: Rollup {
+                rss: 10,
+                pss: 7,
+                uss: 5,
+                swap: 0,
+            },
             vm_hwm: 12,
             ksm: None,
         };
@@ -229,7 +238,10 @@ mod tests {
 
     #[test]
     fn memfd_inodes_shared_by_processes_count_once() {
-        let scan = || ProcessScan { memfds: vec![((1, 2), 8192)], ..Default::default() };
+        let scan = || ProcessScan {
+            memfds: vec![((1, 2), 8192)],
+            ..Default::default()
+        };
         let fp = combine(vec![1, 2], vec![scan(), scan()], Some(vec![4, 4, 6]));
         assert_eq!(fp.method, Method::Pfn);
         assert_eq!(fp.distinct_pages, Some(2));
@@ -239,7 +251,10 @@ mod tests {
 
     #[test]
     fn method_serializes_as_documented() {
-        assert_eq!(serde_json::to_string(&Method::PssProxy).unwrap(), "\"pss-proxy\"");
+        assert_eq!(
+            serde_json::to_string(&Method::PssProxy).unwrap(),
+            "\"pss-proxy\""
+        );
         assert_eq!(serde_json::to_string(&Method::Pfn).unwrap(), "\"pfn\"");
     }
 
@@ -252,7 +267,11 @@ mod tests {
             // Distinct pages never exceed what RSS counts, plus a little
             // slack: the two are read at slightly different moments.
             let pages = fp.distinct_pages.unwrap() * pagemap::page_size();
-            assert!(pages <= fp.rss_bytes + (1 << 20), "{pages} vs rss {}", fp.rss_bytes);
+            assert!(
+                pages <= fp.rss_bytes + (1 << 20),
+                "{pages} vs rss {}",
+                fp.rss_bytes
+            );
         }
     }
 }

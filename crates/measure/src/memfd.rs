@@ -38,12 +38,10 @@ pub(crate) struct Memfds {
 impl Memfds {
     /// True if this mapping's page-cache pages are counted via st_blocks.
     pub fn accounts(&self, mapping: &Mapping) -> bool {
-        mapping.is_memfd() && self.accounted_mappings.contains(&(mapping.dev, mapping.inode))
-    }
-
-    /// Bytes allocated to memfds of this process, each inode once.
-    pub fn bytes(&self) -> u64 {
-        self.bytes_by_inode.values().sum()
+        mapping.is_memfd()
+            && self
+                .accounted_mappings
+                .contains(&(mapping.dev, mapping.inode))
     }
 }
 
@@ -62,7 +60,10 @@ fn add_mapped(pid: u32, mappings: &[Mapping], memfds: &mut Memfds) {
         if !tried.insert(maps_key) {
             continue; // one stat per inode: the engine may map one memfd many times
         }
-        let link = format!("/proc/{pid}/map_files/{:x}-{:x}", mapping.start, mapping.end);
+        let link = format!(
+            "/proc/{pid}/map_files/{:x}-{:x}",
+            mapping.start, mapping.end
+        );
         // EPERM without root, ENOENT if unmapped meanwhile: not accounted.
         if let Some((key, bytes)) = stat_inode(Path::new(&link)) {
             memfds.bytes_by_inode.insert(key, bytes);
@@ -82,7 +83,12 @@ fn add_open(pid: u32, memfds: &mut Memfds) -> Result<(), Error> {
     for entry in entries.flatten() {
         let path = entry.path();
         let names_memfd = fs::read_link(&path)
-            .map(|target| target.as_os_str().as_encoded_bytes().starts_with(b"/memfd:"))
+            .map(|target| {
+                target
+                    .as_os_str()
+                    .as_encoded_bytes()
+                    .starts_with(b"/memfd:")
+            })
             .unwrap_or(false);
         // A descriptor closed in between simply fails to stat.
         if let Some((key, bytes)) = names_memfd.then(|| stat_inode(&path)).flatten() {

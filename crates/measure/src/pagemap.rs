@@ -60,7 +60,10 @@ pub(crate) fn probe() -> Probe {
         let pfn_of = |entry: Option<u64>| entry.filter(|e| e & PRESENT != 0).map(|e| e & PFN_MASK);
         let written = pfn_of(own_page_entry(true)).unwrap_or(0);
         let zero = pfn_of(own_page_entry(false)).filter(|&pfn| pfn != 0);
-        Probe { pfn_visible: written != 0, zero_pfn: zero }
+        Probe {
+            pfn_visible: written != 0,
+            zero_pfn: zero,
+        }
     })
 }
 
@@ -161,7 +164,10 @@ fn collect_pfns_via(
     let mut count = PfnCount::default();
     let zero_pfn = probe().zero_pfn;
     for mapping in mapped {
-        let filter = EntryFilter { skip_file_pages: skip_file_pages(mapping), zero_pfn };
+        let filter = EntryFilter {
+            skip_file_pages: skip_file_pages(mapping),
+            zero_pfn,
+        };
         for region in regions_of(present.as_deref(), mapping) {
             if filter.skips_region(&region) {
                 continue;
@@ -178,7 +184,11 @@ fn collect_pfns_via(
 /// them, else the whole mapping (categories unknown, so nothing is skipped).
 fn regions_of(present: Option<&[Region]>, mapping: &Mapping) -> Vec<Region> {
     let Some(regions) = present else {
-        return vec![Region { start: mapping.start, end: mapping.end, categories: 0 }];
+        return vec![Region {
+            start: mapping.start,
+            end: mapping.end,
+            categories: 0,
+        }];
     };
     let first = regions.partition_point(|r| r.end <= mapping.start);
     regions[first..]
@@ -256,11 +266,20 @@ struct EntryReader {
 
 impl EntryReader {
     fn new(pid: u32, file: File) -> Self {
-        EntryReader { pid, file, buffer: vec![0; ENTRIES_PER_READ] }
+        EntryReader {
+            pid,
+            file,
+            buffer: vec![0; ENTRIES_PER_READ],
+        }
     }
 
     /// Calls `each` with the entries of [start, end), chunk by chunk.
-    fn for_each_chunk(&mut self, start: u64, end: u64, mut each: impl FnMut(&[u64])) -> Result<(), Error> {
+    fn for_each_chunk(
+        &mut self,
+        start: u64,
+        end: u64,
+        mut each: impl FnMut(&[u64]),
+    ) -> Result<(), Error> {
         let page = page_size();
         let (mut index, last) = (start / page, end / page);
         while index < last {
@@ -283,7 +302,11 @@ impl EntryReader {
         };
         match self.file.read_at(bytes, index * 8) {
             Ok(n) => Ok(n / 8),
-            Err(e) => Err(Error::from_proc_io(self.pid, procfs::proc_path(self.pid, "pagemap"), e)),
+            Err(e) => Err(Error::from_proc_io(
+                self.pid,
+                procfs::proc_path(self.pid, "pagemap"),
+                e,
+            )),
         }
     }
 
@@ -304,7 +327,13 @@ mod tests {
     use super::*;
 
     fn mapping(start: u64, end: u64) -> Mapping {
-        Mapping { start, end, dev: 0, inode: 0, path: String::new() }
+        Mapping {
+            start,
+            end,
+            dev: 0,
+            inode: 0,
+            path: String::new(),
+        }
     }
 
     #[test]
@@ -317,9 +346,21 @@ mod tests {
     #[test]
     fn regions_are_clipped_to_the_mapping() {
         let present = [
-            Region { start: 0x1000, end: 0x3000, categories: 1 },
-            Region { start: 0x5000, end: 0x9000, categories: 2 },
-            Region { start: 0xa000, end: 0xb000, categories: 3 },
+            Region {
+                start: 0x1000,
+                end: 0x3000,
+                categories: 1,
+            },
+            Region {
+                start: 0x5000,
+                end: 0x9000,
+                categories: 2,
+            },
+            Region {
+                start: 0xa000,
+                end: 0xb000,
+                categories: 3,
+            },
         ];
         let got = regions_of(Some(&present), &mapping(0x2000, 0x6000));
         let spans: Vec<_> = got.iter().map(|r| (r.start, r.end, r.categories)).collect();
@@ -330,8 +371,18 @@ mod tests {
 
     #[test]
     fn filter_skips_absent_zero_and_file_pages() {
-        let filter = EntryFilter { skip_file_pages: true, zero_pfn: Some(7) };
-        let entries = [0, PRESENT | 5, PRESENT | 7, PRESENT | FILE_OR_SHARED | 9, PRESENT, 1 << 62];
+        let filter = EntryFilter {
+            skip_file_pages: true,
+            zero_pfn: Some(7),
+        };
+        let entries = [
+            0,
+            PRESENT | 5,
+            PRESENT | 7,
+            PRESENT | FILE_OR_SHARED | 9,
+            PRESENT,
+            1 << 62,
+        ];
         let (mut pfns, mut count) = (Vec::new(), PfnCount::default());
         filter.collect(&entries, &mut pfns, &mut count);
         assert_eq!(pfns, vec![5]);
@@ -340,13 +391,24 @@ mod tests {
 
     /// Maps `total` anonymous pages, writes the first `written`, reads the
     /// next `read` (zero page), and collects PFNs of that mapping only.
-    fn pfns_of_fresh_mapping(total: usize, written: usize, read: usize, use_scan: bool) -> Vec<u64> {
+    fn pfns_of_fresh_mapping(
+        total: usize,
+        written: usize,
+        read: usize,
+        use_scan: bool,
+    ) -> Vec<u64> {
         let size = page_size() as usize;
         let prot = libc::PROT_READ | libc::PROT_WRITE;
         // SAFETY: fresh private mapping, touched within bounds, unmapped below.
         let base = unsafe {
-            let base = libc::mmap(std::ptr::null_mut(), total * size, prot,
-                                  libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                total * size,
+                prot,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
             assert_ne!(base, libc::MAP_FAILED);
             libc::madvise(base, total * size, libc::MADV_NOHUGEPAGE);
             let bytes = base as *mut u8;
@@ -361,7 +423,14 @@ mod tests {
         let target = mapping(base, base + (total * size) as u64);
         let mut pfns = Vec::new();
         let pid = std::process::id();
-        collect_pfns_via(pid, std::slice::from_ref(&target), |_| false, &mut pfns, use_scan).unwrap();
+        collect_pfns_via(
+            pid,
+            std::slice::from_ref(&target),
+            |_| false,
+            &mut pfns,
+            use_scan,
+        )
+        .unwrap();
         // SAFETY: unmapping exactly what was mapped above.
         unsafe { libc::munmap(base as *mut libc::c_void, total * size) };
         pfns
@@ -378,6 +447,31 @@ mod tests {
             pfns.sort_unstable();
             pfns.dedup();
             assert_eq!(pfns.len(), 10, "written pages have their own frames");
+        }
+    }
+
+    /// Linux 6.7 brought PAGEMAP_SCAN: on such kernels the fast path must
+    /// really be taken, not silently fall back.
+    #[test]
+    fn scan_is_used_on_kernels_that_have_it() {
+        use crate::procfs;
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut numbers = release
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse::<u32>().ok());
+        let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+        let file = File::open("/proc/self/pagemap").unwrap();
+        let stack_probe = 0u64;
+        let page = (&stack_probe as *const u64 as u64) & !(page_size() - 1);
+        let regions = scan_present(&file, page, page + page_size());
+        if version >= (6, 7) {
+            let regions = regions.expect("PAGEMAP_SCAN failed on a kernel that has it");
+            assert_eq!(regions.len(), 1, "the stack page in use is present");
+            // Also across a whole address space, special mappings included.
+            let maps = procfs::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+            let user: Vec<_> = maps.iter().filter(|m| !m.is_kernel_special()).collect();
+            let whole = scan_present(&file, user[0].start, user[user.len() - 1].end);
+            assert!(whole.is_some_and(|r| !r.is_empty()));
         }
     }
 

@@ -99,7 +99,10 @@ impl Mapping {
     /// Kernel pages mapped into every process ([vsyscall] is not even readable
     /// in pagemap; [vvar] is a PFN map of kernel data), not process memory.
     pub fn is_kernel_special(&self) -> bool {
-        matches!(self.path.as_str(), "[vsyscall]" | "[vvar]" | "[vvar_vclock]")
+        matches!(
+            self.path.as_str(),
+            "[vsyscall]" | "[vvar]" | "[vvar_vclock]"
+        )
     }
 }
 
@@ -172,7 +175,10 @@ pub(crate) fn parse_smaps_rollup(text: &str) -> Rollup {
 
 /// VmHWM (peak RSS) from /proc/PID/status, in bytes; 0 when absent.
 pub(crate) fn parse_vm_hwm(status: &str) -> u64 {
-    status.lines().find_map(|l| kb_field(l, "VmHWM")).unwrap_or(0)
+    status
+        .lines()
+        .find_map(|l| kb_field(l, "VmHWM"))
+        .unwrap_or(0)
 }
 
 /// /proc/PID/ksm_stat: what the kernel's KSM merged for this process. Fields
@@ -205,7 +211,9 @@ impl KsmStat {
         self.merge_any |= other.merge_any;
         self.mergeable |= other.mergeable;
         for (key, value) in &other.other {
-            self.other.entry(key.clone()).or_insert_with(|| value.clone());
+            self.other
+                .entry(key.clone())
+                .or_insert_with(|| value.clone());
         }
     }
 }

@@ -36,7 +36,11 @@ fn children_by_parent() -> HashMap<u32, Vec<u32>> {
         return children;
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         // Gone since the directory was listed: not part of the tree.
@@ -53,7 +57,10 @@ mod tests {
 
     #[test]
     fn tree_contains_spawned_child() {
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
         let me = std::process::id();
         let tree = process_tree(me).unwrap();
         assert_eq!(tree[0], me);
