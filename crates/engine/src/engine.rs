@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::frames::{FrameId, Pool};
+use crate::index::ContentIndex;
 use crate::protect::Protector;
 use crate::space::{runs, Block, Page};
 use crate::stats::Stats;
@@ -57,8 +58,8 @@ pub(crate) struct State {
     pub blocks: BTreeMap<usize, Block>,
     pub protector: Option<Protector>,
     pub pagemap: Option<sys::Pagemap>,
-    /// Content hash -> a frozen frame holding that content (kernel KSM's stable tree).
-    pub stable: HashMap<u64, FrameId>,
+    /// Frozen frames by content (kernel KSM's stable tree).
+    pub stable: ContentIndex<FrameId>,
     /// Mappings used by all blocks.
     pub vmas: usize,
     /// Mappings the rest of the process used at the last look.
@@ -199,7 +200,7 @@ impl State {
             blocks: BTreeMap::new(),
             protector,
             pagemap: sys::Pagemap::open().ok(),
-            stable: HashMap::new(),
+            stable: ContentIndex::default(),
             vmas: 0,
             other_maps: sys::count_maps(),
             max_map,
@@ -512,6 +513,6 @@ impl State {
     fn metadata_bytes(&self) -> usize {
         let blocks: usize = self.blocks.values().map(|b| b.metadata_bytes() + 48).sum();
         let pools: usize = self.pools.iter().map(|p| p.metadata_bytes()).sum();
-        blocks + pools + self.stable.capacity() * 24 + std::mem::size_of::<State>()
+        blocks + pools + self.stable.bytes() + std::mem::size_of::<State>()
     }
 }

@@ -48,6 +48,7 @@
 
 mod config;
 mod frames;
+mod index;
 mod space;
 mod stats;
 mod sys;

@@ -27,20 +27,19 @@ use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
-use xxhash_rust::xxh3::xxh3_64;
-
 use crate::engine::{Inner, ScanReport, State};
 use crate::frames::FrameId;
+use crate::index::{page_eq, ContentIndex};
 use crate::space::{runs, Page};
 use crate::{sys, PAGE};
 
-/// Pages seen earlier in this scan, by content hash: (block base, page index).
-type Unstable = HashMap<u64, (usize, usize)>;
+/// Pages seen earlier in this scan, by content: (block base, page index).
+type Unstable = ContentIndex<(usize, usize)>;
 
 pub fn scan(inner: &Inner) -> ScanReport {
     let (t0, c0) = (Instant::now(), sys::thread_cpu_ns());
     let mut rep = ScanReport::default();
-    let mut unstable = Unstable::new();
+    let mut unstable = Unstable::default();
     let bases: Vec<usize> = {
         let mut st = inner.lock();
         st.refresh_other_maps();
@@ -93,10 +92,6 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
         let cpu = Duration::from_nanos(rep.cpu_ns);
         sleep = interval.max(cpu.mul_f64(1.0 / budget - 1.0));
     }
-}
-
-fn page_eq(a: *const u8, b: *const u8) -> bool {
-    unsafe { std::slice::from_raw_parts(a, PAGE) == std::slice::from_raw_parts(b, PAGE) }
 }
 
 impl State {
@@ -190,46 +185,46 @@ impl State {
         rep: &mut ScanReport,
     ) {
         let mut plan: HashMap<usize, FrameId> = HashMap::new();
+        // Out of `self` while in use, so lookups can read frames and pages.
+        let mut stable = std::mem::take(&mut self.stable);
         for &k in pages {
             let ptr = self.blocks[&base].page_addr(k);
-            let hash = xxh3_64(unsafe { std::slice::from_raw_parts(ptr, PAGE) });
             let own = self.blocks[&base].pages[k];
-            if let Some(f) = self.stable_match(hash, ptr, own) {
+            let frame_content = |f: FrameId| self.stable_content(f);
+            if let Some(f) = stable.find(ptr, frame_content).filter(|&f| own.frame() != Some(f)) {
                 plan.insert(k, f);
                 continue;
             }
             if let Page::Shared(f) = own {
                 // Already a frozen frame: it can serve as the stable copy itself.
-                self.stable.insert(hash, f);
+                stable.insert(ptr, f, |f| self.stable_content(f));
                 self.pools[f.pool()].set_indexed(f.slot());
                 continue;
             }
-            match unstable.get(&hash).copied() {
+            let page_content = |(qb, qi): (usize, usize)| {
+                self.blocks.get(&qb).filter(|b| qi < b.pages.len()).map(|b| b.page_addr(qi) as *const u8)
+            };
+            match unstable.find(ptr, page_content) {
                 Some((qb, qi)) if (qb, qi) != (base, k) => {
                     if let Some(f) = self.promote(qb, qi, ptr, &chunk, base) {
-                        self.stable.insert(hash, f);
-                        unstable.remove(&hash);
+                        stable.insert(ptr, f, |f| self.stable_content(f));
                         plan.insert(k, f);
                     }
                 }
-                _ => {
-                    unstable.insert(hash, (base, k));
-                }
+                Some(_) => {}
+                None => unstable.insert(ptr, (base, k), page_content),
             }
         }
+        self.stable = stable;
         self.apply_merges(base, &plan, rep);
     }
 
-    /// A frozen frame in the stable index with exactly the content at `ptr`.
-    fn stable_match(&mut self, hash: u64, ptr: *const u8, own: Page) -> Option<FrameId> {
-        let f = *self.stable.get(&hash)?;
+    /// The bytes of a frame that may serve as a merge target: frozen, in use
+    /// and resident (reading a punched frame through the window would
+    /// allocate it).
+    fn stable_content(&self, f: FrameId) -> Option<*const u8> {
         let pool = &self.pools[f.pool()];
-        if !pool.is_stable(f.slot()) {
-            self.stable.remove(&hash);
-            return None;
-        }
-        let same_frame = own.frame() == Some(f);
-        (!same_frame && pool.resident(f.slot()) && page_eq(ptr, pool.frame_ptr(f.slot()))).then_some(f)
+        (pool.is_stable(f.slot()) && pool.resident(f.slot())).then(|| pool.frame_ptr(f.slot()))
     }
 
     /// Turns page `qi` of block `qb` into a frozen frame, if its content
