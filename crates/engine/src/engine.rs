@@ -129,8 +129,13 @@ impl Engine {
         }
         let mut st = self.inner.lock();
         if !st.virtual_copy(dst, src, len) {
+            let engine_memory = st.find(src as usize, len).is_some() || st.find(dst as usize, len).is_some();
+            if engine_memory {
+                st.stats.bytes_copied_plain += len as u64;
+            }
+            // Other threads need not wait for a plain copy.
+            drop(st);
             std::ptr::copy_nonoverlapping(src, dst, len);
-            st.stats.bytes_copied_plain += len as u64;
         }
     }
 
@@ -152,6 +157,14 @@ impl Engine {
             .name("pagefold-scan".into())
             .spawn(move || crate::scan::background(weak, interval, budget))
             .ok();
+    }
+
+    /// Wakes the background scanner now (e.g. after a burst of frees, when
+    /// an interpreter's garbage collector has just run). No effect without one.
+    pub fn request_scan(&self) {
+        if let Some(h) = self.inner.bg.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            h.thread().unpark();
+        }
     }
 
     pub fn stop_background(&self) {

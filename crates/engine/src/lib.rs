@@ -62,5 +62,16 @@ pub use config::{Config, Inject};
 pub use engine::{Engine, Hint, ScanReport};
 pub use stats::{Fallbacks, Stats};
 
+thread_local! {
+    static ENGINE_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True on the engine's own threads (the background scanner). A preload
+/// must not route their allocations and copies back into the engine, whose
+/// lock they may hold.
+pub fn on_engine_thread() -> bool {
+    ENGINE_THREAD.with(|t| t.get())
+}
+
 /// The page size the engine works in.
 pub const PAGE: usize = 4096;

@@ -74,23 +74,27 @@ pub fn scan(inner: &Inner) -> ScanReport {
     rep
 }
 
-/// The background scanner: scans every `interval`, and after a scan that
-/// took CPU time c sleeps at least c * (1/budget - 1), so it averages at most
-/// `budget` of one core.
+/// The background scanner: scans every `interval`, or earlier when woken
+/// (`Engine::request_scan`), but after a scan that took CPU time c it waits
+/// at least c * (1/budget - 1), so it averages at most `budget` of one core.
 pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
     // Process signals go to the program's threads, never to the scanner.
     let _ = sys::block_signals();
-    let mut sleep = interval;
+    crate::ENGINE_THREAD.with(|t| t.set(true));
+    let mut earliest = Instant::now();
     loop {
-        std::thread::park_timeout(sleep);
+        std::thread::park_timeout(interval);
+        let now = Instant::now();
+        if now < earliest {
+            std::thread::sleep(earliest - now);
+        }
         let Some(inner) = weak.upgrade() else { return };
         if inner.bg_stop.load(Ordering::SeqCst) {
             return;
         }
         let rep = scan(&inner);
         drop(inner);
-        let cpu = Duration::from_nanos(rep.cpu_ns);
-        sleep = interval.max(cpu.mul_f64(1.0 / budget - 1.0));
+        earliest = Instant::now() + Duration::from_nanos(rep.cpu_ns).mul_f64(1.0 / budget - 1.0);
     }
 }
 

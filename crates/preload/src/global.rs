@@ -1,0 +1,133 @@
+//! The one engine of this process, its configuration, and the report the
+//! process leaves at exit for `pagefold run`.
+//!
+//! The engine starts at the first large allocation (not in a constructor:
+//! the program's own constructors may allocate before ours run). While it
+//! starts, other threads are served by glibc rather than made to wait.
+//!
+//! Variables (besides the engine's own `PAGEFOLD_*`, see docs/CONFIG.md):
+//! `PAGEFOLD_THRESHOLD` (bytes, default 8192): smallest block the engine serves;
+//! `PAGEFOLD_DISABLE=1`: pass everything to glibc;
+//! `PAGEFOLD_SCAN_INTERVAL_MS` defaults to 1000 here (background scan on);
+//! `PAGEFOLD_SCAN_AFTER_FREE_MB` (default 64): wake the scanner after this much
+//! engine memory was freed, which is when a garbage collector has just run;
+//! `PAGEFOLD_REPORT=PATH`: at exit write the engine's statistics as JSON to `PATH.PID`.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use pagefold_engine::{Config, Engine};
+
+const UNINIT: u8 = 0;
+const STARTING: u8 = 1;
+const READY: u8 = 2;
+const OFF: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static mut ENGINE: Option<Engine> = None;
+pub static THRESHOLD: AtomicUsize = AtomicUsize::new(2 * pagefold_engine::PAGE);
+static FREED: AtomicUsize = AtomicUsize::new(0);
+static SCAN_AFTER_FREE: AtomicUsize = AtomicUsize::new(64 << 20);
+
+thread_local! {
+    /// Set while this thread is inside the engine: its own copies and
+    /// allocations must not re-enter it.
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+fn env_usize(name: &std::ffi::CStr) -> Option<usize> {
+    // getenv, not std::env: no allocation, no lock we might already hold.
+    let p = unsafe { libc::getenv(name.as_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    unsafe { std::ffi::CStr::from_ptr(p) }.to_str().ok()?.trim().parse().ok()
+}
+
+/// The engine, once started; starts it on first use.
+pub fn engine() -> Option<&'static Engine> {
+    match STATE.load(Ordering::Acquire) {
+        READY => unsafe { (*std::ptr::addr_of!(ENGINE)).as_ref() },
+        UNINIT => start(),
+        _ => None,
+    }
+}
+
+/// The engine if it already runs (for free and realloc of our blocks).
+pub fn running() -> Option<&'static Engine> {
+    (STATE.load(Ordering::Acquire) == READY).then(|| unsafe { (*std::ptr::addr_of!(ENGINE)).as_ref() }).flatten()
+}
+
+#[cold]
+fn start() -> Option<&'static Engine> {
+    if STATE.compare_exchange(UNINIT, STARTING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return None;
+    }
+    crate::real::resolve();
+    if env_usize(c"PAGEFOLD_DISABLE").unwrap_or(0) != 0 {
+        STATE.store(OFF, Ordering::Release);
+        return None;
+    }
+    if let Some(t) = env_usize(c"PAGEFOLD_THRESHOLD") {
+        THRESHOLD.store(t.max(pagefold_engine::PAGE), Ordering::Relaxed);
+    }
+    if let Some(mb) = env_usize(c"PAGEFOLD_SCAN_AFTER_FREE_MB") {
+        SCAN_AFTER_FREE.store(mb << 20, Ordering::Relaxed);
+    }
+    let engine = with_busy(|| {
+        let mut cfg = Config::from_env();
+        if env_usize(c"PAGEFOLD_SCAN_INTERVAL_MS").is_none() {
+            cfg.scan_interval = Some(Duration::from_millis(1000));
+        }
+        Engine::new(cfg)
+    })?;
+    unsafe { ENGINE = Some(engine) };
+    STATE.store(READY, Ordering::Release);
+    unsafe { libc::atexit(report_at_exit) };
+    running()
+}
+
+/// Runs `f` marked as inside the engine; None if this thread already is,
+/// or is the engine's own scanner.
+pub fn with_busy<T>(f: impl FnOnce() -> T) -> Option<T> {
+    if pagefold_engine::on_engine_thread() {
+        return None;
+    }
+    BUSY.with(|b| {
+        if b.get() {
+            return None;
+        }
+        b.set(true);
+        let r = f();
+        b.set(false);
+        Some(r)
+    })
+}
+
+/// Counts freed engine memory; wakes the scanner after a burst.
+pub fn note_free(bytes: usize, e: &Engine) {
+    let total = FREED.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    if total >= SCAN_AFTER_FREE.load(Ordering::Relaxed) {
+        FREED.store(0, Ordering::Relaxed);
+        e.request_scan();
+    }
+}
+
+extern "C" fn report_at_exit() {
+    let Some(e) = running() else { return };
+    let path = unsafe { libc::getenv(c"PAGEFOLD_REPORT".as_ptr()) };
+    if path.is_null() {
+        return;
+    }
+    let _ = with_busy(|| {
+        let base = unsafe { std::ffi::CStr::from_ptr(path) }.to_string_lossy().into_owned();
+        let file = format!("{base}.{}", std::process::id());
+        let json = serde_json::json!({
+            "pid": std::process::id(),
+            "threshold": THRESHOLD.load(Ordering::Relaxed),
+            "stats": e.stats(),
+        });
+        let _ = std::fs::write(file, json.to_string());
+    });
+}

@@ -1,0 +1,26 @@
+//! pagefold-preload: the pagefold engine for unmodified programs.
+//!
+//! Loaded with LD_PRELOAD, this library takes over the malloc family and
+//! memcpy/memmove. Blocks of at least `PAGEFOLD_THRESHOLD` bytes (default two
+//! pages) come from the engine: page-aligned, so two such blocks that hold
+//! objects at the same offset from their start (R's vector data sits 48 bytes
+//! in) keep source and destination of a copy at equal page offsets, and the
+//! engine turns the whole pages of that copy into copy-on-write views.
+//! Everything smaller goes to glibc's allocator (`__libc_malloc` and friends,
+//! called directly, so nothing here resolves symbols while allocating).
+//!
+//! Rules that keep it safe inside any program:
+//! - never recurse: the library's own heap (and so the engine's) is glibc's,
+//!   through a global allocator that calls `__libc_*` directly; a thread that
+//!   is inside the engine, and the engine's own scanner thread, copy plainly;
+//! - never fail the program: if the engine cannot start or refuses, glibc
+//!   serves the request;
+//! - the real memcpy is resolved once (an IFUNC, so through dlsym); until then
+//!   copies use `rep movsb`.
+//!
+//! Modules: `real` (glibc's functions), `hooks` (the exported symbols),
+//! `global` (the engine instance, configuration, the exit report).
+
+mod global;
+mod hooks;
+mod real;
