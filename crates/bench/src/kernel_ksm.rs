@@ -56,8 +56,13 @@ pub struct KsmFold {
     pub cpu_per_scanned_page_us: Option<f64>,
     /// (pages - pages_sharing) * 4 KiB, in MiB; KSM's own metadata is not included.
     pub footprint_mib: f64,
-    /// KSM's slab caches (rmap items, stable nodes, mm slots) while merged, if visible.
+    /// Growth of the slab caches KSM allocates from, baseline to end of observation.
     pub ksm_metadata_kib: Option<u64>,
+    /// pages_sharing before ksmd was switched on: non-zero means another KSM user.
+    pub baseline_pages_sharing: u64,
+    /// Set if a poll found run/pages_to_scan/sleep_millisecs other than we set
+    /// them: another process drove KSM during the run, the timing is not ours.
+    pub knobs_disturbed: Option<String>,
 }
 
 /// One counter reading.
@@ -69,6 +74,8 @@ struct Sample {
     full_scans: u64,
     scanned: u64,
     ksmd_cpu: Option<f64>,
+    /// run, pages_to_scan, sleep_millisecs as read at this poll.
+    knobs: [u64; 3],
 }
 
 pub fn fold(guard: &KsmGuard, ids: &[u64], setting: &KsmSetting) -> Result<KsmFold> {
@@ -79,12 +86,28 @@ pub fn fold(guard: &KsmGuard, ids: &[u64], setting: &KsmSetting) -> Result<KsmFo
     let child = Workload::spawn(ids).context("starting the KSM workload child")?;
     let t0 = Instant::now();
     let base = sample(t0, ksmd)?;
+    let slab_base = ksm_slab_bytes();
     guard.set("run", "1")?;
     let samples = watch(t0, base, ksmd, setting.cap)?;
-    let ksm_metadata_kib = ksm_slab_kib();
+    let ksm_metadata_kib = ksm_slab_bytes().zip(slab_base).map(|(now, base)| now.saturating_sub(base) / 1024);
     drop(child);
     clean_up(guard)?;
-    Ok(summarise(setting, ids.len(), &samples, ksm_metadata_kib))
+    let mut result = summarise(setting, ids.len(), &samples, ksm_metadata_kib);
+    result.knobs_disturbed = disturbance(setting, &samples[1..]);
+    if let Some(what) = &result.knobs_disturbed {
+        eprintln!("fold: WARNING: {what}");
+    }
+    Ok(result)
+}
+
+/// The first poll at which the knobs were not as this run set them.
+fn disturbance(setting: &KsmSetting, polls: &[Sample]) -> Option<String> {
+    let wanted = [1, setting.pages_to_scan, setting.sleep_ms];
+    let s = polls.iter().find(|s| s.knobs != wanted)?;
+    Some(format!(
+        "another process changed the KSM knobs: at {:.1} s run/pages_to_scan/sleep_millisecs were {:?}, not {:?}",
+        s.t, s.knobs, wanted
+    ))
 }
 
 fn sample(t0: Instant, ksmd: Option<i32>) -> Result<Sample> {
@@ -95,6 +118,7 @@ fn sample(t0: Instant, ksmd: Option<i32>) -> Result<Sample> {
         full_scans: read_counter("full_scans")?,
         scanned: read_counter("pages_scanned").unwrap_or(0),
         ksmd_cpu: ksmd.and_then(pid_cpu).map(|d| d.as_secs_f64()),
+        knobs: [read_counter("run")?, read_counter("pages_to_scan")?, read_counter("sleep_millisecs")?],
     })
 }
 
@@ -145,6 +169,8 @@ fn summarise(setting: &KsmSetting, pages: usize, samples: &[Sample], ksm_metadat
         cpu_per_scanned_page_us: ksmd_cpu_s.filter(|_| scanned > 0).map(|c| c * 1e6 / scanned as f64),
         footprint_mib: (pages as u64 - gain) as f64 * PAGE as f64 / MIB,
         ksm_metadata_kib,
+        baseline_pages_sharing: base.sharing,
+        knobs_disturbed: None,
     }
 }
 
@@ -164,18 +190,25 @@ fn clean_up(guard: &KsmGuard) -> Result<()> {
     Ok(())
 }
 
-/// Bytes of KSM's slab caches, from /proc/slabinfo (root only; caches may be merged away).
-fn ksm_slab_kib() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/slabinfo").ok()?;
-    let bytes: u64 = text
-        .lines()
-        .filter(|l| l.starts_with("ksm_"))
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            Some(f.get(2)?.parse::<u64>().ok()? * f.get(3)?.parse::<u64>().ok()?)
-        })
-        .sum();
-    (bytes > 0).then_some(bytes / 1024)
+/// Bytes in use in the slab caches KSM allocates from (rmap items, stable nodes,
+/// mm slots), from /sys/kernel/slab. SLUB usually merges these into generic
+/// caches shared with others, so only the growth over a baseline means
+/// anything; each distinct cache is counted once.
+fn ksm_slab_bytes() -> Option<u64> {
+    let mut seen = Vec::new();
+    let mut bytes = 0;
+    for cache in ["ksm_rmap_item", "ksm_stable_node", "ksm_mm_slot"] {
+        let dir = std::fs::canonicalize(format!("/sys/kernel/slab/{cache}")).ok()?;
+        if seen.contains(&dir) {
+            continue;
+        }
+        let read = |file: &str| -> Option<u64> {
+            std::fs::read_to_string(dir.join(file)).ok()?.split_whitespace().next()?.parse().ok()
+        };
+        bytes += read("objects")? * read("object_size")?;
+        seen.push(dir);
+    }
+    Some(bytes)
 }
 
 /// The child holding the mergeable copy of the data; killed and reaped on drop.

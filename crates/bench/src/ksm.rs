@@ -6,6 +6,11 @@
 //! (the release profile aborts on panic, so no Drop runs there), and from a
 //! SIGINT/SIGTERM handler that restores and then dies of the same signal.
 //!
+//! Other processes may drive KSM too (the demo, another benchmark): a guard
+//! also holds an flock on LOCK_FILE, so cooperating processes take turns;
+//! the fold suite additionally checks the knobs on every poll and reports a
+//! run whose knobs someone else changed.
+//!
 //! The restore path runs inside a signal handler, so it uses only open, read,
 //! write and close on data prepared when the guard was taken: no allocation,
 //! no locks. Guards in one process are serialised by a mutex (tests run in
@@ -21,6 +26,10 @@ use std::sync::{Mutex, MutexGuard, Once};
 
 /// Where the kernel exposes KSM.
 pub const KSM_DIR: &str = "/sys/kernel/mm/ksm";
+/// flock'ed by every guard: processes that drive KSM take turns on it.
+pub const LOCK_FILE: &str = "/run/lock/pagefold-ksm.lock";
+/// How long a guard waits for another process's guard before going ahead anyway.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// One writable knob and the value to put back (the selected word for
 /// multiple-choice knobs such as `advisor_mode`).
@@ -44,6 +53,8 @@ static PANIC_HOOK: Once = Once::new();
 /// Holds the KSM knobs as they were; restores them when it goes away.
 pub struct KsmGuard {
     saved: *mut Saved,
+    /// Holds the flock on LOCK_FILE (None if it could not be had); closed on drop.
+    _file_lock: Option<std::fs::File>,
     old_sigint: libc::sigaction,
     old_sigterm: libc::sigaction,
     _lock: MutexGuard<'static, ()>,
@@ -60,12 +71,13 @@ impl KsmGuard {
             return Err(format!("{KSM_DIR} missing: kernel built without CONFIG_KSM"));
         }
         let lock = lock_guards();
+        let file_lock = lock_across_processes();
         let knobs = save_knobs().map_err(|e| format!("reading {KSM_DIR}: {e}"))?;
         let saved = Box::into_raw(Box::new(Saved { knobs }));
         ACTIVE.store(saved, Ordering::SeqCst);
         install_panic_hook();
         let (old_sigint, old_sigterm) = unsafe { (install_handler(libc::SIGINT), install_handler(libc::SIGTERM)) };
-        Ok(KsmGuard { saved, old_sigint, old_sigterm, _lock: lock })
+        Ok(KsmGuard { saved, _file_lock: file_lock, old_sigint, old_sigterm, _lock: lock })
     }
 
     /// Writes a knob. Only knobs saved by this guard can be written, so every
@@ -109,6 +121,27 @@ pub fn read_counter(name: &str) -> io::Result<u64> {
 
 fn lock_guards() -> MutexGuard<'static, ()> {
     GUARD_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Waits (up to LOCK_WAIT) for an exclusive flock on LOCK_FILE. The kernel
+/// drops it when the process dies, however it dies.
+fn lock_across_processes() -> Option<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(LOCK_FILE).ok()?;
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    let mut said = false;
+    while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if std::time::Instant::now() > deadline {
+            eprintln!("ksm: {LOCK_FILE} still held by another process; going ahead without it");
+            return None;
+        }
+        if !said {
+            eprintln!("ksm: another process is driving KSM ({LOCK_FILE} held); waiting");
+            said = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    Some(file)
 }
 
 /// Every file under KSM_DIR whose owner may write it, `run` first so that

@@ -102,14 +102,14 @@ impl<'e> Block<'e> {
         self.pages
     }
 
-    pub fn len(&self) -> usize {
+    pub fn byte_len(&self) -> usize {
         self.pages * PAGE
     }
 
     /// A virtual copy of this block into a fresh block.
     pub fn copy_to_new(&self) -> Block<'e> {
         let dst = Block::new(self.engine, self.pages, Hint::None);
-        unsafe { self.engine.copy(dst.ptr, self.ptr, self.len()) };
+        unsafe { self.engine.copy(dst.ptr, self.ptr, self.byte_len()) };
         dst
     }
 }

@@ -63,6 +63,10 @@ pub struct CopyRow {
     /// memcpy_us / vcopy_us: how many times faster the virtual copy is.
     pub speedup: f64,
     pub speedup_with_read: f64,
+    /// The kernel's floor for the same copy: mmap of a memfd range MAP_PRIVATE
+    /// (no freeze, no bookkeeping), and with a first read of every page.
+    pub kernel_view_us: f64,
+    pub kernel_view_read_us: f64,
     /// Pages the engine reports it shared in one copy (should equal `pages`).
     pub pages_shared_by_copy: u64,
     /// Copy reads back the source bytes, and writes to either side stay on that side.
@@ -124,6 +128,9 @@ pub struct ScanRow {
     pub rescan_ms: f64,
     pub zero_folded: u64,
     pub merged: u64,
+    /// Merges or folds skipped because the VMA budget was spent, and mappings in use after.
+    pub skipped_vma: u64,
+    pub vmas_after: u64,
     pub frames_before: u64,
     pub frames_after: u64,
     /// Frames resident after the scan, and after every page was read back.
@@ -172,14 +179,18 @@ struct CopySample {
     read: f64,
     memcpy: f64,
     memcpy_read: f64,
+    view: f64,
+    view_read: f64,
 }
 
 fn copy_row(source: Source, pages: usize, plan: &Plan) -> CopyRow {
     let engine = Engine::new(Config::default());
     let (verified, pages_shared_by_copy) = copy_check(&engine, source, pages);
-    let samples_per_run = (4096 / pages).clamp(1, 64);
-    let samples: Vec<CopySample> =
-        (0..plan.runs * samples_per_run).map(|s| copy_sample(&engine, source, pages, (s * pages) as u64)).collect();
+    let samples_per_run = (4096 / pages).clamp(3, 64);
+    let view_source = written_memfd(pages);
+    let samples: Vec<CopySample> = (0..plan.runs * samples_per_run)
+        .map(|s| copy_sample(&engine, &view_source, source, pages, (s * pages) as u64))
+        .collect();
     let med = |f: fn(&CopySample) -> f64| median(&samples.iter().map(f).collect::<Vec<_>>());
     let vcopy_us = med(|s| s.alloc + s.copy);
     let vcopy_read_us = med(|s| s.alloc + s.copy + s.read);
@@ -198,6 +209,8 @@ fn copy_row(source: Source, pages: usize, plan: &Plan) -> CopyRow {
         memcpy_read_us,
         speedup: memcpy_us / vcopy_us,
         speedup_with_read: memcpy_read_us / vcopy_read_us,
+        kernel_view_us: med(|s| s.view),
+        kernel_view_read_us: med(|s| s.view + s.view_read),
         pages_shared_by_copy,
         verified,
     }
@@ -217,11 +230,19 @@ fn make_source<'e>(engine: &'e Engine, source: Source, ids: &[u64]) -> Vec<Block
     }
 }
 
-fn copy_sample(engine: &Engine, source: Source, pages: usize, first_id: u64) -> CopySample {
+/// A memfd holding `pages` written pages, for the kernel-view floor.
+fn written_memfd(pages: usize) -> Memfd {
+    let fd = Memfd::new(pages * PAGE).expect("memfd for the kernel view");
+    let writer = Region::of_memfd(&fd, true).expect("mmap memfd shared");
+    unsafe { mem::fill_pages(writer.ptr(), &(0..pages as u64).collect::<Vec<_>>()) };
+    fd
+}
+
+fn copy_sample(engine: &Engine, view_source: &Memfd, source: Source, pages: usize, first_id: u64) -> CopySample {
     let ids: Vec<u64> = (first_id..first_id + pages as u64).collect();
     let blocks = make_source(engine, source, &ids);
     let src = blocks.last().expect("a source block");
-    let len = src.len();
+    let len = src.byte_len();
     // the source is mapped in before either copy, so neither pays its faults
     black_box(unsafe { mem::read_byte_per_page(src.ptr(), pages) });
     let (fresh, memcpy) = timed(|| {
@@ -234,12 +255,16 @@ fn copy_sample(engine: &Engine, source: Source, pages: usize, first_id: u64) -> 
     let (dst, alloc) = timed(|| Block::new(engine, pages, Hint::None));
     let (_, copy) = timed(|| unsafe { engine.copy(dst.ptr(), src.ptr(), len) });
     let (_, read) = timed(|| black_box(unsafe { mem::read_byte_per_page(dst.ptr(), pages) }));
+    let (view, view_time) = timed(|| Region::of_memfd(view_source, false).expect("mmap memfd private"));
+    let (_, view_read) = timed(|| black_box(unsafe { mem::read_byte_per_page(view.ptr(), pages) }));
     CopySample {
         alloc: micros(alloc),
         copy: micros(copy),
         read: micros(read),
         memcpy: micros(memcpy),
         memcpy_read: micros(memcpy_read),
+        view: micros(view_time),
+        view_read: micros(view_read),
     }
 }
 
@@ -340,6 +365,7 @@ struct ScanSample {
     rescan_ms: f64,
     zero_folded: u64,
     merged: u64,
+    skipped_vma: u64,
     before: Stats,
     after: Stats,
     after_read: Stats,
@@ -365,6 +391,8 @@ fn scan_row(content: Content, pages: usize, plan: &Plan) -> ScanRow {
         rescan_ms: med(|s| s.rescan_ms),
         zero_folded: first.zero_folded,
         merged: first.merged,
+        skipped_vma: first.skipped_vma,
+        vmas_after: first.after.vmas_used,
         frames_before: first.before.frames_in_use,
         frames_after: first.after.frames_in_use,
         resident_after: first.after.frames_resident,
@@ -395,6 +423,7 @@ fn scan_sample(content: Content, pages: usize) -> ScanSample {
         rescan_ms: rescan.as_secs_f64() * 1e3,
         zero_folded: report.zero_folded,
         merged: report.merged,
+        skipped_vma: report.skipped_vma,
         before,
         after,
         after_read: engine.stats(),
@@ -405,7 +434,7 @@ fn scan_sample(content: Content, pages: usize) -> ScanSample {
 fn fill(block: &Block, ids: Option<&[u64]>) {
     match ids {
         Some(ids) => unsafe { mem::fill_pages(block.ptr(), ids) },
-        None => unsafe { std::ptr::write_bytes(block.ptr(), 0, block.len()) },
+        None => unsafe { std::ptr::write_bytes(block.ptr(), 0, block.byte_len()) },
     }
 }
 

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod demo;
 mod measure;
+mod run;
 
 #[derive(Parser)]
 #[command(name = "pagefold", version, about = "Fewer physical pages for the same bytes")]
@@ -21,6 +22,9 @@ enum Cmd {
     Demo(demo::Args),
     /// The true physical footprint of a process, once or as a time series.
     Measure(measure::Args),
+    /// Run an unmodified program with pagefold (LD_PRELOAD) and report its
+    /// footprint; --compare also runs it plain and under kernel KSM.
+    Run(run::Args),
     /// Engine micro-benchmarks and the fold comparison against kernel KSM.
     Bench(pagefold_bench::Args),
 }
@@ -31,6 +35,7 @@ fn main() {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Measure(a) => measure::run(a),
         Cmd::Bench(a) => pagefold_bench::run(a),
+        Cmd::Run(a) => run::run(a),
     };
     std::process::exit(code);
 }

@@ -67,6 +67,8 @@ pub(crate) struct State {
     pub max_map: usize,
     /// Remaps since `other_maps` was read; our count can drift from the kernel's.
     pub remaps_since_count: usize,
+    /// A scan has blocks registered with userfaultfd.
+    pub scanning: bool,
     pub stats: Stats,
     pub cfg: Config,
 }
@@ -218,6 +220,7 @@ impl State {
             other_maps: sys::count_maps(),
             max_map,
             remaps_since_count: 0,
+            scanning: false,
             stats,
             cfg,
         }
@@ -256,7 +259,6 @@ impl State {
         if hint == Hint::FullWrite {
             let _ = sys::madvise(ptr, npages * PAGE, libc::MADV_POPULATE_WRITE);
         }
-        self.register(ptr, npages * PAGE);
         let block = Block::new(ptr, pages);
         self.vmas += block.vmas;
         self.blocks.insert(ptr as usize, block);
@@ -275,24 +277,30 @@ impl State {
                 let pool = &mut self.pools[pi];
                 let pages = (0..npages as u64)
                     .map(|i| {
-                        pool.incref(slot + i);
+                        pool.map(slot + i);
                         Page::Owned(FrameId::new(pi, slot + i))
                     })
                     .collect();
                 Some((p, pages))
             }
             Err(_) => {
-                self.pools[pi].unalloc(slot, npages as u64);
+                self.pools[pi].abandon(slot, npages as u64);
                 self.stats.fallbacks.mmap += 1;
                 None
             }
         }
     }
 
-    /// Registers a remapped range for write protection again (mmap drops it).
-    pub fn register(&self, addr: *mut u8, len: usize) {
+    /// Registers a range for write protection. Ranges are registered only
+    /// while a scan works on them: a registered range loses the kernel's
+    /// fault-around (a first read costs 1.0 instead of 0.16 us per page).
+    pub fn register(&self, addr: *mut u8, len: usize) -> bool {
+        self.protector.as_ref().is_some_and(|p| p.register(addr, len).is_ok())
+    }
+
+    pub fn unregister(&self, addr: *mut u8, len: usize) {
         if let Some(p) = &self.protector {
-            let _ = p.register(addr, len);
+            let _ = p.unregister(addr, len);
         }
     }
 
@@ -302,22 +310,41 @@ impl State {
         };
         sys::unmap(block.base, block.len());
         self.vmas -= block.vmas;
-        self.drop_refs(block.pages.iter().filter_map(|p| p.frame()));
+        self.drop_pages(&block.pages);
         true
     }
 
-    /// Drops one reference per frame given; frames nobody uses any more are
-    /// punched out, in runs.
-    pub fn drop_refs(&mut self, frames: impl Iterator<Item = FrameId>) {
-        let mut freed: Vec<FrameId> = frames.filter(|f| self.pools[f.pool()].decref(f.slot())).collect();
-        freed.sort_unstable();
+    /// Pages that no longer map what they mapped: frames whose content
+    /// nobody needs are punched, slots nothing maps go back for reuse.
+    pub fn drop_pages(&mut self, old: &[Page]) {
+        let mut punch = Vec::new();
+        let mut reuse = Vec::new();
+        for p in old {
+            let (f, content) = match *p {
+                Page::Owned(f) | Page::Shared(f) => (f, true),
+                Page::Diverged(f) => (f, false),
+                Page::Anon => continue,
+            };
+            match self.pools[f.pool()].unmap(f.slot(), content) {
+                (_, true) => reuse.push(f),
+                (true, false) => punch.push(f),
+                _ => {}
+            }
+        }
+        self.release(punch, false);
+        self.release(reuse, true);
+    }
+
+    /// Punches frames (in runs); with `reuse` their slots are free again.
+    fn release(&mut self, mut frames: Vec<FrameId>, reuse: bool) {
+        frames.sort_unstable();
         let mut i = 0;
-        while i < freed.len() {
+        while i < frames.len() {
             let mut j = i + 1;
-            while j < freed.len() && freed[j].0 == freed[i].0 + (j - i) as u64 {
+            while j < frames.len() && frames[j].0 == frames[i].0 + (j - i) as u64 {
                 j += 1;
             }
-            self.pools[freed[i].pool()].release(freed[i].slot(), (j - i) as u64);
+            self.pools[frames[i].pool()].release(frames[i].slot(), (j - i) as u64, reuse);
             i = j;
         }
         self.pools.iter_mut().for_each(Pool::close_if_idle);
@@ -349,18 +376,13 @@ impl State {
 
     /// Maps pages `[i, i+n)` of block `base` privately onto frames from `first`
     /// (or anonymous memory if `first` is None), replacing what was there, and
-    /// updates page states and the mapping count. References are the caller's.
+    /// updates page states, frame counts and the mapping count.
     pub fn remap(&mut self, base: usize, i: usize, n: usize, first: Option<FrameId>) -> bool {
         let cost = self.blocks[&base].remap_cost(i, n);
         if !self.vma_room(cost) {
             self.stats.fallbacks.vma_budget += 1;
             return false;
         }
-        self.remap_unchecked(base, i, n, first)
-    }
-
-    /// `remap` without the budget check, for changes that cannot add mappings.
-    pub fn remap_unchecked(&mut self, base: usize, i: usize, n: usize, first: Option<FrameId>) -> bool {
         let addr = self.blocks[&base].page_addr(i);
         let (fd, slot) = match first {
             Some(f) => (self.pools[f.pool()].fd, f.slot()),
@@ -374,12 +396,24 @@ impl State {
         true
     }
 
-    /// Page states and mapping count after pages `[i, i+n)` were remapped.
+    /// Page states, frame counts and mapping count after pages `[i, i+n)`
+    /// were remapped onto frames from `first` (or anonymous memory).
     pub fn record_remap(&mut self, base: usize, i: usize, n: usize, first: Option<FrameId>) {
+        // New mappings are counted before old ones are dropped: a page frozen
+        // onto its own frame must not see it reach zero in between.
+        if let Some(f) = first {
+            for k in 0..n as u64 {
+                self.pools[f.pool()].map(f.slot() + k);
+            }
+        }
+        let old: Vec<Page> = self.blocks[&base].pages[i..i + n].to_vec();
+        self.drop_pages(&old);
         let addr = self.blocks[&base].page_addr(i);
-        // A fresh mapping is not registered with userfaultfd; a scan could not
-        // protect (and would skip) it until it is.
-        self.register(addr, n * PAGE);
+        // A fresh mapping is not registered: inside a scan it must be, or
+        // unprotecting its chunk would stop at it.
+        if self.scanning {
+            self.register(addr, n * PAGE);
+        }
         let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
         let before = block.boundaries(i, n);
         for k in 0..n {
@@ -420,7 +454,8 @@ impl State {
             }
         }
         let n_released = released.len() as u64;
-        self.drop_refs(released.into_iter());
+        let punch: Vec<FrameId> = released.into_iter().filter(|f| self.pools[f.pool()].diverge(f.slot())).collect();
+        self.release(punch, false);
         self.stats.diverged_released += n_released;
         n_released
     }
@@ -485,14 +520,9 @@ impl State {
 
     /// Maps dst pages `[i, i+n)` onto the frozen frames from `first`.
     fn share_run(&mut self, db: usize, i: usize, n: usize, first: FrameId) -> bool {
-        let old: Vec<FrameId> = self.blocks[&db].pages[i..i + n].iter().filter_map(|p| p.frame()).collect();
         if !self.remap(db, i, n, Some(first)) {
             return false;
         }
-        for k in 0..n as u64 {
-            self.pools[first.pool()].incref(first.slot() + k);
-        }
-        self.drop_refs(old.into_iter());
         self.stats.pages_shared_by_copy += n as u64;
         true
     }

@@ -10,7 +10,8 @@
 //! other still uses, so after the fork each side retires its pools (no punch,
 //! no reuse; they stay readable and mappable) and starts a fresh one. The
 //! child also needs its own userfaultfd and pagemap: the inherited ones
-//! belong to the parent's address space. The background scanner thread does
+//! belong to the parent's address space (fork leaves no range registered:
+//! scans register only while they run, under the lock). The background scanner thread does
 //! not survive fork; the child scans on demand only.
 
 use std::cell::RefCell;
@@ -141,9 +142,5 @@ impl State {
     fn reopen_process_handles(&mut self) {
         self.pagemap = sys::Pagemap::open().ok();
         self.protector = if self.cfg.inject.fail_uffd { None } else { Protector::open().ok() };
-        let ranges: Vec<(*mut u8, usize)> = self.blocks.values().map(|b| (b.base, b.len())).collect();
-        for (addr, len) in ranges {
-            self.register(addr, len);
-        }
     }
 }

@@ -1,8 +1,12 @@
 //! The frame pool: physical pages emulated by page-sized slots of a memfd.
 //!
-//! A frame is referenced once per page that maps it (owned or shared). At
-//! zero references its slot is punched out, so a free frame always reads as
-//! zero and costs no memory. Runs of frames are handed out best-fit from a set
+//! A frame counts two things. Its *references* are the pages whose content
+//! it holds (owned or shared pages): at zero it is punched out, so it costs no
+//! memory. Its *mappings* also count diverged pages, which hold their own copy
+//! but whose mapping still points at the frame: were the slot reused, a
+//! program's MADV_DONTNEED on such a page would reveal another block's data
+//! (a private file mapping reverts to the file). So a slot is reused only when
+//! both counts are zero; until then it is a hole, which reads as zero. Runs of frames are handed out best-fit from a set
 //! of free extents, so a fresh block maps one contiguous run: one mapping.
 //!
 //! After fork both processes map the same memfd, so neither may punch or
@@ -97,6 +101,7 @@ pub struct Pool {
     /// A read-only view of the whole memfd, for comparing frame contents.
     window: *mut u8,
     refs: Vec<u32>,
+    maps: Vec<u32>,
     /// Per slot: FROZEN (mapped privately somewhere: immutable while
     /// referenced) and INDEXED (a scan has checked and hashed it: as it cannot
     /// change, later scans skip it).
@@ -125,6 +130,7 @@ impl Pool {
                 fd,
                 window,
                 refs: Vec::new(),
+                maps: Vec::new(),
                 flags: Vec::new(),
                 free: FreeExtents::default(),
                 next: 0,
@@ -153,24 +159,35 @@ impl Pool {
         let s = self.next;
         self.next += n;
         self.refs.resize(self.next as usize, 0);
+        self.maps.resize(self.next as usize, 0);
         self.flags.resize(self.next as usize, 0);
         Some(s)
     }
 
-    /// Returns never-referenced slots (an allocation that failed later).
-    pub fn unalloc(&mut self, slot: u64, n: u64) {
-        self.free.give(slot, n);
+    /// Returns never-mapped slots (an allocation that failed later). They
+    /// may hold data (a pwrite before a failed mmap): punched first.
+    pub fn abandon(&mut self, slot: u64, n: u64) {
+        if sys::punch(self.fd, slot, n).is_ok() {
+            self.free.give(slot, n);
+        }
     }
 
-    pub fn incref(&mut self, slot: u64) {
+    /// A page now maps the slot and holds its content.
+    pub fn map(&mut self, slot: u64) {
         self.refs[slot as usize] += 1;
+        self.maps[slot as usize] += 1;
         self.live += 1;
     }
 
-    /// Drops a reference; true if the slot is now free and must be punched
-    /// (never in a retired pool: the other process may still map it).
-    pub fn decref(&mut self, slot: u64) -> bool {
-        let r = &mut self.refs[slot as usize];
+    /// A page mapping the slot wrote its own copy: one reference fewer.
+    /// True if the slot's content is no longer needed (punch it).
+    pub fn diverge(&mut self, slot: u64) -> bool {
+        self.drop_ref(slot)
+    }
+
+    fn drop_ref(&mut self, slot: u64) -> bool {
+        // A closed pool keeps no counts (diverged pages may still map it).
+        let Some(r) = self.refs.get_mut(slot as usize) else { return false };
         debug_assert!(*r > 0, "frame {slot} over-released");
         if *r == 0 {
             return false;
@@ -182,6 +199,18 @@ impl Pool {
             return !self.retired;
         }
         false
+    }
+
+    /// A page stopped mapping the slot (`content`: it held the frame's
+    /// content, i.e. had not diverged). Returns (punch, reuse): the content
+    /// is no longer needed / nothing maps the slot any more. Never either in
+    /// a retired pool: the other process may still map it.
+    pub fn unmap(&mut self, slot: u64, content: bool) -> (bool, bool) {
+        let punch = content && self.drop_ref(slot);
+        let Some(m) = self.maps.get_mut(slot as usize) else { return (false, false) };
+        *m = m.saturating_sub(1);
+        let reuse = !self.retired && *m == 0 && self.refs[slot as usize] == 0;
+        (punch, reuse)
     }
 
     pub fn live(&self) -> u64 {
@@ -201,15 +230,16 @@ impl Pool {
         sys::unmap(self.window, POOL_FRAMES as usize * PAGE);
         unsafe { libc::close(self.fd) };
         self.refs = Vec::new();
+        self.maps = Vec::new();
         self.flags = Vec::new();
         self.free = FreeExtents::default();
     }
 
-    /// Punches and frees `[slot, slot+n)`, all of which reached zero references.
-    pub fn release(&mut self, slot: u64, n: u64) {
-        // A failed punch leaves memory allocated, never wrong content in a
-        // fresh frame: such slots are leaked rather than reused.
-        if sys::punch(self.fd, slot, n).is_ok() {
+    /// Frees the memory of `[slot, slot+n)`; with `reuse`, the slots also go
+    /// back to the free extents. A failed punch leaks them rather than hand
+    /// out a frame that is not zero.
+    pub fn release(&mut self, slot: u64, n: u64, reuse: bool) {
+        if sys::punch(self.fd, slot, n).is_ok() && reuse {
             self.free.give(slot, n);
         }
     }
@@ -272,7 +302,7 @@ impl Pool {
     }
 
     pub fn metadata_bytes(&self) -> usize {
-        self.refs.capacity() * 4 + self.flags.capacity() + self.free.bytes()
+        (self.refs.capacity() + self.maps.capacity()) * 4 + self.flags.capacity() + self.free.bytes()
     }
 }
 

@@ -8,9 +8,11 @@
 //! new mapping, no EFAULT. We run no fault-handling thread at all: the scanner
 //! unprotects (which wakes sleepers) as soon as its chunk is done.
 //!
-//! mmap(MAP_FIXED) creates fresh, unregistered mappings, so every remapped
-//! range is registered again; sleepers in a replaced range are woken
-//! explicitly and fault again on the new mapping.
+//! Ranges are registered only while a scan works on them: registration turns
+//! off the kernel's fault-around for the range, and a first read of a copy
+//! would cost a fault per page. mmap(MAP_FIXED) creates fresh, unregistered
+//! mappings, so a range remapped during a scan is registered again; sleepers
+//! in a replaced range are woken and fault again on the new mapping.
 
 use std::io;
 
@@ -28,6 +30,7 @@ const fn ior(nr: u64, size: u64) -> u64 {
 }
 const UFFDIO_API: u64 = iowr(0x3F, 24);
 const UFFDIO_REGISTER: u64 = iowr(0x00, 32);
+const UFFDIO_UNREGISTER: u64 = ior(0x01, 16);
 const UFFDIO_WAKE: u64 = ior(0x02, 16);
 const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, 24);
 
@@ -90,6 +93,12 @@ impl Protector {
     pub fn register(&self, addr: *const u8, len: usize) -> io::Result<()> {
         let mut arg = RegisterArg { range: range(addr, len), mode: MODE_WP, ioctls: 0 };
         self.ioctl(UFFDIO_REGISTER, &mut arg)
+    }
+
+    /// Ends registration; wakes any sleeper in the range.
+    pub fn unregister(&self, addr: *const u8, len: usize) -> io::Result<()> {
+        let mut arg = range(addr, len);
+        self.ioctl(UFFDIO_UNREGISTER, &mut arg)
     }
 
     pub fn protect(&self, addr: *const u8, len: usize) -> io::Result<()> {

@@ -3,7 +3,7 @@
 //! Blocks are walked in chunks of `scan_chunk_pages`, under the engine lock
 //! one chunk at a time. For each chunk:
 //!
-//! 1. write-protect it (userfaultfd): writers sleep until step 6;
+//! 1. register it with userfaultfd and write-protect it: writers sleep until step 6;
 //! 2. refresh divergence from pagemap (frames of pages that were written
 //!    since they were shared lose a reference);
 //! 3. ask mincore which pages hold content: a page never touched (or already
@@ -17,7 +17,9 @@
 //!    protected too, compared, turned into a frozen frame, and both pages map
 //!    it. A hash alone never decides: every merge compares all 4096 bytes.
 //!    Consecutive pages merging onto consecutive frames are remapped as one run;
-//! 6. register remapped ranges again and unprotect the chunk (waking writers).
+//! 6. unprotect the chunk (waking writers) and unregister it (a registered
+//!    range loses fault-around; ranges remapped in steps 4-5 were registered
+//!    as they were made).
 //!
 //! Without userfaultfd, steps 4-5 would race with writers and are skipped;
 //! step 2 is safe on its own (divergence never reverts).
@@ -61,7 +63,7 @@ pub fn scan(inner: &Inner) -> ScanReport {
             // A signal handler of this thread writing into the protected chunk
             // would wait for this very thread: no signals until it is unprotected.
             let mask = sys::block_signals();
-            st.scan_chunk(base, i, c, &mut unstable, &mut rep);
+            st.with_registered(base, i, c, |st| st.scan_chunk(base, i, c, &mut unstable, &mut rep));
             sys::restore_signals(&mask);
             i += c;
         }
@@ -99,6 +101,19 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
 }
 
 impl State {
+    /// Runs `f` with pages `[i, i+n)` of a block registered for write
+    /// protection, and unregistered again afterwards (remaps inside `f`
+    /// register their new mappings).
+    fn with_registered<T>(&mut self, base: usize, i: usize, n: usize, f: impl FnOnce(&mut State) -> T) -> T {
+        let addr = self.blocks[&base].page_addr(i);
+        let was = std::mem::replace(&mut self.scanning, true);
+        self.register(addr, n * PAGE);
+        let r = f(self);
+        self.unregister(addr, n * PAGE);
+        self.scanning = was;
+        r
+    }
+
     fn scan_chunk(&mut self, base: usize, i: usize, c: usize, unstable: &mut Unstable, rep: &mut ScanReport) {
         let addr = self.blocks[&base].page_addr(i);
         rep.diverged_released += self.refresh_divergence(base, i, c);
@@ -236,20 +251,22 @@ impl State {
     /// protected for the comparison.
     fn promote(&mut self, qb: usize, qi: usize, ptr: *const u8, chunk: &std::ops::Range<usize>, base: usize) -> Option<FrameId> {
         let qaddr = self.blocks.get(&qb).filter(|b| qi < b.pages.len())?.page_addr(qi);
-        let inside = qb == base && chunk.contains(&qi);
-        if !inside {
-            let protector = self.protector.as_ref()?;
+        if qb == base && chunk.contains(&qi) {
+            return self.frame_for(qb, qi, ptr);
+        }
+        self.with_registered(qb, qi, 1, |st| {
+            let protector = st.protector.as_ref()?;
             if protector.protect(qaddr, PAGE).is_err() {
                 let _ = protector.unprotect(qaddr, PAGE);
                 return None;
             }
-            self.refresh_divergence(qb, qi, 1);
-        }
-        let frame = self.frame_for(qb, qi, ptr);
-        if let (false, Some(p)) = (inside, &self.protector) {
-            let _ = p.unprotect(qaddr, PAGE);
-        }
-        frame
+            st.refresh_divergence(qb, qi, 1);
+            let frame = st.frame_for(qb, qi, ptr);
+            if let Some(p) = &st.protector {
+                let _ = p.unprotect(qaddr, PAGE);
+            }
+            frame
+        })
     }
 
     /// Frozen frame holding protected page `qi` of block `qb`, which must equal `ptr`.
@@ -278,11 +295,9 @@ impl State {
         let qaddr = self.blocks[&qb].page_addr(qi);
         let f = FrameId::new(pi, slot);
         if sys::pwrite_all(self.pools[pi].fd, qaddr, PAGE, slot * PAGE as u64).is_err() || !self.remap(qb, qi, 1, Some(f)) {
-            // The frame may hold data now: punch it before reuse.
-            self.pools[pi].release(slot, 1);
+            self.pools[pi].abandon(slot, 1);
             return None;
         }
-        self.pools[pi].incref(slot);
         self.pools[pi].freeze(slot);
         Some(f)
     }
@@ -293,17 +308,11 @@ impl State {
         keys.sort_unstable();
         let Some((&lo, &hi)) = keys.first().zip(keys.last()) else { return };
         for (a, b) in runs(lo..hi + 1, |k| plan.get(&k).copied()) {
-            let first = plan[&a];
             let n = b - a;
-            let old: Vec<FrameId> = self.blocks[&base].pages[a..b].iter().filter_map(|p| p.frame()).collect();
-            if !self.remap(base, a, n, Some(first)) {
+            if !self.remap(base, a, n, Some(plan[&a])) {
                 rep.skipped_vma += n as u64;
                 continue;
             }
-            for k in 0..n as u64 {
-                self.pools[first.pool()].incref(first.slot() + k);
-            }
-            self.drop_refs(old.into_iter());
             rep.merged += n as u64;
             self.stats.merged += n as u64;
         }

@@ -1,0 +1,675 @@
+//! Forced failures (Config.inject) and spent budgets: the engine must fall
+//! back to plain copies and plain memory, never lose or corrupt a byte, and
+//! say so in `stats().fallbacks`.
+//!
+//! `fail_mmap_after` is a process-global counter and the VMA tests count the
+//! whole process's mappings, so every test here takes one lock: they run one
+//! after the other, each starting from a fresh Engine (which resets the
+//! injection), and the last thing each does is reset it again.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use pagefold_engine::{Config, Engine, Hint, Inject, Stats, PAGE};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Holds the lock; on the way out (pass or fail) turns mmap injection off.
+struct Serial(#[allow(dead_code)] MutexGuard<'static, ()>);
+
+fn serial() -> Serial {
+    Serial(SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+impl Drop for Serial {
+    fn drop(&mut self) {
+        drop(Engine::new(Config::default()));
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("PAGEFOLD_FALLBACK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        })
+}
+
+fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
+    unsafe { std::slice::from_raw_parts(p, len) }
+}
+
+fn pattern(p: usize) -> Vec<u8> {
+    (0..PAGE)
+        .map(|i| ((i * (2 * p + 9)) as u8) ^ (p as u8).wrapping_mul(53) | 0x10)
+        .collect()
+}
+
+fn unique(k: usize) -> Vec<u8> {
+    let mut v = pattern(1000 + k);
+    v[..8].copy_from_slice(&(k as u64 + 1).to_le_bytes());
+    v
+}
+
+struct Blk {
+    ptr: *mut u8,
+    shadow: Vec<u8>,
+}
+
+impl Blk {
+    fn len(&self) -> usize {
+        self.shadow.len()
+    }
+    fn write(&mut self, off: usize, data: &[u8]) {
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), data.len()) };
+        self.shadow[off..off + data.len()].copy_from_slice(data);
+    }
+    fn check(&self, ctx: &str) {
+        let got = bytes(self.ptr, self.len());
+        if got != &self.shadow[..] {
+            let first = (0..self.len()).find(|&i| got[i] != self.shadow[i]).unwrap();
+            let bad = (0..self.len())
+                .filter(|&i| got[i] != self.shadow[i])
+                .count();
+            panic!(
+                "{ctx}: block at {:p} differs from plain memory: first at byte {first} (page {} + {}), \
+                 {bad} bytes differ; got {:02x?} want {:02x?}",
+                self.ptr,
+                first / PAGE,
+                first % PAGE,
+                &got[first..(first + 8).min(self.len())],
+                &self.shadow[first..(first + 8).min(self.len())]
+            );
+        }
+    }
+}
+
+/// Allocates (None if the engine returned null, which it may only do when
+/// even plain anonymous memory cannot be had).
+fn alloc(e: &Engine, pages: usize, hint: Hint) -> Option<Blk> {
+    let ptr = e.alloc(pages * PAGE, hint);
+    (!ptr.is_null()).then(|| Blk {
+        ptr,
+        shadow: vec![0; pages * PAGE],
+    })
+}
+
+/// A seeded single-threaded workload of every operation, each checked against
+/// the shadows; with `scanner`, another thread scans all along. Frees
+/// everything at the end and checks the engine is empty.
+fn workload(
+    e: &Engine,
+    seed: u64,
+    ops: usize,
+    may_fail_alloc: bool,
+    scanner: bool,
+    ctx: &str,
+) -> Stats {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let stop = Arc::new(AtomicBool::new(false));
+    let bg = scanner.then(|| {
+        let (e, stop) = (e.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                e.scan();
+                std::thread::yield_now();
+            }
+        })
+    });
+    let mut blocks: Vec<Blk> = Vec::new();
+    let mut null_allocs = 0;
+    for op in 0..ops {
+        let ctx = format!("{ctx} seed {seed} op {op}");
+        if blocks.len() < 2 || (blocks.len() < 10 && rng.gen_bool(0.08)) {
+            let pages = rng.gen_range(1..=48);
+            let hint = if rng.gen_bool(0.3) {
+                Hint::FullWrite
+            } else {
+                Hint::None
+            };
+            match alloc(e, pages, hint) {
+                Some(b) => {
+                    b.check(&format!("{ctx}: fresh block"));
+                    blocks.push(b)
+                }
+                None if may_fail_alloc => null_allocs += 1,
+                None => panic!("{ctx}: alloc returned null without any mmap failure"),
+            }
+            continue;
+        }
+        let bi = rng.gen_range(0..blocks.len());
+        match rng.gen_range(0..12) {
+            0 if blocks.len() > 2 => {
+                blocks[bi].check(&format!("{ctx}: before free"));
+                let b = blocks.swap_remove(bi);
+                assert!(unsafe { e.free(b.ptr) }, "{ctx}: free returned false");
+            }
+            1 | 2 => {
+                // Whole pages: duplicates, zeros, unique content.
+                let np = blocks[bi].len() / PAGE;
+                for _ in 0..rng.gen_range(1..=np) {
+                    let p = rng.gen_range(0..np);
+                    let content = match rng.gen_range(0..4) {
+                        0 => vec![0u8; PAGE],
+                        1 | 2 => pattern(rng.gen_range(0..3)),
+                        _ => unique(rng.gen_range(0..1_000_000)),
+                    };
+                    blocks[bi].write(p * PAGE, &content);
+                }
+            }
+            3 => {
+                let off = rng.gen_range(0..blocks[bi].len());
+                let len = rng.gen_range(1..=(blocks[bi].len() - off).min(3 * PAGE));
+                let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+                blocks[bi].write(off, &data);
+            }
+            4..=7 => {
+                let di = rng.gen_range(0..blocks.len());
+                let max = blocks[bi].len().min(blocks[di].len());
+                let len = if max >= PAGE && rng.gen_bool(0.5) {
+                    rng.gen_range(1..=max / PAGE) * PAGE
+                } else {
+                    rng.gen_range(1..=max)
+                };
+                let soff = if len % PAGE == 0 && rng.gen_bool(0.5) {
+                    rng.gen_range(0..=(blocks[bi].len() - len) / PAGE) * PAGE
+                } else {
+                    rng.gen_range(0..=blocks[bi].len() - len)
+                };
+                let r = soff % PAGE;
+                let doff = if rng.gen_bool(0.8) && r + len <= blocks[di].len() {
+                    rng.gen_range(0..=(blocks[di].len() - len - r) / PAGE) * PAGE + r
+                } else {
+                    rng.gen_range(0..=blocks[di].len() - len)
+                };
+                let (s, d) = (blocks[bi].ptr, blocks[di].ptr);
+                unsafe { e.copy(d.add(doff), s.add(soff), len) };
+                if bi == di {
+                    blocks[bi].shadow.copy_within(soff..soff + len, doff);
+                } else {
+                    let tmp = blocks[bi].shadow[soff..soff + len].to_vec();
+                    blocks[di].shadow[doff..doff + len].copy_from_slice(&tmp);
+                    blocks[bi].check(&format!("{ctx}: copy source"));
+                }
+                blocks[di].check(&format!("{ctx}: copy destination"));
+            }
+            8 | 9 => {
+                e.scan();
+                let s = e.stats();
+                assert!(
+                    s.frames_in_use <= s.block_bytes / PAGE as u64,
+                    "{ctx}: more frames than pages: {s:?}"
+                );
+            }
+            _ => blocks[bi].check(&ctx),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(h) = bg {
+        h.join().expect("scanner thread panicked");
+    }
+    for b in &blocks {
+        b.check(&format!("{ctx} seed {seed}: at the end"));
+    }
+    let s = e.stats();
+    for b in blocks.drain(..) {
+        assert!(unsafe { e.free(b.ptr) });
+    }
+    let end = e.stats();
+    assert_eq!(end.blocks, 0, "{ctx}: {end:?}");
+    assert_eq!(
+        end.frames_in_use, 0,
+        "{ctx}: frames still in use after freeing everything: {end:?}"
+    );
+    assert_eq!(end.vmas_used, 0, "{ctx}: mapping count drifted: {end:?}");
+    eprintln!("{ctx}: {null_allocs} null allocations; {s:?}");
+    s
+}
+
+#[test]
+fn memfd_refused_runs_on_plain_memory() {
+    let _g = serial();
+    let seed = seed();
+    let cfg = Config {
+        inject: Inject {
+            fail_memfd: true,
+            ..Inject::default()
+        },
+        ..Config::default()
+    };
+    let e = Engine::new(cfg);
+    let s0 = e.stats();
+    assert!(!s0.frames_active, "memfd refused but frames_active: {s0:?}");
+    assert!(s0.fallbacks.memfd > 0, "memfd fallback not counted: {s0:?}");
+    let s = workload(&e, seed, 1500, false, true, "fail_memfd");
+    assert!(!s.frames_active, "{s:?}");
+    assert_eq!(s.frames_in_use, 0, "no memfd, yet frames in use: {s:?}");
+    assert_eq!(
+        s.pages_shared_by_copy, 0,
+        "no memfd, yet pages shared by copy: {s:?}"
+    );
+}
+
+#[test]
+fn userfaultfd_refused_scans_only_safe_steps() {
+    let _g = serial();
+    let seed = seed();
+    let cfg = Config {
+        inject: Inject {
+            fail_uffd: true,
+            ..Inject::default()
+        },
+        ..Config::default()
+    };
+    let e = Engine::new(cfg);
+    assert!(!e.stats().protected_scan);
+    let s = workload(&e, seed, 1500, false, true, "fail_uffd");
+    assert!(
+        s.fallbacks.uffd > 0,
+        "scans without userfaultfd not counted: {s:?}"
+    );
+    assert!(
+        s.pages_shared_by_copy > 0,
+        "virtual copy needs no userfaultfd, but none happened: {s:?}"
+    );
+    // Folding and merging race with writers unless pages are write-protected.
+    assert_eq!(
+        s.zero_folded, 0,
+        "pages folded without write protection: {s:?}"
+    );
+    assert_eq!(s.merged, 0, "pages merged without write protection: {s:?}");
+}
+
+#[test]
+fn mmap_failing_after_n_calls() {
+    let _g = serial();
+    let seed = seed();
+    for n in [0u64, 1, 2, 3, 4, 5, 7, 10, 15, 25, 40, 70, 120, 250] {
+        let cfg = Config {
+            inject: Inject {
+                fail_mmap_after: Some(n),
+                ..Inject::default()
+            },
+            ..Config::default()
+        };
+        let e = Engine::new(cfg);
+        // No background scanner: the op sequence, and so the n-th mmap, is reproducible.
+        let s = workload(
+            &e,
+            seed ^ n,
+            600,
+            true,
+            false,
+            &format!("fail_mmap_after({n})"),
+        );
+        assert!(
+            s.fallbacks.mmap > 0,
+            "fail_mmap_after({n}): no mmap fallback counted: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn mmap_failing_under_a_concurrent_scanner() {
+    let _g = serial();
+    let seed = seed();
+    for n in [3u64, 20, 60, 200] {
+        let cfg = Config {
+            inject: Inject {
+                fail_mmap_after: Some(n),
+                ..Inject::default()
+            },
+            ..Config::default()
+        };
+        let e = Engine::new(cfg);
+        let s = workload(
+            &e,
+            seed ^ n,
+            800,
+            true,
+            true,
+            &format!("fail_mmap_after({n}) + scanner"),
+        );
+        assert!(s.fallbacks.mmap > 0, "{s:?}");
+    }
+}
+
+#[test]
+fn tiny_vma_budget() {
+    let _g = serial();
+    let seed = seed();
+    for budget in [1usize, 4, 16] {
+        let e = Engine::new(Config {
+            vma_budget: budget,
+            ..Config::default()
+        });
+        let s = workload(
+            &e,
+            seed ^ budget as u64,
+            1200,
+            false,
+            true,
+            &format!("vma_budget {budget}"),
+        );
+        assert!(
+            s.fallbacks.vma_budget > 0,
+            "vma_budget {budget}: never hit: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn small_pretend_max_map_count() {
+    let _g = serial();
+    let seed = seed();
+    let limit = count_maps() + 60;
+    let cfg = Config {
+        vma_reserve: 0,
+        inject: Inject {
+            max_map_count: Some(limit),
+            ..Inject::default()
+        },
+        ..Config::default()
+    };
+    let e = Engine::new(cfg);
+    let s = workload(
+        &e,
+        seed,
+        1200,
+        false,
+        true,
+        &format!("max_map_count {limit}"),
+    );
+    assert!(
+        s.fallbacks.vma_budget > 0,
+        "max_map_count {limit}: never hit: {s:?}"
+    );
+}
+
+/// Lines of /proc/self/maps: the kernel's mapping count.
+fn count_maps() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .count()
+}
+
+/// Mappings overlapping `[lo, hi)`.
+fn maps_in(ranges: &[(usize, usize)]) -> usize {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter(|l| {
+            let r = l.split_whitespace().next().unwrap();
+            let (a, b) = r.split_once('-').unwrap();
+            let (a, b) = (
+                usize::from_str_radix(a, 16).unwrap(),
+                usize::from_str_radix(b, 16).unwrap(),
+            );
+            ranges.iter().any(|&(lo, hi)| a < hi && lo < b)
+        })
+        .count()
+}
+
+/// Blocks whose pages are made to merge and to be copied one page at a time,
+/// all over: every merge or copy of a lone page splits mappings.
+struct Scatter {
+    e: Engine,
+    blocks: Vec<Blk>,
+    rng: StdRng,
+}
+
+impl Scatter {
+    fn new(e: Engine, seed: u64, pages: usize) -> Scatter {
+        let mut blocks: Vec<Blk> = (0..3)
+            .map(|_| alloc(&e, pages, Hint::None).expect("alloc"))
+            .collect();
+        // A scan of untouched blocks does nothing but count the process's
+        // mappings afresh, the shadows' buffers included.
+        e.scan();
+        for (bi, b) in blocks.iter_mut().enumerate() {
+            for p in 0..pages {
+                // Every other page one of two contents (merge targets), the rest unique.
+                let content = if p % 2 == 0 {
+                    pattern(p / 2 % 2)
+                } else {
+                    unique(bi * pages + p)
+                };
+                b.write(p * PAGE, &content);
+            }
+        }
+        Scatter {
+            e,
+            blocks,
+            rng: StdRng::seed_from_u64(seed),
+        }
+    }
+
+    fn ranges(&self) -> Vec<(usize, usize)> {
+        self.blocks
+            .iter()
+            .map(|b| (b.ptr as usize, b.ptr as usize + b.len()))
+            .collect()
+    }
+
+    /// Virtual copies of single pages to scattered places.
+    fn scatter_copies(&mut self, n: usize, mut after_each: impl FnMut(&Scatter)) {
+        for _ in 0..n {
+            let (si, di) = (self.rng.gen_range(0..3), self.rng.gen_range(0..3));
+            let np = self.blocks[si].len() / PAGE;
+            let (sp, dp) = (self.rng.gen_range(0..np), self.rng.gen_range(0..np));
+            if si == di && sp == dp {
+                continue;
+            }
+            let (s, d) = (self.blocks[si].ptr, self.blocks[di].ptr);
+            unsafe { self.e.copy(d.add(dp * PAGE), s.add(sp * PAGE), PAGE) };
+            let tmp = self.blocks[si].shadow[sp * PAGE..(sp + 1) * PAGE].to_vec();
+            self.blocks[di].shadow[dp * PAGE..(dp + 1) * PAGE].copy_from_slice(&tmp);
+            after_each(self);
+        }
+    }
+
+    /// Gives the scan fresh duplicates again (written pages diverge).
+    fn refresh_duplicates(&mut self) {
+        for bi in 0..3 {
+            let np = self.blocks[bi].len() / PAGE;
+            for p in (0..np).step_by(4) {
+                let c = pattern(self.rng.gen_range(0..2));
+                self.blocks[bi].write(p * PAGE, &c);
+            }
+        }
+    }
+
+    fn check(&self, ctx: &str) {
+        for b in &self.blocks {
+            b.check(ctx);
+        }
+    }
+
+    fn free(mut self) {
+        for b in self.blocks.drain(..) {
+            assert!(unsafe { self.e.free(b.ptr) });
+        }
+        assert_eq!(self.e.stats().frames_in_use, 0);
+    }
+}
+
+/// Runs `f` while another thread samples the process's mapping count; returns
+/// the largest count seen.
+fn max_maps_during(f: impl FnOnce()) -> usize {
+    let stop = Arc::new(AtomicBool::new(false));
+    let max = Arc::new(AtomicUsize::new(0));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let h = {
+        let (stop, max) = (stop.clone(), max.clone());
+        std::thread::spawn(move || {
+            // The first read sets this thread's malloc arena up (new mappings):
+            // before the scan starts, so the engine sees them.
+            count_maps();
+            ready_tx.send(()).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                max.fetch_max(count_maps(), Ordering::Relaxed);
+            }
+        })
+    };
+    ready_rx.recv().unwrap();
+    f();
+    max.fetch_max(count_maps(), Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+    max.load(Ordering::Relaxed)
+}
+
+/// Real exhaustion: the engine is told vm.max_map_count is the present count
+/// plus 200, then made to merge and copy pages all over. The process must
+/// never hold more mappings than that limit, and the engine must say it
+/// stopped because of the budget.
+#[test]
+fn vma_exhaustion_stops_below_max_map_count() {
+    let _g = serial();
+    let seed = seed();
+    for reserve in [8usize, 32] {
+        let limit = count_maps() + 200;
+        let cfg = Config {
+            vma_reserve: reserve,
+            inject: Inject {
+                max_map_count: Some(limit),
+                ..Inject::default()
+            },
+            ..Config::default()
+        };
+        let e = Engine::new(cfg);
+        let mut sc = Scatter::new(e.clone(), seed, 1024);
+        let ctx = format!("seed {seed}, reserve {reserve}, pretend max_map_count {limit}");
+        // Copies and scans both run into the limit: one round gives the
+        // budget to the scan's merges first, the other to the copies.
+        let scan_first = reserve == 8;
+        let mut peak = Peak::default();
+        if scan_first {
+            peak.scan(&sc, "first scan");
+        }
+        sc.scatter_copies(300, |sc| peak.look(sc, "scattered copies"));
+        let first = e.stats();
+        peak.scan(&sc, "scan after copies");
+        sc.refresh_duplicates();
+        sc.scatter_copies(300, |sc| peak.look(sc, "scattered copies after a scan"));
+        peak.scan(&sc, "last scan");
+        sc.check(&ctx);
+        let s = e.stats();
+        eprintln!("{ctx}: {peak:?}; {s:?}");
+        assert!(
+            peak.maps <= limit,
+            "{ctx}: the process went over the limit: {peak:?}; {s:?}"
+        );
+        // The reserve is left to the program (slack: a thread the harness may start meanwhile).
+        assert!(
+            peak.maps <= limit - reserve + 4,
+            "{ctx}: the engine used mappings reserved for the program: {peak:?}; {s:?}"
+        );
+        if scan_first {
+            assert!(
+                first.merged > 0,
+                "{ctx}: the first scan merged nothing, with room: {first:?}"
+            );
+        } else {
+            assert!(
+                first.pages_shared_by_copy > 0,
+                "{ctx}: no page copied virtually, with room: {first:?}"
+            );
+        }
+        assert!(
+            s.fallbacks.vma_budget > 0,
+            "{ctx}: the budget never stopped a remap: {s:?}"
+        );
+        sc.free();
+    }
+}
+
+/// The most mappings the process had, and the engine's and the kernel's
+/// count of the blocks' mappings at that moment.
+#[derive(Debug, Default)]
+#[allow(dead_code)] // read through Debug
+struct Peak {
+    maps: usize,
+    during: &'static str,
+    engine_counts: u64,
+    kernel_counts: usize,
+}
+
+impl Peak {
+    fn look(&mut self, sc: &Scatter, during: &'static str) {
+        let n = count_maps();
+        if n > self.maps {
+            let kernel_counts = maps_in(&sc.ranges());
+            *self = Peak {
+                maps: n,
+                during,
+                engine_counts: sc.e.stats().vmas_used,
+                kernel_counts,
+            };
+        }
+    }
+
+    fn scan(&mut self, sc: &Scatter, during: &'static str) {
+        let n = max_maps_during(|| {
+            sc.e.scan();
+        });
+        if n > self.maps {
+            *self = Peak {
+                maps: n,
+                during,
+                engine_counts: sc.e.stats().vmas_used,
+                kernel_counts: maps_in(&sc.ranges()),
+            };
+        }
+    }
+}
+
+/// The budget bounds the mappings the blocks really use, as the kernel
+/// counts them (not only as the engine counts them).
+#[test]
+fn vma_budget_bounds_real_mappings() {
+    let _g = serial();
+    let seed = seed();
+    let budget = 150;
+    let e = Engine::new(Config {
+        vma_budget: budget,
+        ..Config::default()
+    });
+    let mut sc = Scatter::new(e.clone(), seed, 768);
+    let ctx = format!("seed {seed}, vma_budget {budget}");
+    let mut worst = 0;
+    sc.scatter_copies(200, |sc| worst = worst.max(maps_in(&sc.ranges())));
+    e.scan();
+    worst = worst.max(maps_in(&sc.ranges()));
+    sc.scatter_copies(200, |sc| worst = worst.max(maps_in(&sc.ranges())));
+    sc.refresh_duplicates();
+    e.scan();
+    worst = worst.max(maps_in(&sc.ranges()));
+    // Divergence and zero folding of diverged pages, then another scan.
+    for bi in 0..3 {
+        for p in (1..768).step_by(6) {
+            sc.blocks[bi].write(p * PAGE, &vec![0u8; PAGE]);
+        }
+    }
+    e.scan();
+    worst = worst.max(maps_in(&sc.ranges()));
+    sc.check(&ctx);
+    let s = e.stats();
+    eprintln!(
+        "{ctx}: blocks' mappings at most {worst}, engine counts {}: {s:?}",
+        s.vmas_used
+    );
+    assert!(s.fallbacks.vma_budget > 0, "{ctx}: budget never hit: {s:?}");
+    assert!(
+        worst <= budget,
+        "{ctx}: the blocks used {worst} mappings (per /proc/self/maps), over the budget (engine counts {}): {s:?}",
+        s.vmas_used
+    );
+    sc.free();
+}
