@@ -63,10 +63,10 @@ struct RunResult {
     method: String,
     /// The engine's statistics, one per process that used it.
     engine: Vec<Value>,
+    /// Footprint over time: (ms since start, bytes).
+    timeline: Vec<(u64, u64)>,
     #[serde(skip)]
     stdout: Option<Vec<u8>>,
-    #[serde(skip)]
-    series: Series,
 }
 
 pub fn run(a: Args) -> i32 {
@@ -201,9 +201,13 @@ fn run_once(mode: Mode, a: &Args, preload: &Path, input: Option<&[u8]>, interval
         samples: s.samples,
         method: s.method.map(|m| format!("{m:?}").to_lowercase()).unwrap_or_else(|| "none".into()),
         engine,
+        timeline: timeline(&series),
         stdout,
-        series,
     })
+}
+
+fn timeline(series: &Series) -> Vec<(u64, u64)> {
+    series.samples.iter().map(|f| (f.timestamp_ms, f.footprint_bytes)).collect()
 }
 
 /// Waits for `pid`; its exit code (128 + signal if killed, as shells do) and
