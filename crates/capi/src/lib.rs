@@ -163,6 +163,8 @@ impl pf_config {
             scan_chunk_pages: self.scan_chunk_pages,
             scan_interval: (self.scan_interval_ms > 0).then(|| Duration::from_millis(self.scan_interval_ms)),
             scan_cpu_budget: budget,
+            pin_grace: Config::default().pin_grace,
+            volatile_check: Config::default().volatile_check,
             inject: Inject {
                 fail_memfd: self.inject_fail_memfd != 0,
                 fail_uffd: self.inject_fail_uffd != 0,

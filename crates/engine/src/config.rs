@@ -27,6 +27,14 @@ pub struct Config {
     pub scan_interval: Option<Duration>,
     /// Fraction of one core the background scanner may use (0 < f <= 1).
     pub scan_cpu_budget: f64,
+    /// Fold or merge a page only if the previous scan saw the same content
+    /// (kernel KSM's volatility check; DE's policy of leaving recently
+    /// written pages alone). Off: one scan folds everything it finds, but a
+    /// write through a page the kernel pinned long ago can be lost.
+    pub volatile_check: bool,
+    /// Wait before folding or merging pages of a chunk, for writes through
+    /// pages the kernel pinned before the chunk was protected (O_DIRECT).
+    pub pin_grace: Duration,
     /// Fault injection, for tests.
     pub inject: Inject,
 }
@@ -57,6 +65,8 @@ impl Default for Config {
             scan_chunk_pages: 512,
             scan_interval: None,
             scan_cpu_budget: 0.10,
+            volatile_check: true,
+            pin_grace: Duration::from_micros(1000),
             inject: Inject::default(),
         }
     }
@@ -64,9 +74,10 @@ impl Default for Config {
 
 impl Config {
     /// Defaults overridden by `PAGEFOLD_*` variables:
-    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_COPY`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE` (0/1),
+    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_COPY`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
-    /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction).
+    /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction),
+    /// `PAGEFOLD_PIN_GRACE_US`.
     /// Unparsable values keep the default; the preload cannot report errors.
     pub fn from_env() -> Config {
         let mut c = Config::default();
@@ -79,6 +90,7 @@ impl Config {
         flag("PAGEFOLD_COPY", &mut c.copy);
         flag("PAGEFOLD_ZERO", &mut c.zero);
         flag("PAGEFOLD_MERGE", &mut c.merge);
+        flag("PAGEFOLD_VOLATILE_CHECK", &mut c.volatile_check);
         let num = |name: &str| std::env::var(name).ok().and_then(|s| s.trim().parse::<u64>().ok());
         if let Some(v) = num("PAGEFOLD_VMA_BUDGET") {
             c.vma_budget = v as usize;
@@ -91,6 +103,9 @@ impl Config {
         }
         if let Some(v) = num("PAGEFOLD_SCAN_INTERVAL_MS") {
             c.scan_interval = (v > 0).then(|| Duration::from_millis(v));
+        }
+        if let Some(v) = num("PAGEFOLD_PIN_GRACE_US") {
+            c.pin_grace = Duration::from_micros(v);
         }
         if let Some(f) = std::env::var("PAGEFOLD_SCAN_CPU").ok().and_then(|s| s.parse::<f64>().ok()) {
             if f > 0.0 && f <= 1.0 {

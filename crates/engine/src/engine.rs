@@ -35,6 +35,10 @@ pub struct ScanReport {
     pub diverged_released: u64,
     /// Merges or folds skipped because the VMA budget was spent.
     pub skipped_vma: u64,
+    /// Planned folds and merges dropped because the page changed during the pin grace.
+    pub changed_while_planned: u64,
+    /// Pages left alone because they changed since the previous scan.
+    pub volatile: u64,
     pub wall_ns: u64,
     pub cpu_ns: u64,
 }

@@ -7,7 +7,8 @@
 //! 2. refresh divergence from pagemap (frames of pages that were written
 //!    since they were shared lose a reference);
 //! 3. ask mincore which pages hold content: a page never touched (or already
-//!    folded) is skipped, because reading it would allocate it;
+//!    folded) is skipped, because reading it would allocate it; and, as kernel
+//!    KSM does, skip pages whose content changed since the previous scan;
 //! 4. fold zero pages: an anonymous page is dropped (MADV_DONTNEED, the
 //!    kernel zero page serves reads), a frame is punched out, a diverged page
 //!    is remapped anonymous;
@@ -16,7 +17,9 @@
 //!    frame. A hit in this scan's unstable index (pages seen earlier) is
 //!    protected too, compared, turned into a frozen frame, and both pages map
 //!    it. A hash alone never decides: every merge compares all 4096 bytes.
-//!    Consecutive pages merging onto consecutive frames are remapped as one run;
+//!    Consecutive pages merging onto consecutive frames are remapped as one run.
+//!    Before steps 4-5 act, a short grace lets writes through pages the kernel
+//!    pinned earlier (O_DIRECT) land, and every planned page is checked again;
 //! 6. unprotect the chunk (waking writers) and unregister it (a registered
 //!    range loses fault-around; ranges remapped in steps 4-5 were registered
 //!    as they were made).
@@ -31,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{Inner, ScanReport, State};
 use crate::frames::FrameId;
-use crate::index::{page_eq, ContentIndex};
+use crate::index::{page_eq, sample_hash, ContentIndex};
 use crate::space::{runs, Page};
 use crate::{sys, PAGE};
 
@@ -134,17 +137,72 @@ impl State {
                 .map(|k| i + k)
                 .partition(|&k| sys::is_zero(self.fold_content(base, k)));
             rep.pages_scanned += (zero.len() + nonzero.len()) as u64;
-            if self.cfg.zero {
-                self.fold_zero(base, &zero, rep);
-            }
+            let zero = self.settled(base, zero, true, rep);
+            let nonzero = self.settled(base, nonzero, false, rep);
+            let mut zero = if self.cfg.zero { zero } else { Vec::new() };
             // A merge costs up to two mappings for the page and two for its partner.
+            let mut plan = HashMap::new();
             if self.cfg.merge && self.vma_room(4) {
-                self.merge(base, i..i + c, &nonzero, unstable, rep);
+                plan = self.plan_merges(base, i..i + c, &nonzero, unstable);
             }
+            if !zero.is_empty() || !plan.is_empty() {
+                self.let_pinned_writes_land(base, &mut zero, &mut plan, rep);
+            }
+            self.fold_zero(base, &zero, rep);
+            self.apply_merges(base, &plan, rep);
         }
         if let Some(p) = &self.protector {
             let _ = p.unprotect(addr, c * PAGE);
         }
+    }
+
+    /// The pages that look as they did to the previous scan; records what
+    /// this scan saw. Shared pages need no check: their frame cannot change.
+    fn settled(&mut self, base: usize, pages: Vec<usize>, zero: bool, rep: &mut ScanReport) -> Vec<usize> {
+        if !self.cfg.volatile_check {
+            return pages;
+        }
+        let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+        let before = pages.len();
+        let kept: Vec<usize> = pages
+            .into_iter()
+            .filter(|&k| {
+                if matches!(block.pages[k], Page::Shared(_)) {
+                    return true;
+                }
+                // 1 marks "zero"; other contents by sampled hash, never 0 or 1.
+                let look = if zero { 1 } else { (sample_hash(block.page_addr(k)) as u32) | 2 };
+                std::mem::replace(&mut block.seen[k], look) == look
+            })
+            .collect();
+        rep.volatile += (before - kept.len()) as u64;
+        kept
+    }
+
+    /// Write protection stops writes through the page table, not writes
+    /// through a page the kernel pinned before (O_DIRECT reads in flight,
+    /// process_vm_writev). Kernel KSM skips pages with extra references; user
+    /// space cannot see those. So before acting, wait `pin_grace` for such
+    /// writes to land, then check every planned page again and drop the ones
+    /// that changed. This narrows the race to pins older than the grace
+    /// whose write lands within microseconds of the check; it does not close it.
+    fn let_pinned_writes_land(
+        &mut self,
+        base: usize,
+        zero: &mut Vec<usize>,
+        plan: &mut HashMap<usize, FrameId>,
+        rep: &mut ScanReport,
+    ) {
+        if !self.cfg.pin_grace.is_zero() {
+            std::thread::sleep(self.cfg.pin_grace);
+        }
+        let before = zero.len() + plan.len();
+        zero.retain(|&k| sys::is_zero(self.fold_content(base, k)));
+        plan.retain(|&k, f| {
+            let pool = &self.pools[f.pool()];
+            page_eq(self.blocks[&base].page_addr(k), pool.frame_ptr(f.slot()))
+        });
+        rep.changed_while_planned += (before - zero.len() - plan.len()) as u64;
     }
 
     /// A shared page whose frame an earlier scan checked: nothing can have changed.
@@ -193,16 +251,15 @@ impl State {
         }
     }
 
-    /// Merges the non-zero pages at indices `pages` of a block, all inside the
-    /// protected `chunk`.
-    fn merge(
+    /// Finds, for the non-zero pages at indices `pages` of a block (all inside
+    /// the protected `chunk`), frozen frames with the same content: page -> frame.
+    fn plan_merges(
         &mut self,
         base: usize,
         chunk: std::ops::Range<usize>,
         pages: &[usize],
         unstable: &mut Unstable,
-        rep: &mut ScanReport,
-    ) {
+    ) -> HashMap<usize, FrameId> {
         let mut plan: HashMap<usize, FrameId> = HashMap::new();
         // Out of `self` while in use, so lookups can read frames and pages.
         let mut stable = std::mem::take(&mut self.stable);
@@ -235,7 +292,7 @@ impl State {
             }
         }
         self.stable = stable;
-        self.apply_merges(base, &plan, rep);
+        plan
     }
 
     /// The bytes of a frame that may serve as a merge target: frozen, in use
@@ -294,7 +351,14 @@ impl State {
         let slot = self.pools[pi].alloc(1)?;
         let qaddr = self.blocks[&qb].page_addr(qi);
         let f = FrameId::new(pi, slot);
-        if sys::pwrite_all(self.pools[pi].fd, qaddr, PAGE, slot * PAGE as u64).is_err() || !self.remap(qb, qi, 1, Some(f)) {
+        let copied = sys::pwrite_all(self.pools[pi].fd, qaddr, PAGE, slot * PAGE as u64).is_ok();
+        // The remap discards the anonymous page: give a pinned write to it
+        // the grace to land first, and take the page only if it did not change.
+        if !self.cfg.pin_grace.is_zero() {
+            std::thread::sleep(self.cfg.pin_grace);
+        }
+        let unchanged = copied && page_eq(qaddr, self.pools[pi].frame_ptr(slot));
+        if !unchanged || !self.remap(qb, qi, 1, Some(f)) {
             self.pools[pi].abandon(slot, 1);
             return None;
         }

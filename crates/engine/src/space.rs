@@ -62,13 +62,18 @@ pub struct Block {
     pub pages: Vec<Page>,
     /// Mappings this block uses now.
     pub vmas: usize,
+    /// Per page, what the last scan saw (`Seen`): a page is folded or
+    /// merged only if it looked the same to the scan before, as kernel KSM
+    /// keeps volatile pages out of its unstable tree.
+    pub seen: Vec<u32>,
 }
 
 unsafe impl Send for Block {}
 
 impl Block {
     pub fn new(base: *mut u8, pages: Vec<Page>) -> Block {
-        let mut b = Block { base, pages, vmas: 0 };
+        let seen = vec![0; pages.len()];
+        let mut b = Block { base, pages, vmas: 0, seen };
         b.vmas = b.count_vmas();
         b
     }
@@ -107,7 +112,7 @@ impl Block {
     }
 
     pub fn metadata_bytes(&self) -> usize {
-        std::mem::size_of::<Block>() + self.pages.capacity() * std::mem::size_of::<Page>()
+        std::mem::size_of::<Block>() + self.pages.capacity() * std::mem::size_of::<Page>() + self.seen.capacity() * 4
     }
 }
 
