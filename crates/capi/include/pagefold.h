@@ -64,6 +64,8 @@ typedef struct pf_scan_report {
     uint64_t skipped_vma;     /* merges/folds skipped: VMA budget spent */
     uint64_t wall_ns;
     uint64_t cpu_ns;
+    uint64_t changed_while_planned; /* planned folds/merges dropped: page changed during the pin grace */
+    uint64_t volatile_pages;  /* pages left alone: changed since the previous scan */
 } pf_scan_report;
 
 /* Why the engine took a plainer path than it wanted (counts). */

@@ -90,6 +90,8 @@ pub struct pf_scan_report {
     pub skipped_vma: u64,
     pub wall_ns: u64,
     pub cpu_ns: u64,
+    pub changed_while_planned: u64,
+    pub volatile_pages: u64,
 }
 
 /// Mirror of [`pagefold_engine::Fallbacks`].
@@ -185,6 +187,8 @@ impl From<ScanReport> for pf_scan_report {
             skipped_vma: r.skipped_vma,
             wall_ns: r.wall_ns,
             cpu_ns: r.cpu_ns,
+            changed_while_planned: r.changed_while_planned,
+            volatile_pages: r.volatile,
         }
     }
 }
@@ -560,7 +564,9 @@ mod tests {
             frames, copy, zero, merge, vma_budget, vma_reserve, scan_chunk_pages, scan_interval_ms,
             scan_cpu_budget, inject_fail_memfd, inject_fail_uffd, inject_fail_mmap_after, inject_max_map_count
         });
-        layout!(rust, pf_scan_report { pages_scanned, zero_folded, merged, diverged_released, skipped_vma, wall_ns, cpu_ns });
+        layout!(rust, pf_scan_report {
+            pages_scanned, zero_folded, merged, diverged_released, skipped_vma, wall_ns, cpu_ns, changed_while_planned, volatile_pages
+        });
         layout!(rust, pf_fallbacks { memfd, mmap, vma_budget, uffd, frames });
         layout!(rust, pf_stats {
             blocks, block_bytes, frames_in_use, frames_resident, pages_sharing, pages_shared_by_copy,

@@ -4,6 +4,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod analyze;
 mod demo;
 mod measure;
 mod run;
@@ -22,6 +23,9 @@ enum Cmd {
     Demo(demo::Args),
     /// The true physical footprint of a process, once or as a time series.
     Measure(measure::Args),
+    /// What could sharing, patching and compression save on this process or
+    /// memory image (PIDs, raw images, ELF core files)?
+    Analyze(analyze::Args),
     /// Run an unmodified program with pagefold (LD_PRELOAD) and report its
     /// footprint; --compare also runs it plain and under kernel KSM.
     Run(run::Args),
@@ -34,6 +38,7 @@ fn main() {
     let code = match cli.cmd {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Measure(a) => measure::run(a),
+        Cmd::Analyze(a) => analyze::run(a),
         Cmd::Bench(a) => pagefold_bench::run(a),
         Cmd::Run(a) => run::run(a),
     };
