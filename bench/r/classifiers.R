@@ -1,0 +1,11 @@
+suppressMessages({library(randomForest); library(MASS); library(rpart); library(e1071)})
+set.seed(42)
+n <- 20000
+d <- data.frame(matrix(rnorm(n * 20), n))
+d$y <- factor(ifelse(d$X1 + d$X2 * d$X3 + rnorm(n) > 0, "a", "b"))
+rf <- randomForest(y ~ ., data = d, ntree = 50)
+l <- lda(y ~ ., data = d)
+r <- rpart(y ~ ., data = d)
+nb <- naiveBayes(y ~ ., data = d)
+g <- glm(y ~ ., data = d, family = binomial)
+cat(sprintf("%.6f %.6f %d %.6f\n", rf$err.rate[50, 1], sum(l$scaling), nrow(r$frame), sum(coef(g))))
