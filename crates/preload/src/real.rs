@@ -30,6 +30,18 @@ pub fn resolve() {
     }
 }
 
+/// Resolve glibc's functions as soon as the library is loaded (after libc,
+/// before the program's main), so copies before the engine starts run at
+/// glibc speed; `rep movsb` and a byte loop cover only the loader's own early calls.
+#[used]
+#[link_section = ".init_array"]
+static RESOLVE_AT_LOAD: extern "C" fn() = {
+    extern "C" fn init() {
+        resolve();
+    }
+    init
+};
+
 /// Copies forward with `rep movsb`: correct for non-overlapping ranges and
 /// for dst < src. Never compiled into a call to memcpy.
 unsafe fn movsb(dst: *mut u8, src: *const u8, n: usize) {
