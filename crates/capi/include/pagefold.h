@@ -53,6 +53,8 @@ typedef struct pf_config {
     int inject_fail_uffd;
     int64_t inject_fail_mmap_after;  /* every mmap after this many fails; < 0 = never */
     uint64_t inject_max_map_count;   /* pretend vm.max_map_count; 0 = the real one */
+    int volatile_check;       /* fold/merge only pages the previous scan saw unchanged */
+    uint64_t pin_grace_us;    /* wait before acting on a chunk, for writes through pinned pages */
 } pf_config;
 
 /* What one scan did. */

@@ -77,6 +77,10 @@ pub struct pf_config {
     pub inject_fail_mmap_after: i64,
     /// Pretend vm.max_map_count is this; 0 = read the real one.
     pub inject_max_map_count: u64,
+    /// Fold or merge only pages the previous scan saw unchanged.
+    pub volatile_check: c_int,
+    /// Wait before acting on a chunk, for writes through pinned pages (us).
+    pub pin_grace_us: u64,
 }
 
 /// Mirror of [`pagefold_engine::ScanReport`].
@@ -144,6 +148,8 @@ impl From<&Config> for pf_config {
             inject_fail_uffd: c.inject.fail_uffd as c_int,
             inject_fail_mmap_after: c.inject.fail_mmap_after.map_or(-1, |n| n.min(i64::MAX as u64) as i64),
             inject_max_map_count: c.inject.max_map_count.unwrap_or(0) as u64,
+            volatile_check: c.volatile_check as c_int,
+            pin_grace_us: c.pin_grace.as_micros().min(u64::MAX as u128) as u64,
         }
     }
 }
@@ -165,8 +171,8 @@ impl pf_config {
             scan_chunk_pages: self.scan_chunk_pages,
             scan_interval: (self.scan_interval_ms > 0).then(|| Duration::from_millis(self.scan_interval_ms)),
             scan_cpu_budget: budget,
-            pin_grace: Config::default().pin_grace,
-            volatile_check: Config::default().volatile_check,
+            pin_grace: Duration::from_micros(self.pin_grace_us),
+            volatile_check: self.volatile_check != 0,
             inject: Inject {
                 fail_memfd: self.inject_fail_memfd != 0,
                 fail_uffd: self.inject_fail_uffd != 0,
@@ -562,7 +568,8 @@ mod tests {
         let mut rust: Vec<(String, usize)> = Vec::new();
         layout!(rust, pf_config {
             frames, copy, zero, merge, vma_budget, vma_reserve, scan_chunk_pages, scan_interval_ms,
-            scan_cpu_budget, inject_fail_memfd, inject_fail_uffd, inject_fail_mmap_after, inject_max_map_count
+            scan_cpu_budget, inject_fail_memfd, inject_fail_uffd, inject_fail_mmap_after, inject_max_map_count,
+            volatile_check, pin_grace_us
         });
         layout!(rust, pf_scan_report {
             pages_scanned, zero_folded, merged, diverged_released, skipped_vma, wall_ns, cpu_ns, changed_while_planned, volatile_pages

@@ -270,6 +270,23 @@ static void test_config(void) {
     CHECK(c.scan_cpu_budget > 0.0 && c.scan_cpu_budget <= 1.0);
     CHECK(c.inject_fail_mmap_after < 0 && c.inject_max_map_count == 0);
     CHECK(c.scan_interval_ms == 0);
+    CHECK(c.volatile_check == 1 && c.pin_grace_us == 1000);
+
+    /* Without the volatility check one scan folds a resident zero page. */
+    pf_config eager = c;
+    eager.volatile_check = 0;
+    eager.pin_grace_us = 0;
+    pf_engine *ee = pf_engine_new_with(&eager);
+    CHECK(ee != NULL);
+    unsigned char *zp = pf_alloc(ee, 4 * PAGE, PF_ALLOC_FULL_WRITE);
+    CHECK(zp != NULL);
+    pf_scan_report zr;
+    CHECK(pf_scan(ee, &zr) == 0);
+    struct pf_stats zst;
+    CHECK(pf_stats(ee, &zst) == 0);
+    if (zst.frames_active && zst.protected_scan) CHECK(zr.zero_folded == 4);
+    CHECK(pf_free(ee, zp) == 0);
+    pf_engine_free(ee);
 
     pf_config bad = c;
     bad.scan_cpu_budget = 1.5;
