@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use pagefold_analyze::delta::Encoder;
-use pagefold_analyze::image::{Buffer, Image, InputInfo, Kind, Perms, Region};
+use pagefold_analyze::image::{Image, InputInfo};
 use pagefold_analyze::{analyze, cpu_seconds, Options, Progress, PAGE};
 
 struct Rng(u64);
@@ -71,18 +71,7 @@ fn main() {
     let data = build(gib);
     let pages = data.len() / PAGE;
     eprintln!("built {gib} GiB ({pages} pages) in {:.1} s", t.elapsed().as_secs_f64());
-    let mut image = Image::new();
-    let b = image.add_buffer(Buffer::Heap(data));
-    let region = Region {
-        input: 0,
-        addr: 0,
-        first_page: 0,
-        pages: 0,
-        kind: Kind::Image,
-        perms: Perms::default(),
-        name: None,
-    };
-    image.push_region(region, b, 0, pages, None);
+    let mut image = Image::in_memory(data);
     image.inputs.push(InputInfo {
         name: "generated".into(),
         source: "image",

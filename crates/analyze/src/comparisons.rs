@@ -449,25 +449,14 @@ pub fn compare(image: &Image, scan: &Scan, progress: &Progress) -> Comparisons {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::{Buffer, Kind, Perms, Region, PAGE};
+    use crate::image::PAGE;
 
     fn image_of(contents: &[u8]) -> Image {
         let mut data = Vec::new();
         for &c in contents {
             data.extend(std::iter::repeat_n(c, PAGE));
         }
-        let mut img = Image::new();
-        let b = img.add_buffer(Buffer::Heap(data));
-        let region = Region {
-            input: 0,
-            addr: 0,
-            first_page: 0,
-            pages: 0,
-            kind: Kind::Image,
-            perms: Perms::default(),
-            name: None,
-        };
-        img.push_region(region, b, 0, contents.len(), None);
+        let img = Image::in_memory(data);
         img
     }
 

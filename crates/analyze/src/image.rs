@@ -209,6 +209,25 @@ impl Image {
         Image::default()
     }
 
+    /// Pages held in memory as one region at address 0 (generated images,
+    /// tests, benchmarks). No input is recorded; callers that report add one.
+    pub fn in_memory(data: Vec<u8>) -> Image {
+        let pages = data.len() / PAGE;
+        let mut img = Image::new();
+        let b = img.add_buffer(Buffer::Heap(data));
+        let region = Region {
+            input: 0,
+            addr: 0,
+            first_page: 0,
+            pages: 0,
+            kind: Kind::Image,
+            perms: Perms::default(),
+            name: None,
+        };
+        img.push_region(region, b, 0, pages, None);
+        img
+    }
+
     pub fn pages(&self) -> usize {
         self.locs.len()
     }

@@ -315,7 +315,7 @@ pub struct Table1 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::{Buffer, Kind, Perms, Region};
+
 
     /// The walk without speculation: the definition the windowed, parallel
     /// walk must reproduce exactly.
@@ -373,18 +373,7 @@ mod tests {
             }
             data.extend_from_slice(&page);
         }
-        let mut img = Image::new();
-        let b = img.add_buffer(Buffer::Heap(data));
-        let region = Region {
-            input: 0,
-            addr: 0,
-            first_page: 0,
-            pages: 0,
-            kind: Kind::Image,
-            perms: Perms::default(),
-            name: None,
-        };
-        img.push_region(region, b, 0, pages, None);
+        let mut img = Image::in_memory(data);
         img.inputs.push(crate::image::InputInfo {
             name: "t".into(),
             source: "image",
