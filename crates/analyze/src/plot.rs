@@ -14,7 +14,7 @@ use plotters::style::FontStyle;
 use crate::error::{Error, Result};
 use crate::Report;
 
-const FONT: &str = "sans-serif";
+pub const FONT: &str = "sans-serif";
 const W: u32 = 1000;
 const H: u32 = 600;
 
@@ -52,7 +52,9 @@ fn find_font() -> Option<PathBuf> {
     walk(Path::new("/usr/share/fonts"), 3)
 }
 
-fn load_font() -> std::result::Result<(), String> {
+/// Registers a TrueType font for chart labels once per process (other crates
+/// drawing charts use it too); a one-line reason if none is usable.
+pub fn load_font() -> std::result::Result<(), String> {
     static LOADED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
     LOADED
         .get_or_init(|| {

@@ -14,6 +14,8 @@ pub mod fold;
 pub mod kernel_ksm;
 pub mod ksm;
 pub mod mem;
+pub mod plot;
+pub mod program;
 pub mod micro;
 pub mod report;
 pub mod timing;

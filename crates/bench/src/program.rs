@@ -1,0 +1,366 @@
+//! One run of a real, unmodified program under one configuration, measured
+//! from outside: plain, under pagefold's preload (all mechanisms or some), or
+//! under kernel KSM applied to the whole process with
+//! prctl(PR_SET_MEMORY_MERGE) (what ksm_preload does with madvise).
+//!
+//! The footprint is sampled for the whole process tree at a fixed interval
+//! (distinct physical pages plus the engine's memfd frames, see
+//! pagefold-measure); CPU time is the tree's own (wait4's rusage covers every
+//! descendant that was waited for) and, for KSM, ksmd's CPU over the run is
+//! read apart, because it is spent outside the tree. Engine statistics come
+//! from the report each preloaded process writes at exit.
+//!
+//! `pagefold run` and the workload suites of `pagefold bench` both run
+//! programs through here, so the two can never measure differently.
+
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pagefold_measure::{Sampler, Series};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::ksm::KsmGuard;
+
+const PR_SET_MEMORY_MERGE: libc::c_int = 67;
+
+/// How a configuration runs the program.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+pub enum Setup {
+    Plain,
+    /// Under the preload, with these `PAGEFOLD_*` variables.
+    Pagefold { env: Vec<(String, String)> },
+    /// The whole process made mergeable; ksmd scans at this rate.
+    Ksm { pages_to_scan: u32, sleep_ms: u32 },
+}
+
+/// A named configuration, as given to `--configs`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Config {
+    pub name: String,
+    pub setup: Setup,
+}
+
+/// Every configuration name `parse_config` knows, with what it means.
+pub const CONFIG_NAMES: &[(&str, &str)] = &[
+    ("plain", "the program alone"),
+    ("pagefold", "pagefold, every mechanism"),
+    ("copy", "pagefold, virtual copies only"),
+    ("zero", "pagefold, zero-page folding only"),
+    ("merge", "pagefold, identical-page merging only"),
+    ("ksm-100", "kernel KSM, 100 pages per 20 ms (its default)"),
+    ("ksm-1000", "kernel KSM, 1000 pages per 20 ms"),
+    ("ksm-10000", "kernel KSM, 10000 pages per 20 ms"),
+];
+
+/// The configuration called `name` (see `CONFIG_NAMES`).
+pub fn parse_config(name: &str) -> Result<Config, String> {
+    let only = |keep: &str| {
+        let env = ["COPY", "ZERO", "MERGE"]
+            .iter()
+            .filter(|m| !m.eq_ignore_ascii_case(keep))
+            .map(|m| (format!("PAGEFOLD_{m}"), "0".to_string()))
+            .collect();
+        Setup::Pagefold { env }
+    };
+    let ksm = |pages_to_scan| Setup::Ksm { pages_to_scan, sleep_ms: 20 };
+    let setup = match name {
+        "plain" => Setup::Plain,
+        "pagefold" => Setup::Pagefold { env: Vec::new() },
+        "copy" | "zero" | "merge" => only(name),
+        "ksm" | "ksm-100" => ksm(100),
+        "ksm-1000" => ksm(1000),
+        "ksm-10000" => ksm(10000),
+        _ => {
+            let known: Vec<_> = CONFIG_NAMES.iter().map(|(n, _)| *n).collect();
+            return Err(format!("unknown configuration '{name}' (known: {})", known.join(", ")));
+        }
+    };
+    Ok(Config { name: name.to_string(), setup })
+}
+
+/// What to run and how to watch it.
+pub struct Invocation<'a> {
+    pub cmd: &'a [String],
+    pub preload: &'a Path,
+    /// Some: stdin fed from it, stdout and stderr captured. None: inherited.
+    pub input: Option<&'a [u8]>,
+    pub interval: Duration,
+}
+
+/// One measured run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    pub config: String,
+    pub exit_code: i32,
+    pub wall_s: f64,
+    pub cpu_s: f64,
+    /// ksmd's CPU time during the run (KSM configurations only).
+    pub ksmd_cpu_s: Option<f64>,
+    pub peak_bytes: u64,
+    pub average_bytes: u64,
+    pub samples: u64,
+    /// "pfn" (exact) or "pssproxy" (without root).
+    pub method: String,
+    /// The engine's statistics, one per process that used it.
+    pub engine: Vec<Value>,
+    /// Footprint over time: (ms since start, bytes).
+    pub timeline: Vec<(u64, u64)>,
+    #[serde(skip)]
+    pub stdout: Option<Vec<u8>>,
+    #[serde(skip)]
+    pub stderr: Option<Vec<u8>>,
+}
+
+/// Runs the program once under `config`. KSM configurations need `ksm` (the
+/// caller holds the guard across runs so the knobs are restored once, at the end).
+pub fn run(inv: &Invocation, config: &Config, ksm: Option<&KsmGuard>) -> Result<Outcome, String> {
+    let reports = tempdir()?;
+    let mut cmd = command(inv, &config.setup, &reports);
+    let ksmd_before = match &config.setup {
+        Setup::Ksm { pages_to_scan, sleep_ms } => {
+            let guard = ksm.ok_or("a KSM configuration needs root and the KSM guard")?;
+            start_ksm(guard, *pages_to_scan, *sleep_ms)?;
+            ksmd_cpu()
+        }
+        _ => None,
+    };
+    let result = run_command(&mut cmd, inv);
+    if let (Setup::Ksm { .. }, Some(guard)) = (&config.setup, ksm) {
+        // ksmd must not keep spending CPU during the next configuration's run.
+        let _ = guard.set("run", "0");
+    }
+    let engine = read_reports(&reports);
+    let _ = std::fs::remove_dir_all(&reports);
+    let (exit_code, wall, cpu, series, stdout, stderr) = result?;
+    let s = &series.summary;
+    Ok(Outcome {
+        config: config.name.clone(),
+        exit_code,
+        wall_s: wall.as_secs_f64(),
+        cpu_s: cpu.as_secs_f64(),
+        ksmd_cpu_s: ksmd_before.zip(ksmd_cpu()).map(|(a, b)| b.saturating_sub(a).as_secs_f64()),
+        peak_bytes: s.peak_bytes,
+        average_bytes: s.average_bytes,
+        samples: s.samples,
+        method: s.method.map(|m| format!("{m:?}").to_lowercase()).unwrap_or_else(|| "none".into()),
+        engine,
+        timeline: series.samples.iter().map(|f| (f.timestamp_ms, f.footprint_bytes)).collect(),
+        stdout,
+        stderr,
+    })
+}
+
+fn command(inv: &Invocation, setup: &Setup, reports: &Path) -> Command {
+    let mut cmd = Command::new(&inv.cmd[0]);
+    cmd.args(&inv.cmd[1..]);
+    match setup {
+        Setup::Plain => {}
+        Setup::Pagefold { env } => {
+            let mut ld = inv.preload.as_os_str().to_owned();
+            if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+                ld.push(":");
+                ld.push(old);
+            }
+            cmd.env("LD_PRELOAD", ld).env("PAGEFOLD_REPORT", reports.join("engine"));
+            cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        }
+        Setup::Ksm { .. } => unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(PR_SET_MEMORY_MERGE, 1, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        },
+    }
+    if inv.input.is_some() {
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    }
+    cmd
+}
+
+fn start_ksm(guard: &KsmGuard, pages_to_scan: u32, sleep_ms: u32) -> Result<(), String> {
+    let values = [("pages_to_scan", pages_to_scan.to_string()), ("sleep_millisecs", sleep_ms.to_string()), ("run", "1".into())];
+    for (k, v) in values {
+        guard.set(k, &v).map_err(|e| format!("setting KSM {k}: {e}"))?;
+    }
+    Ok(())
+}
+
+type Finished = (i32, Duration, Duration, Series, Option<Vec<u8>>, Option<Vec<u8>>);
+
+fn run_command(cmd: &mut Command, inv: &Invocation) -> Result<Finished, String> {
+    let t0 = Instant::now();
+    let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", inv.cmd[0]))?;
+    let pid = child.id();
+    let sampler = Sampler::spawn(pid, inv.interval, true);
+    let feeder = child.stdin.take().map(|mut w| {
+        let data = inv.input.unwrap_or_default().to_vec();
+        std::thread::spawn(move || {
+            let _ = w.write_all(&data);
+        })
+    });
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        pipe.map(|mut p| {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let _ = p.read_to_end(&mut buf);
+                buf
+            })
+        })
+    };
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let waited = wait_with_rusage(pid);
+    let wall = t0.elapsed();
+    let series = sampler.stop();
+    if let Some(f) = feeder {
+        let _ = f.join();
+    }
+    let stdout = out.map(|r| r.join().unwrap_or_default());
+    let stderr = err.map(|r| r.join().unwrap_or_default());
+    let (code, cpu) = waited?;
+    Ok((code, wall, cpu, series, stdout, stderr))
+}
+
+/// Waits for `pid`; its exit code (128 + signal if killed, as shells do) and
+/// the CPU time of it and every descendant it waited for.
+fn wait_with_rusage(pid: u32) -> Result<(i32, Duration), String> {
+    let mut status = 0;
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        let r = unsafe { libc::wait4(pid as i32, &mut status, 0, &mut ru) };
+        if r == pid as i32 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(format!("waiting for the command: {e}"));
+        }
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) };
+    Ok((code, tv(ru.ru_utime) + tv(ru.ru_stime)))
+}
+
+fn ksmd_cpu() -> Option<Duration> {
+    crate::timing::pid_cpu(crate::timing::find_pid_by_comm("ksmd")?)
+}
+
+fn read_reports(dir: &Path) -> Vec<Value> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut out: Vec<Value> = entries
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|s| serde_json::from_str(&s).ok())
+        .collect();
+    out.sort_by_key(|v| v["pid"].as_u64());
+    out
+}
+
+fn tempdir() -> Result<PathBuf, String> {
+    static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let base = std::env::temp_dir().join(format!("pagefold-run-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).map_err(|e| format!("creating {}: {e}", base.display()))?;
+    Ok(base)
+}
+
+/// The engine counters summed over every process that used it.
+pub fn engine_total(reports: &[Value]) -> Value {
+    let mut total = serde_json::Map::new();
+    for r in reports {
+        if let Some(stats) = r["stats"].as_object() {
+            add_numbers(&mut total, stats);
+        }
+    }
+    Value::Object(total)
+}
+
+fn add_numbers(total: &mut serde_json::Map<String, Value>, stats: &serde_json::Map<String, Value>) {
+    for (k, v) in stats {
+        match v {
+            Value::Number(n) => {
+                let sum = total.get(k).and_then(Value::as_u64).unwrap_or(0) + n.as_u64().unwrap_or(0);
+                total.insert(k.clone(), sum.into());
+            }
+            Value::Object(inner) => {
+                let mut sub = total.get(k).and_then(Value::as_object).cloned().unwrap_or_default();
+                add_numbers(&mut sub, inner);
+                total.insert(k.clone(), Value::Object(sub));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The preload library: the option, $PAGEFOLD_PRELOAD, or beside this program.
+pub fn find_preload(opt: Option<&Path>) -> Result<PathBuf, String> {
+    let candidate = match (opt, std::env::var_os("PAGEFOLD_PRELOAD")) {
+        (Some(p), _) => p.to_path_buf(),
+        (None, Some(p)) => PathBuf::from(p),
+        (None, None) => {
+            let exe = std::env::current_exe().map_err(|e| format!("locating pagefold: {e}"))?;
+            exe.with_file_name("libpagefold_preload.so")
+        }
+    };
+    if !candidate.is_file() {
+        return Err(format!(
+            "preload library {} not found (build it with `cargo build --release -p pagefold-preload`, or pass --preload)",
+            candidate.display()
+        ));
+    }
+    candidate.canonicalize().map_err(|e| format!("{}: {e}", candidate.display()))
+}
+
+/// `name` as the shell would find it.
+pub fn resolve(name: &str) -> Option<PathBuf> {
+    if name.contains('/') {
+        return Path::new(name).is_file().then(|| PathBuf::from(name));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+/// True unless `path` is an ELF file without a program interpreter (static):
+/// scripts run an interpreter that is itself checked by the kernel, not us.
+pub fn is_dynamic(path: &Path) -> bool {
+    let Ok(bytes) = std::fs::read(path) else { return true };
+    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" || bytes[4] != 2 {
+        return true;
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]) as usize;
+    let phoff = u64::from_le_bytes(bytes[0x20..0x28].try_into().unwrap_or_default()) as usize;
+    let (size, count) = (u16_at(0x36), u16_at(0x38));
+    (0..count).any(|i| {
+        let o = phoff + i * size;
+        bytes.get(o..o + 4).is_some_and(|t| u32::from_le_bytes(t.try_into().unwrap_or_default()) == 3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_config_parses_and_unknown_ones_do_not() {
+        for (name, _) in CONFIG_NAMES {
+            assert_eq!(parse_config(name).unwrap().name, *name);
+        }
+        let err = parse_config("turbo").unwrap_err();
+        assert!(err.contains("unknown configuration 'turbo'") && err.contains("ksm-10000"), "{err}");
+    }
+
+    #[test]
+    fn a_single_mechanism_switches_the_other_two_off() {
+        let Setup::Pagefold { env } = parse_config("zero").unwrap().setup else { panic!() };
+        assert_eq!(env, vec![("PAGEFOLD_COPY".to_string(), "0".to_string()), ("PAGEFOLD_MERGE".to_string(), "0".to_string())]);
+        assert_eq!(parse_config("ksm").unwrap().setup, Setup::Ksm { pages_to_scan: 100, sleep_ms: 20 });
+    }
+}
