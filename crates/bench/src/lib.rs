@@ -2,25 +2,33 @@
 //! engine's mechanisms cost and save, always next to what they replace
 //! (memcpy into fresh memory, the kernel's copy-on-write fault, the kernel's
 //! KSM) in the same run, and reports medians and ratios three ways: a human
-//! table on stdout, JSON (`--out`), and the generated sections of
+//! table on stdout, JSON (in `--out`), and the generated sections of
 //! docs/BENCHMARKS.md. It is a harness, not a timed test: a missed target is
 //! printed as MISS, it does not fail the command. A failed correctness check
 //! (bytes read back wrong after a copy or a fold) does: exit code 2.
 //!
 //! Suites: `micro` (per-page costs and scan throughput, see `micro`), `fold`
-//! (the 1 GiB fold against kernel KSM, see `fold` and `kernel_ksm`).
+//! (the 1 GiB fold against kernel KSM, see `fold` and `kernel_ksm`), and the
+//! workload suites `r` and `python`: real programs (see `workloads`) run
+//! under each configuration (see `program`), interleaved and summarised as
+//! ratios to plain (see `suite`), drawn (see `plot`).
 
 pub mod fold;
 pub mod kernel_ksm;
 pub mod ksm;
 pub mod mem;
+pub mod micro;
 pub mod plot;
 pub mod program;
-pub mod micro;
 pub mod report;
+pub mod suite;
 pub mod timing;
+pub mod workloads;
 
 use std::path::PathBuf;
+use std::time::Duration;
+
+use workloads::ProgramSuite;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Suite {
@@ -28,29 +36,60 @@ pub enum Suite {
     Micro,
     /// The 1 GiB fold: pagefold's scan against kernel KSM at several scan rates.
     Fold,
-    /// Both.
+    /// Micro and fold.
     All,
+    /// The R workloads (bench/r) under every configuration.
+    R,
+    /// The Python/numpy workloads (bench/python) under every configuration.
+    Python,
 }
 
-/// Measure the engine next to what it replaces (memcpy, the kernel's CoW fault, KSM): print tables,
-/// write JSON and the generated sections of docs/BENCHMARKS.md.
+/// Measure the engine next to what it replaces (memcpy, the kernel's CoW fault, KSM), and real
+/// programs under pagefold, plain and kernel KSM: print tables, write JSON, markdown and charts.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Which suite to run.
-    #[arg(long, value_enum, default_value_t = Suite::All)]
-    pub suite: Suite,
-    /// Fewer runs and only the aggressive KSM setting (capped at 30 s): under 2 minutes.
+    /// Suites to run, comma-separated or repeated: micro, fold, all (= micro,fold), r, python.
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 1.., default_value = "all")]
+    pub suite: Vec<Suite>,
+    /// Fewer runs (3 for micro/fold, 1 for workload suites) and only the aggressive KSM setting
+    /// for the fold.
     #[arg(long)]
     pub quick: bool,
-    /// Runs per measurement (medians are taken over them); default 5, or 3 with --quick.
+    /// Runs per measurement (medians are taken over them); default 5 (micro, fold) or 3 (workload
+    /// suites); --quick: 3 or 1.
     #[arg(long)]
     pub runs: Option<usize>,
-    /// JSON results file; the suites run now replace their key, the others are kept.
-    #[arg(long, default_value = "docs/bench-results.json")]
+    /// Configurations of the workload suites, comma-separated: plain, pagefold, copy, zero, merge,
+    /// ksm-100, ksm-1000, ksm-10000 (KSM ones need root; its knobs are restored afterwards).
+    #[arg(long, value_delimiter = ',', default_value = "plain,pagefold,copy,zero,merge,ksm-100,ksm-1000,ksm-10000")]
+    pub configs: Vec<String>,
+    /// Only these workloads of the workload suites (comma-separated names, e.g. glmnet,gbm).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Where the workload programs live (r/*.R, python/*.py).
+    #[arg(long, default_value = "bench")]
+    pub workloads: PathBuf,
+    /// Workloads whose memory over time is drawn (default: the four pagefold changes most).
+    #[arg(long, value_delimiter = ',')]
+    pub timelines: Vec<String>,
+    /// Footprint sampling interval of workload runs, in milliseconds.
+    #[arg(long, default_value_t = 50)]
+    pub interval: u64,
+    /// A workload run still going after this many seconds is killed and reported as failed.
+    #[arg(long, default_value_t = 900)]
+    pub timeout: u64,
+    /// The preload library (default: libpagefold_preload.so beside this program).
+    #[arg(long)]
+    pub preload: Option<PathBuf>,
+    /// Results directory: bench-results.json (micro, fold) and results/SUITE.{json,md,png}.
+    #[arg(long, default_value = "docs")]
     pub out: PathBuf,
-    /// Markdown file whose generated sections are rewritten; "-" leaves it alone.
+    /// Markdown file whose generated sections (micro, fold) are rewritten; "-" leaves it alone.
     #[arg(long, default_value = "docs/BENCHMARKS.md")]
     pub doc: PathBuf,
+    /// Markdown file whose generated sections (one per workload suite) are rewritten; "-" leaves it alone.
+    #[arg(long, default_value = "docs/RESULTS.md")]
+    pub results_doc: PathBuf,
 }
 
 /// How much to measure.
@@ -67,13 +106,14 @@ impl Plan {
     }
 }
 
-/// Runs the chosen suites; exit code 0, 1 on an error (files, KSM), 2 if the
-/// engine failed a correctness check.
+/// Runs the chosen suites; exit code 0, 1 on an error (files, KSM, a missing
+/// interpreter), 2 if the engine failed a correctness check or a workload's
+/// output differed from plain.
 pub fn run(a: Args) -> i32 {
     match run_suites(&a) {
         Ok(true) => 0,
         Ok(false) => {
-            eprintln!("bench: the engine FAILED a correctness check (see 'verified' above)");
+            eprintln!("bench: a correctness check FAILED (see 'verified' or DIFFERS above)");
             2
         }
         Err(e) => {
@@ -86,22 +126,60 @@ pub fn run(a: Args) -> i32 {
 /// Returns whether every correctness check passed.
 fn run_suites(a: &Args) -> anyhow::Result<bool> {
     let plan = Plan::from_args(a);
+    let has = |s: Suite| a.suite.contains(&s) || (a.suite.contains(&Suite::All) && matches!(s, Suite::Micro | Suite::Fold));
     let mut all_verified = true;
-    if matches!(a.suite, Suite::Micro | Suite::All) {
+    if has(Suite::Micro) {
         let machine = report::Machine::probe(&plan);
         let results = micro::run(&plan);
         all_verified &= micro_verified(&results);
         let markdown = report::micro_markdown(&results, &machine);
         publish(a, "micro", &markdown, serde_json::json!({ "machine": machine, "results": results }))?;
     }
-    if matches!(a.suite, Suite::Fold | Suite::All) {
+    if has(Suite::Fold) {
         let machine = report::Machine::probe(&plan);
         let results = fold::run(&plan);
         all_verified &= results.engine.verified;
         let markdown = report::fold_markdown(&results, &machine);
         publish(a, "fold", &markdown, serde_json::json!({ "machine": machine, "results": results }))?;
     }
+    for (s, ps) in [(Suite::R, ProgramSuite::R), (Suite::Python, ProgramSuite::Python)] {
+        if has(s) {
+            all_verified &= program_suite(a, ps)?;
+        }
+    }
     Ok(all_verified)
+}
+
+/// Runs one workload suite and publishes it; false if an output differed.
+fn program_suite(a: &Args, ps: ProgramSuite) -> anyhow::Result<bool> {
+    let configs = a.configs.iter().map(|c| program::parse_config(c)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+    let workloads = workloads::discover(ps, &a.workloads, &a.only).map_err(anyhow::Error::msg)?;
+    let preload = program::find_preload(a.preload.as_deref()).map_err(anyhow::Error::msg)?;
+    let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 }).max(1);
+    let plan = suite::SuitePlan {
+        suite: ps.name(),
+        workloads: &workloads,
+        configs: &configs,
+        runs,
+        preload: &preload,
+        interval: Duration::from_millis(a.interval.max(1)),
+        timeout: Some(Duration::from_secs(a.timeout.max(1))),
+    };
+    eprintln!("bench: suite {}: {} workloads x {} configurations x {runs} runs", ps.name(), workloads.len(), configs.len());
+    let result = suite::run(&plan).map_err(anyhow::Error::msg)?;
+    let markdown = suite::markdown(&result);
+    println!("\n## pagefold bench: {}\n\n{markdown}", ps.name());
+    let dir = a.out.join("results");
+    let files = suite::publish(&result, &dir, &a.timelines).map_err(anyhow::Error::msg)?;
+    for f in &files {
+        eprintln!("bench: wrote {}", f.display());
+    }
+    if a.results_doc.as_os_str() != "-" {
+        let section = suite::doc_section(&result, &files, &a.results_doc);
+        report::update_doc(&a.results_doc, ps.name(), &section)?;
+        eprintln!("bench: {} section regenerated in {}", ps.name(), a.results_doc.display());
+    }
+    Ok(result.all_identical)
 }
 
 fn micro_verified(m: &micro::MicroResults) -> bool {
@@ -112,8 +190,9 @@ fn micro_verified(m: &micro::MicroResults) -> bool {
 /// Prints the section and writes it to the JSON file and the doc.
 fn publish(a: &Args, suite: &str, markdown: &str, json: serde_json::Value) -> anyhow::Result<()> {
     println!("\n## pagefold bench: {suite}\n\n{markdown}");
-    report::update_json(&a.out, suite, json)?;
-    eprintln!("bench: {suite} results written to {}", a.out.display());
+    let path = a.out.join("bench-results.json");
+    report::update_json(&path, suite, json)?;
+    eprintln!("bench: {suite} results written to {}", path.display());
     if a.doc.as_os_str() != "-" {
         report::update_doc(&a.doc, suite, markdown)?;
         eprintln!("bench: {suite} section regenerated in {}", a.doc.display());

@@ -90,13 +90,18 @@ pub struct Invocation<'a> {
     /// Some: stdin fed from it, stdout and stderr captured. None: inherited.
     pub input: Option<&'a [u8]>,
     pub interval: Duration,
+    /// Killed (SIGKILL to the whole process group) after this long.
+    pub timeout: Option<Duration>,
 }
 
 /// One measured run.
 #[derive(Clone, Debug, Serialize)]
 pub struct Outcome {
     pub config: String,
+    /// 128 + signal if killed, as shells report it.
     pub exit_code: i32,
+    /// Killed after `Invocation::timeout`.
+    pub timed_out: bool,
     pub wall_s: f64,
     pub cpu_s: f64,
     /// ksmd's CPU time during the run (KSM configurations only).
@@ -136,11 +141,12 @@ pub fn run(inv: &Invocation, config: &Config, ksm: Option<&KsmGuard>) -> Result<
     }
     let engine = read_reports(&reports);
     let _ = std::fs::remove_dir_all(&reports);
-    let (exit_code, wall, cpu, series, stdout, stderr) = result?;
+    let Finished { code, wall, cpu, series, stdout, stderr, timed_out } = result?;
     let s = &series.summary;
     Ok(Outcome {
         config: config.name.clone(),
-        exit_code,
+        exit_code: code,
+        timed_out,
         wall_s: wall.as_secs_f64(),
         cpu_s: cpu.as_secs_f64(),
         ksmd_cpu_s: ksmd_before.zip(ksmd_cpu()).map(|(a, b)| b.saturating_sub(a).as_secs_f64()),
@@ -181,6 +187,10 @@ fn command(inv: &Invocation, setup: &Setup, reports: &Path) -> Command {
     if inv.input.is_some() {
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     }
+    if inv.timeout.is_some() {
+        // Its own process group, so a timeout kills every descendant too.
+        cmd.process_group(0);
+    }
     cmd
 }
 
@@ -192,7 +202,15 @@ fn start_ksm(guard: &KsmGuard, pages_to_scan: u32, sleep_ms: u32) -> Result<(), 
     Ok(())
 }
 
-type Finished = (i32, Duration, Duration, Series, Option<Vec<u8>>, Option<Vec<u8>>);
+struct Finished {
+    code: i32,
+    wall: Duration,
+    cpu: Duration,
+    series: Series,
+    stdout: Option<Vec<u8>>,
+    stderr: Option<Vec<u8>>,
+    timed_out: bool,
+}
 
 fn run_command(cmd: &mut Command, inv: &Invocation) -> Result<Finished, String> {
     let t0 = Instant::now();
@@ -216,8 +234,10 @@ fn run_command(cmd: &mut Command, inv: &Invocation) -> Result<Finished, String> 
     };
     let out = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
     let err = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let watchdog = inv.timeout.map(|limit| Watchdog::start(pid, limit));
     let waited = wait_with_rusage(pid);
     let wall = t0.elapsed();
+    let timed_out = watchdog.is_some_and(Watchdog::stop);
     let series = sampler.stop();
     if let Some(f) = feeder {
         let _ = f.join();
@@ -225,7 +245,40 @@ fn run_command(cmd: &mut Command, inv: &Invocation) -> Result<Finished, String> 
     let stdout = out.map(|r| r.join().unwrap_or_default());
     let stderr = err.map(|r| r.join().unwrap_or_default());
     let (code, cpu) = waited?;
-    Ok((code, wall, cpu, series, stdout, stderr))
+    Ok(Finished { code, wall, cpu, series, stdout, stderr, timed_out })
+}
+
+/// Kills a process group that outlives its time limit.
+struct Watchdog {
+    done: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    fired: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Watchdog {
+    fn start(pid: u32, limit: Duration) -> Watchdog {
+        let done = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (d, f) = (done.clone(), fired.clone());
+        let thread = std::thread::spawn(move || {
+            let (lock, cv) = &*d;
+            let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let (finished, _) = cv.wait_timeout_while(guard, limit, |finished| !*finished).unwrap_or_else(|e| e.into_inner());
+            if !*finished {
+                f.store(true, std::sync::atomic::Ordering::SeqCst);
+                unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+            }
+        });
+        Watchdog { done, fired, thread }
+    }
+
+    /// True if it had to kill.
+    fn stop(self) -> bool {
+        *self.done.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.done.1.notify_all();
+        let _ = self.thread.join();
+        self.fired.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// Waits for `pid`; its exit code (128 + signal if killed, as shells do) and

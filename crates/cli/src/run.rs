@@ -68,7 +68,7 @@ fn run_checked(a: &Args) -> Result<i32, String> {
         pagefold_bench::plot::check_target(p)?;
     }
     let interval = Duration::from_millis(a.interval.max(1));
-    let mut inv = Invocation { cmd: &a.cmd, preload: &preload, input: None, interval };
+    let mut inv = Invocation { cmd: &a.cmd, preload: &preload, input: None, interval, timeout: None };
     if !a.compare {
         let r = program::run(&inv, &config(if use_preload { "pagefold" } else { "plain" }), None)?;
         emit(a, &[r.summary_ref()], None)?;

@@ -1,0 +1,513 @@
+//! Workload suites: every program of a suite under every configuration, the
+//! whole set repeated `runs` times with the configurations interleaved inside
+//! each repetition, so drift of a shared machine hits all of them alike.
+//!
+//! What is compared is always a ratio of medians taken in the same
+//! invocation: for each workload and configuration the median (and min-max)
+//! of average footprint, peak footprint, wall time and CPU time (the process
+//! tree's, plus ksmd's for KSM), divided by plain's median; over workloads the
+//! geometric mean of those ratios (the R paper's Tables 3-4). Every run's
+//! output and exit code is compared with the first plain run's: a difference
+//! is flagged in the tables and makes the command fail, because a footprint
+//! bought with a wrong result is not a saving.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::ksm::KsmGuard;
+use crate::program::{self, engine_total, Config, Invocation, Outcome, Setup};
+use crate::workloads::Workload;
+
+/// Median, min and max of one quantity over the runs.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    pub fn of(values: &[f64]) -> Spread {
+        if values.is_empty() {
+            return Spread { median: f64::NAN, min: f64::NAN, max: f64::NAN };
+        }
+        Spread {
+            median: crate::timing::median(values),
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+
+    /// Each bound divided by `base` (a ratio to plain's median).
+    fn over(self, base: f64) -> Spread {
+        Spread { median: self.median / base, min: self.min / base, max: self.max / base }
+    }
+}
+
+/// One configuration of one workload over all runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConfigStats {
+    pub config: String,
+    pub runs: usize,
+    pub average_mib: Spread,
+    pub peak_mib: Spread,
+    pub wall_s: Spread,
+    /// The tree's CPU plus ksmd's.
+    pub cpu_s: Spread,
+    pub ksmd_cpu_s: Spread,
+    /// Ratios to plain's medians (1.0 for plain itself).
+    pub average_ratio: Spread,
+    pub peak_ratio: Spread,
+    pub wall_ratio: Spread,
+    pub cpu_ratio: Spread,
+    /// Every run printed what the first plain run printed and exited alike.
+    pub identical: bool,
+    pub failed_runs: usize,
+    /// Engine counters summed over processes, median over runs.
+    pub engine: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkloadResult {
+    pub name: String,
+    pub cmd: Vec<String>,
+    pub stats: Vec<ConfigStats>,
+    /// Every run, in the order they ran (timelines kept for the first repetition only).
+    pub outcomes: Vec<Outcome>,
+}
+
+/// Geometric means over workloads of one configuration's ratios.
+#[derive(Clone, Debug, Serialize)]
+pub struct Geomean {
+    pub config: String,
+    pub average_ratio: f64,
+    pub peak_ratio: f64,
+    pub wall_ratio: f64,
+    pub cpu_ratio: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SuiteResult {
+    pub suite: String,
+    pub configs: Vec<String>,
+    pub runs: usize,
+    pub interval_ms: u64,
+    pub workloads: Vec<WorkloadResult>,
+    pub geomeans: Vec<Geomean>,
+    /// True if every run of every workload matched plain.
+    pub all_identical: bool,
+}
+
+/// How to run a suite.
+pub struct SuitePlan<'a> {
+    pub suite: &'a str,
+    pub workloads: &'a [Workload],
+    pub configs: &'a [Config],
+    pub runs: usize,
+    pub preload: &'a Path,
+    pub interval: Duration,
+    pub timeout: Option<Duration>,
+}
+
+/// Runs everything; an error only for what stops the whole suite (KSM
+/// unavailable, a program that cannot be started).
+pub fn run(plan: &SuitePlan) -> Result<SuiteResult, String> {
+    let needs_ksm = plan.configs.iter().any(|c| matches!(c.setup, Setup::Ksm { .. }));
+    let guard = if needs_ksm { Some(KsmGuard::acquire().map_err(|e| format!("KSM configurations need root and {}: {e}", crate::ksm::KSM_DIR))?) } else { None };
+    let total = (plan.runs * plan.workloads.len() * plan.configs.len()) as u64;
+    let bar = progress(total);
+    let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); plan.workloads.len()];
+    for rep in 0..plan.runs {
+        for (w, wl) in plan.workloads.iter().enumerate() {
+            for cfg in plan.configs {
+                bar.set_message(format!("run {}/{} {} under {}", rep + 1, plan.runs, wl.name, cfg.name));
+                let inv = Invocation { cmd: &wl.cmd, preload: plan.preload, input: Some(&[]), interval: plan.interval, timeout: plan.timeout };
+                let mut o = program::run(&inv, cfg, guard.as_ref())?;
+                bar.println(run_line(&wl.name, rep, &o));
+                if o.exit_code != 0 {
+                    bar.println(failure_tail(&o));
+                }
+                if rep > 0 {
+                    o.timeline = Vec::new();
+                }
+                outcomes[w].push(o);
+                bar.inc(1);
+            }
+        }
+    }
+    bar.finish_and_clear();
+    drop(guard);
+    let names: Vec<String> = plan.configs.iter().map(|c| c.name.clone()).collect();
+    let workloads = plan
+        .workloads
+        .iter()
+        .zip(outcomes)
+        .map(|(wl, runs)| WorkloadResult { name: wl.name.clone(), cmd: wl.cmd.clone(), stats: summarize(&names, &runs), outcomes: runs })
+        .collect();
+    Ok(assemble(plan.suite, names, plan.runs, plan.interval, workloads))
+}
+
+fn progress(total: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(total);
+    let style = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} runs, ETA {eta} {msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar
+}
+
+fn run_line(workload: &str, rep: usize, o: &Outcome) -> String {
+    format!(
+        "  {workload:<16} {:<10} run {}: avg {:>7.1} MiB, peak {:>7.1} MiB, wall {:>6.2} s, cpu {:>6.2} s{}, exit {}",
+        o.config,
+        rep + 1,
+        mib(o.average_bytes),
+        mib(o.peak_bytes),
+        o.wall_s,
+        o.cpu_s,
+        o.ksmd_cpu_s.map(|k| format!(" + ksmd {k:.2} s")).unwrap_or_default(),
+        o.exit_code
+    )
+}
+
+fn failure_tail(o: &Outcome) -> String {
+    let err = String::from_utf8_lossy(o.stderr.as_deref().unwrap_or_default()).into_owned();
+    let lines: Vec<&str> = err.lines().rev().take(5).collect();
+    let tail: Vec<&str> = lines.into_iter().rev().collect();
+    let why = if o.timed_out { ", killed at the time limit" } else { "" };
+    format!("    FAILED under {} (exit {}{why}); stderr ends:\n      {}", o.config, o.exit_code, tail.join("\n      "))
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
+
+/// Per-configuration statistics of one workload's runs. Plain (or, without
+/// plain, the first configuration) is the base of every ratio and the
+/// reference output.
+pub fn summarize(configs: &[String], runs: &[Outcome]) -> Vec<ConfigStats> {
+    let base_name = configs.iter().find(|c| *c == "plain").unwrap_or(&configs[0]);
+    let reference = runs.iter().find(|o| &o.config == base_name);
+    let of = |name: &str| runs.iter().filter(|o| o.config == name).collect::<Vec<_>>();
+    let spread = |name: &str, f: &dyn Fn(&Outcome) -> f64| Spread::of(&of(name).into_iter().map(f).collect::<Vec<_>>());
+    let total_cpu = |o: &Outcome| o.cpu_s + o.ksmd_cpu_s.unwrap_or(0.0);
+    let base_avg = spread(base_name, &|o| mib(o.average_bytes)).median;
+    let base_peak = spread(base_name, &|o| mib(o.peak_bytes)).median;
+    let base_wall = spread(base_name, &|o| o.wall_s).median;
+    let base_cpu = spread(base_name, &total_cpu).median;
+    configs
+        .iter()
+        .map(|c| {
+            let average = spread(c, &|o| mib(o.average_bytes));
+            let peak = spread(c, &|o| mib(o.peak_bytes));
+            let wall = spread(c, &|o| o.wall_s);
+            let cpu = spread(c, &total_cpu);
+            ConfigStats {
+                config: c.clone(),
+                runs: of(c).len(),
+                average_mib: average,
+                peak_mib: peak,
+                wall_s: wall,
+                cpu_s: cpu,
+                ksmd_cpu_s: spread(c, &|o| o.ksmd_cpu_s.unwrap_or(0.0)),
+                average_ratio: average.over(base_avg),
+                peak_ratio: peak.over(base_peak),
+                wall_ratio: wall.over(base_wall),
+                cpu_ratio: cpu.over(base_cpu),
+                identical: reference.is_some_and(|r| of(c).iter().all(|o| o.stdout == r.stdout && o.exit_code == r.exit_code)),
+                failed_runs: of(c).iter().filter(|o| o.exit_code != 0).count(),
+                engine: median_counters(&of(c)),
+            }
+        })
+        .collect()
+}
+
+/// Each top-level engine counter's median over the runs that used the engine.
+fn median_counters(runs: &[&Outcome]) -> serde_json::Map<String, serde_json::Value> {
+    let totals: Vec<_> = runs.iter().filter(|o| !o.engine.is_empty()).map(|o| engine_total(&o.engine)).collect();
+    let mut out = serde_json::Map::new();
+    let Some(first) = totals.first().and_then(|t| t.as_object()) else { return out };
+    for key in first.keys() {
+        let values: Vec<f64> = totals.iter().filter_map(|t| t[key].as_f64()).collect();
+        if values.len() == totals.len() {
+            out.insert(key.clone(), serde_json::json!(crate::timing::median(&values)));
+        }
+    }
+    out
+}
+
+/// Geometric mean of the positive, finite values; NaN if there are none.
+pub fn geomean(values: &[f64]) -> f64 {
+    let good: Vec<f64> = values.iter().copied().filter(|v| v.is_finite() && *v > 0.0).collect();
+    if good.is_empty() {
+        return f64::NAN;
+    }
+    (good.iter().map(|v| v.ln()).sum::<f64>() / good.len() as f64).exp()
+}
+
+pub fn assemble(suite: &str, configs: Vec<String>, runs: usize, interval: Duration, workloads: Vec<WorkloadResult>) -> SuiteResult {
+    let geomeans = configs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let g = |f: &dyn Fn(&ConfigStats) -> f64| geomean(&workloads.iter().map(|w| f(&w.stats[i])).collect::<Vec<_>>());
+            Geomean {
+                config: c.clone(),
+                average_ratio: g(&|s| s.average_ratio.median),
+                peak_ratio: g(&|s| s.peak_ratio.median),
+                wall_ratio: g(&|s| s.wall_ratio.median),
+                cpu_ratio: g(&|s| s.cpu_ratio.median),
+            }
+        })
+        .collect();
+    let all_identical = workloads.iter().all(|w| w.stats.iter().all(|s| s.identical));
+    SuiteResult { suite: suite.to_string(), configs, runs, interval_ms: interval.as_millis() as u64, workloads, geomeans, all_identical }
+}
+
+/// The suite's markdown: one table per quantity, workloads down, configurations across.
+pub fn markdown(r: &SuiteResult) -> String {
+    let mut out = format!(
+        "Suite `{}`: {} workloads x {} configurations x {} runs, interleaved; footprint sampled every {} ms. \
+         First column: plain's median [min-max]; others: median ratio to plain's median [min-max of the ratio]. \
+         Last row: geometric mean of the median ratios.\n\n",
+        r.suite,
+        r.workloads.len(),
+        r.configs.len(),
+        r.runs,
+        r.interval_ms
+    );
+    let tables: [(&str, &dyn Fn(&ConfigStats) -> (Spread, Spread), &dyn Fn(&Geomean) -> f64, &str); 4] = [
+        ("Average footprint", &|s| (s.average_mib, s.average_ratio), &|g| g.average_ratio, "MiB"),
+        ("Peak footprint", &|s| (s.peak_mib, s.peak_ratio), &|g| g.peak_ratio, "MiB"),
+        ("Wall time", &|s| (s.wall_s, s.wall_ratio), &|g| g.wall_ratio, "s"),
+        ("CPU time (process tree + ksmd)", &|s| (s.cpu_s, s.cpu_ratio), &|g| g.cpu_ratio, "s"),
+    ];
+    for (title, cell, geo, unit) in tables {
+        out += &format!("**{title}**\n\n| workload |");
+        for (i, c) in r.configs.iter().enumerate() {
+            out += &if i == 0 { format!(" {c} ({unit}) |") } else { format!(" {c} |") };
+        }
+        out += "\n|---|";
+        out += &"---:|".repeat(r.configs.len());
+        out.push('\n');
+        for w in &r.workloads {
+            out += &format!("| {} |", w.name);
+            for (i, s) in w.stats.iter().enumerate() {
+                let (abs, ratio) = cell(s);
+                let flag = if s.identical { "" } else { " **DIFFERS**" };
+                out += &if i == 0 { format!(" {} |", fmt_spread(abs, 1)) } else { format!(" {}{flag} |", fmt_spread(ratio, 2)) };
+            }
+            out.push('\n');
+        }
+        out += "| **geomean** |";
+        for (i, g) in r.geomeans.iter().enumerate() {
+            out += &if i == 0 { " |".to_string() } else { format!(" **{:.3}** |", geo(g)) };
+        }
+        out += "\n\n";
+    }
+    out += &engine_table(r);
+    out += &if r.all_identical {
+        "Outputs: every run of every workload printed exactly what plain printed.\n".to_string()
+    } else {
+        "Outputs: **some runs differ from plain** (marked DIFFERS above).\n".to_string()
+    };
+    out
+}
+
+fn fmt_spread(s: Spread, digits: usize) -> String {
+    if !s.median.is_finite() {
+        return "-".into();
+    }
+    format!("{:.d$} [{:.d$}-{:.d$}]", s.median, s.min, s.max, d = digits)
+}
+
+/// What the engine did under the all-mechanisms configuration, per workload.
+fn engine_table(r: &SuiteResult) -> String {
+    let Some(i) = r.configs.iter().position(|c| c == "pagefold") else { return String::new() };
+    let mut out = String::from(
+        "**What the engine did** (configuration `pagefold`, medians over runs, summed over the processes of a run)\n\n\
+         | workload | pages shared by copy | zero pages folded | pages merged | MiB copied plainly | scans | scan CPU (s) | fallbacks |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for w in &r.workloads {
+        let e = &w.stats[i].engine;
+        let n = |k: &str| e.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
+        let fallbacks: u64 = w.outcomes.iter().filter(|o| o.config == "pagefold").map(|o| fallback_count(&engine_total(&o.engine))).max().unwrap_or(0);
+        out += &format!(
+            "| {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.0} | {:.2} | {} |\n",
+            w.name,
+            n("pages_shared_by_copy"),
+            n("zero_folded"),
+            n("merged"),
+            n("bytes_copied_plain") / (1024.0 * 1024.0),
+            n("scans"),
+            n("scan_cpu_ns") / 1e9,
+            fallbacks
+        );
+    }
+    out.push('\n');
+    out
+}
+
+fn fallback_count(total: &serde_json::Value) -> u64 {
+    total["fallbacks"].as_object().map(|m| m.values().filter_map(|v| v.as_u64()).sum()).unwrap_or(0)
+}
+
+/// Writes JSON, markdown and charts for the suite into `dir`; returns the
+/// files written. Timelines are drawn for `timelines` workloads, or else for
+/// the four where pagefold's average footprint differs most from plain's.
+pub fn publish(r: &SuiteResult, dir: &Path, timelines: &[String]) -> Result<Vec<std::path::PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut files = Vec::new();
+    let json_path = dir.join(format!("{}.json", r.suite));
+    let json = serde_json::to_string_pretty(r).map_err(|e| e.to_string())?;
+    std::fs::write(&json_path, json + "\n").map_err(|e| format!("{}: {e}", json_path.display()))?;
+    files.push(json_path);
+    let md_path = dir.join(format!("{}.md", r.suite));
+    std::fs::write(&md_path, markdown(r)).map_err(|e| format!("{}: {e}", md_path.display()))?;
+    files.push(md_path);
+    files.extend(charts(r, dir, timelines)?);
+    Ok(files)
+}
+
+/// The section of the results document: the tables and the charts, linked
+/// relative to the document.
+pub fn doc_section(r: &SuiteResult, files: &[std::path::PathBuf], doc: &Path) -> String {
+    let base = doc.parent().unwrap_or(Path::new(""));
+    let mut out = markdown(r);
+    out.push('\n');
+    for f in files.iter().filter(|f| f.extension().is_some_and(|e| e == "png")) {
+        let rel = f.strip_prefix(base).unwrap_or(f);
+        let name = f.file_stem().unwrap_or_default().to_string_lossy();
+        out += &format!("![{name}]({})\n\n", rel.display());
+    }
+    out
+}
+
+fn charts(r: &SuiteResult, dir: &Path, timelines: &[String]) -> Result<Vec<std::path::PathBuf>, String> {
+    let names: Vec<String> = r.workloads.iter().map(|w| w.name.clone()).collect();
+    let col = |f: &dyn Fn(&ConfigStats) -> f64| r.workloads.iter().map(|w| w.stats.iter().map(f).collect()).collect();
+    let zeros = col(&|_| 0.0);
+    let memory = dir.join(format!("{}-memory.png", r.suite));
+    let bars = crate::plot::Bars {
+        title: &format!("{}: average footprint relative to plain", r.suite),
+        y_desc: "average footprint / plain",
+        workloads: &names,
+        configs: &r.configs,
+        values: col(&|s| s.average_ratio.median),
+        stacked: zeros,
+    };
+    crate::plot::relative_bars(&memory, &bars)?;
+    let runtime = dir.join(format!("{}-runtime.png", r.suite));
+    let plain_wall: Vec<f64> = r.workloads.iter().map(|w| w.stats[0].wall_s.median).collect();
+    let bars = crate::plot::Bars {
+        title: &format!("{}: wall time relative to plain (dark: ksmd CPU)", r.suite),
+        y_desc: "wall time / plain",
+        workloads: &names,
+        configs: &r.configs,
+        values: col(&|s| s.wall_ratio.median),
+        stacked: r.workloads.iter().zip(&plain_wall).map(|(w, base)| w.stats.iter().map(|s| s.ksmd_cpu_s.median / base).collect()).collect(),
+    };
+    crate::plot::relative_bars(&runtime, &bars)?;
+    let mut files = vec![memory, runtime];
+    for w in pick_timelines(r, timelines) {
+        let path = dir.join(format!("{}-timeline-{}.png", r.suite, w.name));
+        let series: Vec<_> = w.outcomes.iter().filter(|o| !o.timeline.is_empty()).map(|o| (o.config.clone(), o.timeline.clone())).collect();
+        crate::plot::memory_over_time(&path, &format!("{}: footprint over time (first run)", w.name), &series)?;
+        files.push(path);
+    }
+    Ok(files)
+}
+
+fn pick_timelines<'a>(r: &'a SuiteResult, chosen: &[String]) -> Vec<&'a WorkloadResult> {
+    if !chosen.is_empty() {
+        return r.workloads.iter().filter(|w| chosen.contains(&w.name)).collect();
+    }
+    let Some(i) = r.configs.iter().position(|c| c == "pagefold") else { return Vec::new() };
+    let mut by_gap: Vec<_> = r.workloads.iter().map(|w| (w.stats[0].average_mib.median - w.stats[i].average_mib.median, w)).collect();
+    by_gap.sort_by(|a, b| b.0.total_cmp(&a.0));
+    by_gap.into_iter().take(4).map(|(_, w)| w).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(config: &str, avg_mib: u64, wall: f64, out: &str) -> Outcome {
+        Outcome {
+            config: config.into(),
+            exit_code: 0,
+            timed_out: false,
+            wall_s: wall,
+            cpu_s: wall,
+            ksmd_cpu_s: (config.starts_with("ksm")).then_some(0.5),
+            peak_bytes: avg_mib * 2 << 20,
+            average_bytes: avg_mib << 20,
+            samples: 10,
+            method: "pfn".into(),
+            engine: Vec::new(),
+            timeline: Vec::new(),
+            stdout: Some(out.as_bytes().to_vec()),
+            stderr: Some(Vec::new()),
+        }
+    }
+
+    fn configs() -> Vec<String> {
+        vec!["plain".into(), "pagefold".into(), "ksm-100".into()]
+    }
+
+    #[test]
+    fn ratios_are_medians_over_plain_median_and_ksmd_counts_as_cpu() {
+        let runs = vec![
+            outcome("plain", 100, 10.0, "x"),
+            outcome("pagefold", 50, 11.0, "x"),
+            outcome("ksm-100", 90, 10.0, "x"),
+            outcome("plain", 120, 12.0, "x"),
+            outcome("pagefold", 60, 9.0, "x"),
+            outcome("ksm-100", 80, 10.0, "x"),
+            outcome("plain", 110, 11.0, "x"),
+            outcome("pagefold", 55, 10.0, "x"),
+            outcome("ksm-100", 70, 10.0, "x"),
+        ];
+        let s = summarize(&configs(), &runs);
+        assert_eq!(s[0].average_mib, Spread { median: 110.0, min: 100.0, max: 120.0 });
+        assert_eq!(s[0].average_ratio.median, 1.0);
+        assert!((s[1].average_ratio.median - 0.5).abs() < 1e-12);
+        assert!((s[1].average_ratio.min - 50.0 / 110.0).abs() < 1e-12);
+        assert!((s[1].wall_ratio.median - 10.0 / 11.0).abs() < 1e-12);
+        assert!((s[2].cpu_ratio.median - 10.5 / 11.0).abs() < 1e-12, "ksmd's 0.5 s is added to KSM's CPU");
+        assert!(s.iter().all(|c| c.identical && c.runs == 3 && c.failed_runs == 0));
+    }
+
+    #[test]
+    fn an_output_that_differs_from_plain_is_flagged() {
+        let mut bad = outcome("pagefold", 50, 10.0, "y");
+        let runs = vec![outcome("plain", 100, 10.0, "x"), bad.clone(), outcome("ksm-100", 90, 10.0, "x")];
+        let s = summarize(&configs(), &runs);
+        assert!(s[0].identical && !s[1].identical && s[2].identical);
+        bad.stdout = Some(b"x".to_vec());
+        bad.exit_code = 1;
+        let s = summarize(&configs(), &[outcome("plain", 100, 10.0, "x"), bad, outcome("ksm-100", 90, 10.0, "x")]);
+        assert!(!s[1].identical && s[1].failed_runs == 1, "a different exit code is a different result");
+        let wl = WorkloadResult { name: "w".into(), cmd: vec![], stats: s, outcomes: vec![] };
+        let r = assemble("t", configs(), 1, Duration::from_millis(50), vec![wl]);
+        assert!(!r.all_identical);
+        assert!(markdown(&r).contains("DIFFERS"));
+    }
+
+    #[test]
+    fn geomean_of_ratios() {
+        assert!((geomean(&[0.5, 2.0]) - 1.0).abs() < 1e-12);
+        assert!((geomean(&[0.25, 1.0, f64::NAN]) - 0.5).abs() < 1e-12, "NaN (a missing run) is left out");
+        assert!(geomean(&[]).is_nan());
+        let w = |n: &str, a: u64| WorkloadResult {
+            name: n.into(),
+            cmd: vec![],
+            stats: summarize(&configs(), &[outcome("plain", 100, 1.0, ""), outcome("pagefold", a, 1.0, ""), outcome("ksm-100", 100, 1.0, "")]),
+            outcomes: vec![],
+        };
+        let r = assemble("t", configs(), 1, Duration::from_millis(50), vec![w("a", 25), w("b", 100)]);
+        assert!((r.geomeans[1].average_ratio - 0.5).abs() < 1e-12);
+        let md = markdown(&r);
+        assert!(md.contains("| **geomean** | | **0.500** |"), "{md}");
+    }
+}
