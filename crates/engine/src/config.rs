@@ -77,7 +77,9 @@ impl Config {
     /// `PAGEFOLD_FRAMES`, `PAGEFOLD_COPY`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction),
-    /// `PAGEFOLD_PIN_GRACE_US`.
+    /// `PAGEFOLD_PIN_GRACE_US`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
+    /// `PAGEFOLD_INJECT_FAIL_UFFD` (0/1), `PAGEFOLD_INJECT_MMAP_AFTER`,
+    /// `PAGEFOLD_INJECT_MAX_MAP_COUNT`.
     /// Unparsable values keep the default; the preload cannot report errors.
     pub fn from_env() -> Config {
         let mut c = Config::default();
@@ -107,11 +109,29 @@ impl Config {
         if let Some(v) = num("PAGEFOLD_PIN_GRACE_US") {
             c.pin_grace = Duration::from_micros(v);
         }
+        c.inject = Inject::from_env();
         if let Some(f) = std::env::var("PAGEFOLD_SCAN_CPU").ok().and_then(|s| s.parse::<f64>().ok()) {
             if f > 0.0 && f <= 1.0 {
                 c.scan_cpu_budget = f;
             }
         }
         c
+    }
+}
+
+impl Inject {
+    /// Forced failures from the environment, so that programs run under the
+    /// preload (which cannot be given a Config) can be made to take every
+    /// fallback path: `PAGEFOLD_INJECT_FAIL_MEMFD=1`, `PAGEFOLD_INJECT_FAIL_UFFD=1`,
+    /// `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
+    pub fn from_env() -> Inject {
+        let num = |name: &str| std::env::var(name).ok().and_then(|s| s.trim().parse::<u64>().ok());
+        let on = |name: &str| num(name).is_some_and(|v| v != 0);
+        Inject {
+            fail_memfd: on("PAGEFOLD_INJECT_FAIL_MEMFD"),
+            fail_uffd: on("PAGEFOLD_INJECT_FAIL_UFFD"),
+            fail_mmap_after: num("PAGEFOLD_INJECT_MMAP_AFTER"),
+            max_map_count: num("PAGEFOLD_INJECT_MAX_MAP_COUNT").map(|v| v as usize),
+        }
     }
 }

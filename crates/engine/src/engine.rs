@@ -24,6 +24,9 @@ pub enum Hint {
     None,
     /// The caller writes every page at once: populate now instead of one fault per page.
     FullWrite,
+    /// The caller needs no zeroed memory (malloc): a recently freed block of
+    /// the same size may come back as it was (see recycle.rs).
+    Uninit,
 }
 
 /// What one scan did.
@@ -60,6 +63,9 @@ pub(crate) struct State {
     /// Frame pools; the last one takes new allocations unless retired.
     pub pools: Vec<Pool>,
     pub blocks: BTreeMap<usize, Block>,
+    /// Freed blocks kept for reuse, oldest first, and their total length (recycle.rs).
+    pub recycled: Vec<crate::recycle::Recycled>,
+    pub recycled_bytes: usize,
     pub protector: Option<Protector>,
     pub pagemap: Option<sys::Pagemap>,
     /// Frozen frames by content (kernel KSM's stable tree).
@@ -217,6 +223,8 @@ impl State {
         State {
             pools,
             blocks: BTreeMap::new(),
+            recycled: Vec::new(),
+            recycled_bytes: 0,
             protector,
             pagemap: sys::Pagemap::open().ok(),
             stable: ContentIndex::default(),
@@ -253,6 +261,13 @@ impl State {
 
     pub fn alloc(&mut self, len: usize, hint: Hint) -> *mut u8 {
         let npages = len.max(1).div_ceil(PAGE);
+        if hint == Hint::Uninit {
+            if let Some(block) = self.reuse(npages) {
+                let ptr = block.base;
+                self.blocks.insert(ptr as usize, block);
+                return ptr;
+            }
+        }
         let (ptr, pages) = match self.alloc_frames(npages) {
             Some(x) => x,
             None => match sys::map(std::ptr::null_mut(), npages * PAGE, -1, 0, false, false) {
@@ -312,10 +327,15 @@ impl State {
         let Some(block) = self.blocks.remove(&(ptr as usize)) else {
             return false;
         };
+        self.free_block(block);
+        true
+    }
+
+    /// Unmaps a block and lets go of its frames.
+    pub(crate) fn release_block(&mut self, block: Block) {
         sys::unmap(block.base, block.len());
         self.vmas -= block.vmas;
         self.drop_pages(&block.pages);
-        true
     }
 
     /// Pages that no longer map what they mapped: frames whose content
@@ -486,7 +506,7 @@ impl State {
         let (Some(sb), Some(db)) = (self.find(src as usize, len), self.find(dst as usize, len)) else {
             return false;
         };
-        if src as usize % PAGE != dst as usize % PAGE {
+        if src as usize % PAGE != dst as usize % PAGE || self.blocks[&sb].exempt || self.blocks[&db].exempt {
             return false;
         }
         let head = (PAGE - src as usize % PAGE) % PAGE;

@@ -54,6 +54,7 @@ mod stats;
 mod sys;
 mod engine;
 mod scan;
+mod advice;
 #[doc(hidden)]
 pub mod protect;
 mod fork;

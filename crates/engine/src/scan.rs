@@ -58,7 +58,8 @@ pub fn scan(inner: &Inner) -> ScanReport {
         let mut i = 0;
         loop {
             let mut st = inner.lock();
-            let Some(n) = st.blocks.get(&base).map(|b| b.pages.len()) else { break };
+            // An exempt block may be PROT_NONE now: never read it.
+            let Some(n) = st.blocks.get(&base).filter(|b| !b.exempt).map(|b| b.pages.len()) else { break };
             if i >= n {
                 break;
             }
@@ -107,7 +108,7 @@ impl State {
     /// Runs `f` with pages `[i, i+n)` of a block registered for write
     /// protection, and unregistered again afterwards (remaps inside `f`
     /// register their new mappings).
-    fn with_registered<T>(&mut self, base: usize, i: usize, n: usize, f: impl FnOnce(&mut State) -> T) -> T {
+    pub fn with_registered<T>(&mut self, base: usize, i: usize, n: usize, f: impl FnOnce(&mut State) -> T) -> T {
         let addr = self.blocks[&base].page_addr(i);
         let was = std::mem::replace(&mut self.scanning, true);
         self.register(addr, n * PAGE);
@@ -277,8 +278,10 @@ impl State {
                 self.pools[f.pool()].set_indexed(f.slot());
                 continue;
             }
+            // A page seen earlier in this scan may have been freed, cut off or
+            // exempted (and protected) since, between two chunks.
             let page_content = |(qb, qi): (usize, usize)| {
-                self.blocks.get(&qb).filter(|b| qi < b.pages.len()).map(|b| b.page_addr(qi) as *const u8)
+                self.blocks.get(&qb).filter(|b| !b.exempt && qi < b.pages.len()).map(|b| b.page_addr(qi) as *const u8)
             };
             match unstable.find(ptr, page_content) {
                 Some((qb, qi)) if (qb, qi) != (base, k) => {
@@ -307,7 +310,7 @@ impl State {
     /// still equals the page at `ptr`. Pages outside the protected chunk are
     /// protected for the comparison.
     fn promote(&mut self, qb: usize, qi: usize, ptr: *const u8, chunk: &std::ops::Range<usize>, base: usize) -> Option<FrameId> {
-        let qaddr = self.blocks.get(&qb).filter(|b| qi < b.pages.len())?.page_addr(qi);
+        let qaddr = self.blocks.get(&qb).filter(|b| !b.exempt && qi < b.pages.len())?.page_addr(qi);
         if qb == base && chunk.contains(&qi) {
             return self.frame_for(qb, qi, ptr);
         }

@@ -66,6 +66,9 @@ pub struct Block {
     /// merged only if it looked the same to the scan before, as kernel KSM
     /// keeps volatile pages out of its unstable tree.
     pub seen: Vec<u32>,
+    /// The program changed the block's protection or per-mapping advice: the
+    /// engine no longer scans, remaps or shares it (see advice.rs).
+    pub exempt: bool,
 }
 
 unsafe impl Send for Block {}
@@ -73,7 +76,7 @@ unsafe impl Send for Block {}
 impl Block {
     pub fn new(base: *mut u8, pages: Vec<Page>) -> Block {
         let seen = vec![0; pages.len()];
-        let mut b = Block { base, pages, vmas: 0, seen };
+        let mut b = Block { base, pages, vmas: 0, seen, exempt: false };
         b.vmas = b.count_vmas();
         b
     }

@@ -40,6 +40,12 @@ pub struct Stats {
     pub merged: u64,
     /// Total frames released because every page using them had diverged.
     pub diverged_released: u64,
+    /// Total pages the program discarded (madvise MADV_DONTNEED/MADV_FREE
+    /// through the preload): they read zero and their frames were released.
+    pub discarded: u64,
+    /// Blocks taken out of the engine's hands (the program changed their
+    /// protection or set fork/dump advice on them): plain memory since.
+    pub exempted: u64,
     /// Completed scans.
     pub scans: u64,
     /// CPU time spent scanning, in nanoseconds.

@@ -109,8 +109,36 @@ pub fn unmap(addr: *mut u8, len: usize) {
     unsafe { libc::munmap(addr.cast(), len) };
 }
 
+pub fn try_unmap(addr: *mut u8, len: usize) -> io::Result<()> {
+    check(unsafe { libc::munmap(addr.cast(), len) }).map(|_| ())
+}
+
+/// True if frame `frame` of `fd` holds no data (a hole: reads zero). Unlike
+/// mincore, a frame swapped out still counts as data.
+pub fn is_hole(fd: i32, frame: u64) -> bool {
+    let off = (frame * PAGE as u64) as libc::off_t;
+    let next = unsafe { libc::lseek(fd, off, libc::SEEK_DATA) };
+    // ENXIO: no data at or after `off`. Any other error: assume data.
+    next >= off + PAGE as libc::off_t
+        || (next < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO))
+}
+
+/// The system call itself, not libc's `madvise`: a preload that interposes
+/// `madvise` must not see the engine's own calls.
 pub fn madvise(addr: *mut u8, len: usize, advice: i32) -> io::Result<()> {
-    check(unsafe { libc::madvise(addr.cast(), len, advice) }).map(|_| ())
+    let r = unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice as libc::c_long) };
+    check(r as libc::c_int).map(|_| ())
+}
+
+/// Moves the mapping at `from` over `[to, to+len)`, replacing what was there.
+pub fn mremap_fixed(from: *mut u8, len: usize, to: *mut u8) -> io::Result<()> {
+    let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
+    let p = unsafe { libc::mremap(from.cast(), len, len, flags, to as *mut libc::c_void) };
+    if p == libc::MAP_FAILED {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 /// Residency of the frames behind `len` bytes of a file mapping (mincore looks

@@ -119,6 +119,18 @@ enum Op {
     BogusFree {
         blk: u64,
     },
+    Discard {
+        blk: u64,
+        page: usize,
+        n: usize,
+    },
+    Shrink {
+        blk: u64,
+        len: usize,
+    },
+    Exempt {
+        blk: u64,
+    },
     Scan,
 }
 
@@ -134,7 +146,10 @@ impl Op {
             | Op::Compare { blk, .. }
             | Op::CopyOut { blk, .. }
             | Op::CopyIn { blk, .. }
-            | Op::BogusFree { blk } => blk == id,
+            | Op::BogusFree { blk }
+            | Op::Discard { blk, .. }
+            | Op::Shrink { blk, .. }
+            | Op::Exempt { blk } => blk == id,
             Op::DupPage { src, dst, .. } | Op::Copy { src, dst, .. } => src == id || dst == id,
             Op::Scan => false,
         }
@@ -471,6 +486,66 @@ impl Worker {
         b.shadow[s..e].fill(0);
     }
 
+    /// madvise(MADV_DONTNEED) as the preload does it: the engine discards its
+    /// pages and hands back the rest (plain anonymous pages) for the kernel.
+    fn discard(&mut self) {
+        let bi = self.pick();
+        let (page, n) = self.pages(bi);
+        self.record(Op::Discard {
+            blk: self.blocks[bi].id,
+            page,
+            n,
+        });
+        let addr = unsafe { self.blocks[bi].ptr.add(page * PAGE) };
+        for (s, l) in self.engine.discard(addr, n * PAGE) {
+            if s < addr as usize || s + l > addr as usize + n * PAGE {
+                self.fail(&format!("discard handed back [{s:#x}, +{l}) outside its range"), Some(bi));
+            }
+            unsafe { libc::madvise(s as *mut libc::c_void, l, libc::MADV_DONTNEED) };
+        }
+        let b = &mut self.blocks[bi];
+        let (s, e) = (page * PAGE, ((page + n) * PAGE).min(b.len));
+        b.shadow[s..e].fill(0);
+        self.compare(bi, s, e - s, "after discard (must read zero)");
+    }
+
+    /// realloc to a smaller size: the block keeps the pages covering `len`.
+    fn shrink(&mut self) {
+        let bi = self.pick();
+        if self.blocks[bi].len < 2 {
+            return;
+        }
+        let len = self.rng.gen_range(1..self.blocks[bi].len);
+        self.record(Op::Shrink {
+            blk: self.blocks[bi].id,
+            len,
+        });
+        let b = &mut self.blocks[bi];
+        if !self.engine.shrink(b.ptr, len) {
+            self.fail("shrink refused", Some(bi));
+        }
+        b.len = len;
+        b.shadow.truncate(len);
+        let want = len.div_ceil(PAGE) * PAGE;
+        let got = self.engine.block_len(self.blocks[bi].ptr);
+        if got != Some(want) {
+            self.fail(&format!("block_len {got:?} after shrink to {len}, want {want}"), Some(bi));
+        }
+        self.compare(bi, 0, len, "after shrink");
+    }
+
+    /// What mprotect or MADV_DONTFORK through the preload does first.
+    fn exempt(&mut self) {
+        let bi = self.pick();
+        self.record(Op::Exempt {
+            blk: self.blocks[bi].id,
+        });
+        if !self.engine.exempt(self.blocks[bi].ptr, 1) {
+            self.fail("exempt found no block", Some(bi));
+        }
+        self.compare(bi, 0, self.blocks[bi].len, "after exempt");
+    }
+
     /// A plain memcpy of one page onto another (the scan then has identical
     /// pages to merge).
     fn dup_page(&mut self) {
@@ -725,7 +800,7 @@ impl Worker {
     }
 
     fn step(&mut self) {
-        let r = self.rng.gen_range(0..100);
+        let r = self.rng.gen_range(0..104);
         match r {
             _ if self.blocks.is_empty() => self.alloc(),
             0..=5 if self.blocks.len() < MAX_BLOCKS => self.alloc(),
@@ -752,6 +827,10 @@ impl Worker {
             75..=79 => self.copy_external(),
             80 => self.bogus_free(),
             81..=92 => self.compare_random(),
+            100..=101 => self.discard(),
+            102 => self.shrink(),
+            103 if self.rng.gen_bool(0.5) => self.exempt(),
+            103 => self.discard(),
             _ => self.scan(),
         }
         self.op_no += 1;
@@ -910,6 +989,8 @@ fn exercised(s: &Stats, name: &str) {
         "[{name}] no diverged page was ever released: {s:?}"
     );
     assert!(s.scans > 0, "[{name}] no scan completed: {s:?}");
+    assert!(s.discarded > 0, "[{name}] no engine page was ever discarded: {s:?}");
+    assert!(s.exempted > 0, "[{name}] no block was ever exempted: {s:?}");
 }
 
 #[test]

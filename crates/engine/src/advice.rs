@@ -1,0 +1,272 @@
+//! What a program does to its blocks besides writing and copying them:
+//! discarding pages (madvise MADV_DONTNEED / MADV_FREE), changing their
+//! protection or per-mapping flags (mprotect, mlock, MADV_DONTFORK, ...), and
+//! shrinking them (realloc). The preload routes those calls here.
+//!
+//! On private anonymous memory MADV_DONTNEED makes pages read zero and frees
+//! them. On engine pages the kernel would not do that: an owned page
+//! (MAP_SHARED) only loses its page table entry while the frame keeps the
+//! bytes, and a diverged page reverts to its frame. So the engine discards
+//! itself: owned frames are punched (the page stays owned, reads zero, costs
+//! nothing), shared and diverged pages are remapped anonymous (their frames
+//! lose a reference and are freed with the last one). Pages that already are
+//! plain anonymous memory go back to the caller, for the kernel to treat
+//! exactly as it treats plain memory (MADV_FREE stays lazy there).
+//!
+//! Protection and flags such as VM_DONTCOPY live in the kernel's mappings,
+//! which the engine replaces whenever it remaps (copies, merges, folds, fork).
+//! Scanning a PROT_NONE page would kill the process; remapping a read-only
+//! page would silently undo a garbage collector's write barrier. So a block
+//! whose protection or flags the program changes is *exempted* first: its
+//! content moves onto one plain anonymous mapping (writers sleep under write
+//! protection meanwhile), and the engine never scans, remaps or shares it again.
+
+use crate::engine::{Engine, State};
+use crate::space::{runs, Page};
+use crate::{sys, PAGE};
+
+/// How one page is discarded.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Discard {
+    /// Plain anonymous memory: the kernel's madvise does it right.
+    Kernel,
+    /// An owned frame of a live pool: punch it, keep the mapping.
+    Punch,
+    /// Shared or diverged (or owned in a retired pool): remap anonymous.
+    Remap,
+}
+
+impl Engine {
+    /// Makes the engine pages of `[ptr, ptr+len)` read zero and releases their
+    /// memory, as MADV_DONTNEED does on private anonymous memory. `ptr` must be
+    /// page-aligned; `len` is rounded up to whole pages. Returns the parts of
+    /// the range the engine left alone, as (start, len): outside its blocks, or
+    /// plain anonymous memory inside them. The caller passes those to the kernel.
+    pub fn discard(&self, ptr: *mut u8, len: usize) -> Vec<(usize, usize)> {
+        let start = ptr as usize;
+        match page_range(start, len) {
+            Some(end) => self.inner.lock().discard(start, end),
+            None => vec![(start, len)],
+        }
+    }
+
+    /// True if `[ptr, ptr+len)` overlaps one of this engine's blocks.
+    pub fn overlaps(&self, ptr: *const u8, len: usize) -> bool {
+        let start = ptr as usize;
+        let end = start.saturating_add(len.max(1));
+        !self.inner.lock().overlapping(start, end).is_empty()
+    }
+
+    /// Takes the blocks overlapping `[ptr, ptr+len)` out of the engine's hands
+    /// before the program changes their protection or per-mapping flags:
+    /// their content moves onto plain anonymous memory and they are never
+    /// scanned, remapped or shared again (until freed). True if any block overlapped.
+    pub fn exempt(&self, ptr: *const u8, len: usize) -> bool {
+        let start = ptr as usize;
+        let end = start.saturating_add(len.max(1));
+        let mut st = self.inner.lock();
+        let bases = st.overlapping(start, end);
+        for &base in &bases {
+            st.exempt_block(base);
+        }
+        !bases.is_empty()
+    }
+
+    /// Cuts the block at `ptr` down to the pages covering `len` bytes; the
+    /// pages beyond are unmapped and their frames released (realloc to a
+    /// smaller size). False if `ptr` is not a block or the kernel refused.
+    pub fn shrink(&self, ptr: *mut u8, len: usize) -> bool {
+        self.inner.lock().shrink(ptr as usize, len.max(1).div_ceil(PAGE))
+    }
+}
+
+/// End of `[start, start+len)` rounded up to a page, as the kernel's madvise
+/// does; None if `start` is not page-aligned, `len` is 0 or the range wraps.
+fn page_range(start: usize, len: usize) -> Option<usize> {
+    if start % PAGE != 0 || len == 0 {
+        return None;
+    }
+    let rounded = len.checked_add(PAGE - 1)? & !(PAGE - 1);
+    start.checked_add(rounded)
+}
+
+/// Appends `[a, b)` to a list of ranges, joining it to the last one if they touch.
+fn push(ranges: &mut Vec<(usize, usize)>, a: usize, b: usize) {
+    if a >= b {
+        return;
+    }
+    match ranges.last_mut() {
+        Some((s, l)) if *s + *l == a => *l += b - a,
+        _ => ranges.push((a, b - a)),
+    }
+}
+
+impl State {
+    /// Bases of the blocks overlapping `[start, end)`, in address order.
+    pub fn overlapping(&self, start: usize, end: usize) -> Vec<usize> {
+        let first = self.blocks.range(..=start).next_back().filter(|(&b, blk)| b + blk.len() > start).map(|(&b, _)| b);
+        let rest = self.blocks.range(start.saturating_add(1)..end.max(start.saturating_add(1))).map(|(&b, _)| b);
+        first.into_iter().chain(rest).collect()
+    }
+
+    fn discard(&mut self, start: usize, end: usize) -> Vec<(usize, usize)> {
+        let mut pass = Vec::new();
+        let mut at = start;
+        for base in self.overlapping(start, end) {
+            let lo = start.max(base);
+            let hi = end.min(base + self.blocks[&base].len());
+            push(&mut pass, at, lo);
+            self.discard_pages(base, (lo - base) / PAGE, (hi - lo) / PAGE, &mut pass);
+            at = hi;
+        }
+        push(&mut pass, at, end);
+        pass
+    }
+
+    fn discard_kind(&self, base: usize, k: usize) -> Discard {
+        match self.blocks[&base].pages[k] {
+            Page::Anon => Discard::Kernel,
+            Page::Owned(f) if !self.pools[f.pool()].retired => Discard::Punch,
+            _ => Discard::Remap,
+        }
+    }
+
+    /// Discards pages `[i, i+n)` of a block; its plain anonymous runs go to `pass`.
+    fn discard_pages(&mut self, base: usize, i: usize, n: usize, pass: &mut Vec<(usize, usize)>) {
+        let mut a = i;
+        while a < i + n {
+            let kind = self.discard_kind(base, a);
+            let b = (a + 1..i + n).find(|&k| self.discard_kind(base, k) != kind).unwrap_or(i + n);
+            let addr = self.blocks[&base].page_addr(a) as usize;
+            match kind {
+                Discard::Kernel => push(pass, addr, addr + (b - a) * PAGE),
+                Discard::Punch => self.punch_owned(base, a, b),
+                Discard::Remap => self.remap_zero(base, a, b),
+            }
+            if kind != Discard::Kernel {
+                self.stats.discarded += (b - a) as u64;
+            }
+            a = b;
+        }
+    }
+
+    /// Owned pages `[a, b)`: their frames are punched; the mapping stays and reads zero.
+    fn punch_owned(&mut self, base: usize, a: usize, b: usize) {
+        let owned = |s: &State, k: usize| match s.blocks[&base].pages[k] {
+            Page::Owned(f) => Some(f),
+            _ => None,
+        };
+        for (x, y) in runs(a..b, |k| owned(self, k)) {
+            let f = owned(self, x).expect("run starts owned");
+            if sys::punch(self.pools[f.pool()].fd, f.slot(), (y - x) as u64).is_err() {
+                // The bytes must go even if the memory stays.
+                unsafe { std::ptr::write_bytes(self.blocks[&base].page_addr(x), 0, (y - x) * PAGE) };
+            }
+        }
+    }
+
+    /// Shared or diverged pages `[a, b)`: remapped anonymous, their frames
+    /// released. Beyond the VMA budget (or if mmap fails) they are zeroed in
+    /// place: right bytes, memory freed later by a scan's zero folding.
+    fn remap_zero(&mut self, base: usize, a: usize, b: usize) {
+        if !self.remap(base, a, b - a, None) {
+            unsafe { std::ptr::write_bytes(self.blocks[&base].page_addr(a), 0, (b - a) * PAGE) };
+        }
+    }
+
+    /// Marks a block exempt and moves its content onto one anonymous mapping.
+    /// Should that fail (no room for the temporary mapping, no write
+    /// protection), it stays exempt on its frames: never scanned or shared,
+    /// but still remapped by fork's freeze and by discards (counted).
+    pub fn exempt_block(&mut self, base: usize) {
+        let block = self.blocks.get_mut(&base).expect("overlapping block");
+        if block.exempt {
+            return;
+        }
+        block.exempt = true;
+        self.stats.exempted += 1;
+        if block.pages.iter().all(|p| *p == Page::Anon) {
+            return;
+        }
+        let (n, len) = (block.pages.len(), block.len());
+        if !self.vma_room(1) {
+            self.stats.fallbacks.vma_budget += 1;
+            return;
+        }
+        let Ok(tmp) = sys::map(std::ptr::null_mut(), len, -1, 0, false, false) else {
+            self.stats.fallbacks.mmap += 1;
+            return;
+        };
+        if !self.with_registered(base, 0, n, |st| st.move_to_anon(base, tmp)) {
+            sys::unmap(tmp, len);
+            self.stats.fallbacks.mmap += 1;
+        }
+    }
+
+    /// Copies the block into `tmp` and moves `tmp` over it, with the block
+    /// write-protected so that no write lands between its page's copy and the move.
+    fn move_to_anon(&mut self, base: usize, tmp: *mut u8) -> bool {
+        let (addr, n) = (base as *mut u8, self.blocks[&base].pages.len());
+        let len = n * PAGE;
+        let Some(p) = &self.protector else { return false };
+        if p.protect(addr, len).is_err() {
+            let _ = p.unprotect(addr, len);
+            return false;
+        }
+        for k in 0..n {
+            let page = self.blocks[&base].page_addr(k);
+            // Reading a hole of a frame would allocate it; it reads zero anyway.
+            if !self.frame_is_hole(self.blocks[&base].pages[k]) && !sys::is_zero(page) {
+                unsafe { std::ptr::copy_nonoverlapping(page, tmp.add(k * PAGE), PAGE) };
+            }
+        }
+        let moved = sys::mremap_fixed(tmp, len, addr).is_ok();
+        // Wakes writers asleep on the replaced mappings: they fault again on the new one.
+        if let Some(p) = &self.protector {
+            let _ = p.unprotect(addr, len);
+        }
+        if moved {
+            self.record_anon(base);
+        }
+        moved
+    }
+
+    /// True if the page's content is a frame with no data (reads zero).
+    fn frame_is_hole(&self, page: Page) -> bool {
+        match page {
+            Page::Owned(f) | Page::Shared(f) => sys::is_hole(self.pools[f.pool()].fd, f.slot()),
+            _ => false,
+        }
+    }
+
+    /// Bookkeeping after a whole block became one anonymous mapping.
+    fn record_anon(&mut self, base: usize) {
+        let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+        let old = std::mem::replace(&mut block.pages, vec![Page::Anon; block.seen.len()]);
+        let before = std::mem::replace(&mut block.vmas, 1);
+        self.vmas = self.vmas + 1 - before;
+        self.remaps_since_count += 1;
+        self.drop_pages(&old);
+    }
+
+    fn shrink(&mut self, base: usize, keep: usize) -> bool {
+        let Some(block) = self.blocks.get(&base) else { return false };
+        let n = block.pages.len();
+        if keep >= n {
+            return true;
+        }
+        // Cutting a mapping's tail needs no new mapping, but the kernel can
+        // still refuse at vm.max_map_count: then the block keeps its length.
+        if sys::try_unmap(block.page_addr(keep), (n - keep) * PAGE).is_err() {
+            return false;
+        }
+        let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+        let old = block.pages.split_off(keep);
+        block.seen.truncate(keep);
+        let before = std::mem::replace(&mut block.vmas, 0);
+        block.vmas = block.count_vmas();
+        self.vmas = self.vmas + block.vmas - before;
+        self.drop_pages(&old);
+        true
+    }
+}
