@@ -8,8 +8,9 @@
 //! (MAP_SHARED) only loses its page table entry while the frame keeps the
 //! bytes, and a diverged page reverts to its frame. So the engine discards
 //! itself: owned frames are punched (the page stays owned, reads zero, costs
-//! nothing), shared and diverged pages are remapped anonymous (their frames
-//! lose a reference and are freed with the last one). Pages that already are
+//! nothing), shared and diverged pages are remapped onto fresh owned frames
+//! (their old frames lose a reference and are freed with the last one), so
+//! the block stays one the engine can share by copy. Pages that already are
 //! plain anonymous memory go back to the caller, for the kernel to treat
 //! exactly as it treats plain memory (MADV_FREE stays lazy there).
 //!
@@ -22,6 +23,7 @@
 //! protection meanwhile), and the engine never scans, remaps or shares it again.
 
 use crate::engine::{Engine, State};
+use crate::frames::FrameId;
 use crate::space::{runs, Page};
 use crate::{sys, PAGE};
 
@@ -165,13 +167,61 @@ impl State {
         }
     }
 
-    /// Shared or diverged pages `[a, b)`: remapped anonymous, their frames
-    /// released. Beyond the VMA budget (or if mmap fails) they are zeroed in
+    /// Shared or diverged pages `[a, b)`: remapped onto fresh owned frames
+    /// (holes: zero, free until written, and the block stays the engine's to
+    /// share by copy), their old frames released. Without a pool they are
+    /// remapped anonymous; beyond the VMA budget (or if mmap fails) zeroed in
     /// place: right bytes, memory freed later by a scan's zero folding.
     fn remap_zero(&mut self, base: usize, a: usize, b: usize) {
-        if !self.remap(base, a, b - a, None) {
+        let done = match self.pools.last().filter(|p| !p.retired) {
+            Some(_) => self.remap_fresh(base, a, b - a),
+            None => self.remap(base, a, b - a, None),
+        };
+        if !done {
             unsafe { std::ptr::write_bytes(self.blocks[&base].page_addr(a), 0, (b - a) * PAGE) };
         }
+    }
+
+    /// Maps pages `[i, i+n)` of a block shared onto a fresh run of frames.
+    fn remap_fresh(&mut self, base: usize, i: usize, n: usize) -> bool {
+        let pi = self.pools.len() - 1;
+        if !self.vma_room(self.blocks[&base].remap_cost(i, n)) {
+            self.stats.fallbacks.vma_budget += 1;
+            return false;
+        }
+        let Some(slot) = self.pools[pi].alloc(n as u64) else {
+            self.stats.fallbacks.frames += 1;
+            return false;
+        };
+        let (addr, fd) = (self.blocks[&base].page_addr(i), self.pools[pi].fd);
+        if sys::map(addr, n * PAGE, fd, slot, true, true).is_err() {
+            self.pools[pi].abandon(slot, n as u64);
+            self.stats.fallbacks.mmap += 1;
+            return false;
+        }
+        self.record_fresh(base, i, n, FrameId::new(pi, slot));
+        true
+    }
+
+    /// Page states, frame counts and mapping count after pages `[i, i+n)`
+    /// were mapped onto fresh frames from `first` (as `record_remap` does for
+    /// shared frames; never inside a scan, so nothing to register).
+    fn record_fresh(&mut self, base: usize, i: usize, n: usize, first: FrameId) {
+        for k in 0..n as u64 {
+            self.pools[first.pool()].map(first.slot() + k);
+        }
+        let old: Vec<Page> = self.blocks[&base].pages[i..i + n].to_vec();
+        self.drop_pages(&old);
+        let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+        let before = block.boundaries(i, n);
+        for k in 0..n {
+            block.pages[i + k] = Page::Owned(first.offset(k as u64));
+            block.seen[i + k] = 0;
+        }
+        let after = block.boundaries(i, n);
+        block.vmas = block.vmas + after - before;
+        self.vmas = self.vmas + after - before;
+        self.remaps_since_count += 1;
     }
 
     /// Marks a block exempt and moves its content onto one anonymous mapping.

@@ -1,0 +1,19 @@
+//! Config::from_env, in a test binary of its own: it sets process-wide
+//! environment variables that would leak into engines other tests start.
+
+use pagefold_engine::Config;
+
+#[test]
+fn config_reads_fault_injection_from_the_environment() {
+    std::env::set_var("PAGEFOLD_INJECT_FAIL_MEMFD", "1");
+    std::env::set_var("PAGEFOLD_INJECT_FAIL_UFFD", "0");
+    std::env::set_var("PAGEFOLD_INJECT_MMAP_AFTER", "7");
+    std::env::set_var("PAGEFOLD_INJECT_MAX_MAP_COUNT", "5000");
+    let c = Config::from_env();
+    for v in ["FAIL_MEMFD", "FAIL_UFFD", "MMAP_AFTER", "MAX_MAP_COUNT"] {
+        std::env::remove_var(format!("PAGEFOLD_INJECT_{v}"));
+    }
+    assert!(c.inject.fail_memfd && !c.inject.fail_uffd);
+    assert_eq!((c.inject.fail_mmap_after, c.inject.max_map_count), (Some(7), Some(5000)));
+    assert!(!Config::from_env().inject.fail_memfd);
+}
