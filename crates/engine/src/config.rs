@@ -35,6 +35,11 @@ pub struct Config {
     /// Wait before folding or merging pages of a chunk, for writes through
     /// pages the kernel pinned before the chunk was protected (O_DIRECT).
     pub pin_grace: Duration,
+    /// Freed blocks kept mapped for reuse by same-sized allocations, at most
+    /// this many bytes; blocks over a quarter of it are never kept. Off (0)
+    /// by default: a library caller expects `free` to give memory back; the
+    /// preload turns it on, as glibc's heap keeps freed chunks.
+    pub recycle_bytes: usize,
     /// Fault injection, for tests.
     pub inject: Inject,
 }
@@ -67,6 +72,7 @@ impl Default for Config {
             scan_cpu_budget: 0.10,
             volatile_check: true,
             pin_grace: Duration::from_micros(1000),
+            recycle_bytes: 0,
             inject: Inject::default(),
         }
     }
@@ -105,6 +111,9 @@ impl Config {
         }
         if let Some(v) = num("PAGEFOLD_SCAN_INTERVAL_MS") {
             c.scan_interval = (v > 0).then(|| Duration::from_millis(v));
+        }
+        if let Some(v) = num("PAGEFOLD_RECYCLE_MB") {
+            c.recycle_bytes = (v as usize) << 20;
         }
         if let Some(v) = num("PAGEFOLD_PIN_GRACE_US") {
             c.pin_grace = Duration::from_micros(v);

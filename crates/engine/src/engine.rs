@@ -559,6 +559,7 @@ impl State {
         s.frames_resident = self.pools.iter().map(|p| p.resident_frames()).sum();
         s.pages_sharing = self.pages_sharing();
         s.vmas_used = self.vmas as u64;
+        s.recycled_bytes = self.recycled_bytes as u64;
         s.metadata_bytes = self.metadata_bytes() as u64;
         s.protected_scan = self.protector.is_some();
         s.frames_active = self.current_pool().is_some();

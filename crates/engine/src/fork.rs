@@ -58,6 +58,8 @@ extern "C" fn prepare() {
         .collect::<Vec<_>>();
     let mut held = Held { _registry: registry, engines };
     for (_, st) in held.engines.iter_mut() {
+        // A recycled block maps frames MAP_SHARED and would be the child's too.
+        st.flush_recycled();
         st.freeze_all();
     }
     HELD.with(|h| *h.borrow_mut() = Some(held));

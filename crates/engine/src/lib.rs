@@ -42,6 +42,11 @@
 //! failed system call degrades to plain memory and is counted; it never fails
 //! the program.
 //!
+//! Freed blocks that were all the program's own are kept mapped for a
+//! while and handed out again to allocations of the same size that need no
+//! zeroing (recycle.rs), as glibc's heap does, so an allocation loop does not
+//! pay an mmap, a hole punch and a fault per page each time round.
+//!
 //! Fork: the child inherits mappings of the same memfd, so at fork every owned
 //! page is frozen and both sides stop punching or reusing pre-fork frames
 //! (they retire the pool and start a fresh one).
@@ -55,6 +60,7 @@ mod sys;
 mod engine;
 mod scan;
 mod advice;
+mod recycle;
 #[doc(hidden)]
 pub mod protect;
 mod fork;

@@ -46,6 +46,10 @@ pub struct Stats {
     /// Blocks taken out of the engine's hands (the program changed their
     /// protection or set fork/dump advice on them): plain memory since.
     pub exempted: u64,
+    /// Allocations served by a recycled block (recycle.rs).
+    pub recycled: u64,
+    /// Bytes of freed blocks kept for reuse now.
+    pub recycled_bytes: u64,
     /// Completed scans.
     pub scans: u64,
     /// CPU time spent scanning, in nanoseconds.

@@ -194,7 +194,8 @@ impl Opts {
 
 /// Invariants visible from outside, checked after every scan.
 fn check_stats(s: &Stats, ctx: &str) {
-    let live_pages = s.block_bytes / PAGE as u64;
+    // Recycled blocks keep their frames while they wait for reuse.
+    let live_pages = (s.block_bytes + s.recycled_bytes) / PAGE as u64;
     assert!(
         s.frames_in_use <= live_pages,
         "{ctx}: frames_in_use {} exceeds live pages {live_pages}: {s:?}",
@@ -336,10 +337,11 @@ impl Worker {
             1 => pages * PAGE - self.rng.gen_range(1..PAGE),
             _ => (pages * PAGE - self.rng.gen_range(0..PAGE)) | 1,
         };
-        let hint = if self.rng.gen_bool(0.3) {
-            Hint::FullWrite
-        } else {
-            Hint::None
+        let hint = match self.rng.gen_range(0..10) {
+            0..=2 => Hint::FullWrite,
+            // Uninit may return a recycled block holding what it held when freed.
+            3..=5 => Hint::Uninit,
+            _ => Hint::None,
         };
         let ptr = self.engine.alloc(len, hint);
         let id = self.next_id;
@@ -371,13 +373,11 @@ impl Worker {
         }
         let mut log = VecDeque::new();
         log.push_back((self.op_no, self.log.back().unwrap().1.clone()));
-        self.blocks.push(Blk {
-            id,
-            ptr,
-            len,
-            shadow: vec![0u8; len],
-            log,
-        });
+        let shadow = match hint {
+            Hint::Uninit => bytes(ptr, len).to_vec(),
+            _ => vec![0u8; len],
+        };
+        self.blocks.push(Blk { id, ptr, len, shadow, log });
         let bi = self.blocks.len() - 1;
         self.compare(bi, 0, len, "fresh block not zero-filled");
     }
@@ -949,6 +949,9 @@ fn run(cfg: Config, o: Opts) -> (Stats, Stats) {
     }
     let before_stop = engine.stats();
     engine.stop_background();
+    // Recycled blocks go at the second scan after their free.
+    engine.scan();
+    engine.scan();
     let s = engine.stats();
     eprintln!("[{}] final stats: {s:?}", o.name);
     let ctx = format!("[{}] seed {}: after freeing every block", o.name, o.seed);
@@ -1008,6 +1011,19 @@ fn shadow_small_scan_chunks() {
     };
     let (_, s) = run(cfg, Opts::new("chunk3"));
     exercised(&s, "chunk3");
+}
+
+#[test]
+fn shadow_recycling() {
+    // Freed blocks come back to Uninit allocations (as under the preload);
+    // a small budget makes them turn over often.
+    let cfg = Config {
+        recycle_bytes: 2 << 20,
+        ..Config::default()
+    };
+    let (_, s) = run(cfg, Opts::new("recycle"));
+    exercised(&s, "recycle");
+    assert!(s.recycled > 0, "no allocation was served by a recycled block: {s:?}");
 }
 
 #[test]

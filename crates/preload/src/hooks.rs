@@ -13,9 +13,10 @@ fn large(n: usize) -> bool {
     n >= THRESHOLD.load(Ordering::Relaxed)
 }
 
-/// An engine block for `n` bytes, if the engine takes it.
-fn engine_alloc(n: usize) -> *mut c_void {
-    match engine().and_then(|e| with_busy(|| e.alloc(n, Hint::None))) {
+/// An engine block for `n` bytes, if the engine takes it. `Hint::Uninit`
+/// (all but calloc) lets a recently freed block of the same size come back.
+fn engine_alloc(n: usize, hint: Hint) -> *mut c_void {
+    match engine().and_then(|e| with_busy(|| e.alloc(n, hint))) {
         Some(p) => p.cast(),
         None => std::ptr::null_mut(),
     }
@@ -34,7 +35,7 @@ fn engine_len(p: *mut c_void) -> Option<usize> {
 #[no_mangle]
 pub unsafe extern "C" fn malloc(n: usize) -> *mut c_void {
     if large(n) {
-        let p = engine_alloc(n);
+        let p = engine_alloc(n, Hint::Uninit);
         if !p.is_null() {
             return p;
         }
@@ -50,7 +51,7 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
     };
     if large(total) {
         // Engine blocks start zero-filled.
-        let p = engine_alloc(total);
+        let p = engine_alloc(total, Hint::None);
         if !p.is_null() {
             return p;
         }
@@ -88,6 +89,11 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, n: usize) -> *mut c_void {
     }
     if let Some(old) = engine_len(p) {
         if n <= old && large(n) {
+            // Shrinking in place: the pages past the new end are released
+            // (glibc shrinks its mmapped chunks too). If refused, p stays whole.
+            if let Some(e) = running() {
+                let _ = with_busy(|| e.shrink(p.cast(), n));
+            }
             return p;
         }
         let q = malloc(n);
@@ -99,7 +105,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, n: usize) -> *mut c_void {
         return q;
     }
     if large(n) {
-        let q = engine_alloc(n);
+        let q = engine_alloc(n, Hint::Uninit);
         if !q.is_null() {
             real::memcpy(q, p, real::malloc_usable_size(p).min(n));
             real::__libc_free(p);
@@ -121,7 +127,7 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
 /// alignment up to a page.
 unsafe fn aligned(align: usize, n: usize) -> *mut c_void {
     if large(n) && align <= PAGE {
-        let p = engine_alloc(n);
+        let p = engine_alloc(n, Hint::Uninit);
         if !p.is_null() {
             return p;
         }

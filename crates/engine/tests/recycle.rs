@@ -1,0 +1,121 @@
+//! Recycled blocks (recycle.rs): a freed block that was all its own comes
+//! back to a same-sized `Hint::Uninit` allocation, never to one that needs
+//! zeroed memory, never when it shared frames with another block, and goes
+//! away within two scans, over the budget, and before fork. Off by default
+//! (the preload turns it on).
+
+use pagefold_engine::{Config, Engine, Hint, PAGE};
+
+fn engine(recycle_mb: usize) -> Engine {
+    Engine::new(Config { recycle_bytes: recycle_mb << 20, ..Config::default() })
+}
+
+fn fill(p: *mut u8, len: usize, byte: u8) {
+    unsafe { std::ptr::write_bytes(p, byte, len) };
+}
+
+fn all(p: *const u8, len: usize, byte: u8) -> bool {
+    unsafe { std::slice::from_raw_parts(p, len) }.iter().all(|&b| b == byte)
+}
+
+#[test]
+fn a_freed_block_serves_the_next_uninit_allocation_of_its_size() {
+    let e = engine(32);
+    let len = 16 * PAGE;
+    let a = e.alloc(len, Hint::Uninit);
+    fill(a, len, 7);
+    unsafe { e.free(a) };
+    assert_eq!(e.stats().recycled_bytes, len as u64);
+    let other_size = e.alloc(8 * PAGE, Hint::Uninit);
+    assert_ne!(other_size, a, "only the same page count is reused");
+    let b = e.alloc(len, Hint::Uninit);
+    assert_eq!(b, a);
+    assert!(all(b, len, 7), "a recycled block keeps its bytes, as a reused heap chunk does");
+    let s = e.stats();
+    assert_eq!((s.recycled, s.recycled_bytes), (1, 0));
+    fill(b, len, 9);
+    assert!(all(b, len, 9));
+    assert_eq!(e.block_len(b), Some(len));
+}
+
+#[test]
+fn zeroed_allocations_never_get_a_recycled_block() {
+    let e = engine(32);
+    let len = 8 * PAGE;
+    let a = e.alloc(len, Hint::Uninit);
+    fill(a, len, 0xAB);
+    unsafe { e.free(a) };
+    let z = e.alloc(len, Hint::None);
+    assert!(all(z, len, 0), "Hint::None promises zero-filled memory");
+    assert_eq!(e.stats().recycled, 0);
+}
+
+#[test]
+fn blocks_sharing_frames_are_not_recycled() {
+    let e = engine(32);
+    let len = 8 * PAGE;
+    let src = e.alloc(len, Hint::Uninit);
+    fill(src, len, 3);
+    let dst = e.alloc(len, Hint::Uninit);
+    unsafe { e.copy(dst, src, len) };
+    unsafe { e.free(src) };
+    assert_eq!(e.stats().recycled_bytes, 0, "src's frames are dst's too");
+    let again = e.alloc(len, Hint::Uninit);
+    assert!(all(dst, len, 3));
+    fill(again, len, 4);
+    assert!(all(dst, len, 3), "the copy never sees a write to memory reused after its source was freed");
+}
+
+#[test]
+fn the_budget_releases_the_oldest_and_scans_release_the_stale() {
+    let e = engine(1); // blocks up to 256 KiB, 1 MiB in total
+    let len = 64 * PAGE;
+    let blocks: Vec<_> = (0..5).map(|_| e.alloc(len, Hint::Uninit)).collect();
+    for &b in &blocks {
+        fill(b, len, 1);
+        unsafe { e.free(b) };
+    }
+    assert_eq!(e.stats().recycled_bytes, 4 * len as u64, "1 MiB holds four of them");
+    let big = e.alloc(512 * PAGE, Hint::Uninit);
+    unsafe { e.free(big) };
+    assert_eq!(e.stats().recycled_bytes, 4 * len as u64, "over a quarter of the budget: released at once");
+    e.scan();
+    assert_eq!(e.stats().recycled_bytes, 4 * len as u64, "freed since the previous scan: kept");
+    e.scan();
+    assert_eq!(e.stats().recycled_bytes, 0, "freed before the previous scan: released");
+    assert_eq!(e.stats().frames_in_use, 0);
+}
+
+#[test]
+fn fork_releases_recycled_blocks_first() {
+    let e = engine(32);
+    let len = 8 * PAGE;
+    let a = e.alloc(len, Hint::Uninit);
+    fill(a, len, 5);
+    unsafe { e.free(a) };
+    assert_eq!(e.stats().recycled_bytes, len as u64);
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // The child's allocation must not share frames with the parent's.
+        let c = e.alloc(len, Hint::Uninit);
+        fill(c, len, 0xCC);
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(status, 0);
+    assert_eq!(e.stats().recycled_bytes, 0);
+    let p = e.alloc(len, Hint::Uninit);
+    assert!(!all(p, len, 0xCC), "the child's writes reached the parent's memory");
+}
+
+#[test]
+fn recycling_off_means_every_free_releases() {
+    assert_eq!(Config::default().recycle_bytes, 0);
+    let e = engine(0);
+    let a = e.alloc(8 * PAGE, Hint::Uninit);
+    fill(a, 8 * PAGE, 1);
+    unsafe { e.free(a) };
+    let s = e.stats();
+    assert_eq!((s.recycled_bytes, s.frames_in_use), (0, 0));
+}
