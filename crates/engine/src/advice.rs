@@ -225,9 +225,9 @@ impl State {
     }
 
     /// Marks a block exempt and moves its content onto one anonymous mapping.
-    /// Should that fail (no room for the temporary mapping, no write
-    /// protection), it stays exempt on its frames: never scanned or shared,
-    /// but still remapped by fork's freeze and by discards (counted).
+    /// Should that fail (no write protection, no room for the temporary
+    /// mapping), it stays exempt on its frames, frozen so that fork has nothing
+    /// to remap: never scanned or shared, but a discard still remaps it (counted).
     pub fn exempt_block(&mut self, base: usize) {
         let block = self.blocks.get_mut(&base).expect("overlapping block");
         if block.exempt {
@@ -238,19 +238,32 @@ impl State {
         if block.pages.iter().all(|p| *p == Page::Anon) {
             return;
         }
-        let (n, len) = (block.pages.len(), block.len());
+        if !self.move_block_to_anon(base) {
+            // Freezing loses no concurrent write, unlike a copy without protection.
+            let n = self.blocks[&base].pages.len();
+            self.freeze(base, 0, n);
+        }
+    }
+
+    fn move_block_to_anon(&mut self, base: usize) -> bool {
+        let (n, len) = (self.blocks[&base].pages.len(), self.blocks[&base].len());
+        if self.protector.is_none() {
+            self.stats.fallbacks.uffd += 1;
+            return false;
+        }
         if !self.vma_room(1) {
             self.stats.fallbacks.vma_budget += 1;
-            return;
+            return false;
         }
         let Ok(tmp) = sys::map(std::ptr::null_mut(), len, -1, 0, false, false) else {
             self.stats.fallbacks.mmap += 1;
-            return;
+            return false;
         };
-        if !self.with_registered(base, 0, n, |st| st.move_to_anon(base, tmp)) {
+        let moved = self.with_registered(base, 0, n, |st| st.move_to_anon(base, tmp));
+        if !moved {
             sys::unmap(tmp, len);
-            self.stats.fallbacks.mmap += 1;
         }
+        moved
     }
 
     /// Copies the block into `tmp` and moves `tmp` over it, with the block
@@ -261,6 +274,7 @@ impl State {
         let Some(p) = &self.protector else { return false };
         if p.protect(addr, len).is_err() {
             let _ = p.unprotect(addr, len);
+            self.stats.fallbacks.uffd += 1;
             return false;
         }
         for k in 0..n {
@@ -277,6 +291,8 @@ impl State {
         }
         if moved {
             self.record_anon(base);
+        } else {
+            self.stats.fallbacks.mmap += 1;
         }
         moved
     }

@@ -273,3 +273,29 @@ fn shrink_releases_the_tail() {
     unsafe { e.free(b) };
     assert_eq!(e.stats().blocks, 0);
 }
+
+/// Without userfaultfd a block cannot be moved safely (a concurrent write
+/// could be lost): it stays exempt on its frames, frozen, and still never
+/// scanned or shared.
+#[test]
+fn exempt_without_write_protection_stays_on_frozen_frames() {
+    let cfg = Config { inject: pagefold_engine::Inject { fail_uffd: true, ..Default::default() }, ..Config::default() };
+    let e = Engine::new(cfg);
+    let n = 8;
+    let a = e.alloc(n * PAGE, Hint::None);
+    let b = e.alloc(n * PAGE, Hint::None);
+    fill(a, n, 12);
+    let want = bytes(a, n * PAGE).to_vec();
+    assert!(e.exempt(a, n * PAGE));
+    let s = e.stats();
+    assert_eq!((s.exempted, s.fallbacks.uffd), (1, 1), "{s:?}");
+    assert_eq!(bytes(a, n * PAGE), &want[..]);
+    assert_eq!(unsafe { libc::mprotect(a.cast(), n * PAGE, libc::PROT_NONE) }, 0);
+    e.scan();
+    assert_eq!(unsafe { libc::mprotect(a.cast(), n * PAGE, libc::PROT_READ) }, 0);
+    unsafe { e.copy(b, a, n * PAGE) };
+    assert_eq!(e.stats().pages_shared_by_copy, 0, "no sharing with an exempt block");
+    assert_eq!(bytes(b, n * PAGE), &want[..]);
+    unsafe { e.free(a) };
+    unsafe { e.free(b) };
+}

@@ -16,7 +16,8 @@ fn large(n: usize) -> bool {
 /// An engine block for `n` bytes, if the engine takes it. `Hint::Uninit`
 /// (all but calloc) lets a recently freed block of the same size come back.
 fn engine_alloc(n: usize, hint: Hint) -> *mut c_void {
-    match engine().and_then(|e| with_busy(|| e.alloc(n, hint))) {
+    // The configured threshold is read as the engine starts, in this very call.
+    match engine().filter(|_| large(n)).and_then(|e| with_busy(|| e.alloc(n, hint))) {
         Some(p) => p.cast(),
         None => std::ptr::null_mut(),
     }

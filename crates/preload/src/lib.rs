@@ -18,9 +18,16 @@
 //! - the real memcpy is resolved once (an IFUNC, so through dlsym); until then
 //!   copies use `rep movsb`.
 //!
-//! Modules: `real` (glibc's functions), `hooks` (the exported symbols),
-//! `global` (the engine instance, configuration, the exit report).
+//! - memory-management calls on engine blocks (madvise, mprotect, mlock)
+//!   get the answer private anonymous memory would give.
+//!
+//! Modules: `real` (glibc's functions), `hooks` (malloc family and copies),
+//! `vm` (madvise, mprotect, mlock), `global` (the engine instance,
+//! configuration, the exit report), `probe` (statistics and scans on demand,
+//! for tests).
 
 mod global;
 mod hooks;
+mod probe;
 mod real;
+mod vm;

@@ -1,10 +1,19 @@
-//! The preload library in real processes: a C program calling every
-//! interposed function, and Python copying large buffers. Each runs plain and
-//! with LD_PRELOAD; outputs must be identical, and the engine's exit report
-//! must show it actually served the large blocks and copies.
+//! The preload library in real processes. Each program (C under tests/c,
+//! Python under tests/py) runs plain and with LD_PRELOAD; its output must be
+//! identical, and the engine's exit report (PAGEFOLD_REPORT) must show that
+//! the mechanism under test really engaged — or, for a fallback, that it was
+//! really off. The C programs check the engine's counters themselves too,
+//! mid-run, through the preload's `pagefold_stat` (found with dlsym).
+//!
+//! The background scanner runs every 1-2 ms at a full core's budget, so
+//! scans happen during copies, system calls, signals and forks.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
+
+use serde_json::Value;
 
 /// target/<profile>/libpagefold_preload.so, beside this test's deps/
 /// directory. Cargo does not build a cdylib-only package's library before its
@@ -28,17 +37,77 @@ fn library() -> PathBuf {
     lib
 }
 
-fn run(cmd: &mut Command, preload: Option<(&Path, &Path)>) -> (String, i32) {
-    if let Some((lib, report)) = preload {
-        cmd.env("LD_PRELOAD", lib).env("PAGEFOLD_REPORT", report);
+/// tests/c/NAME.c compiled (once per test run) into the target's tmp dir.
+fn c_program(name: &str) -> PathBuf {
+    static BUILT: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pagefold-preload-{name}"));
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if built.get_or_insert_with(HashSet::new).insert(name.to_string()) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+        let st = Command::new("cc")
+            .args(["-O1", "-fno-builtin", "-pthread", "-Wall", "-I"])
+            .arg(&dir)
+            .arg("-o")
+            .arg(&exe)
+            .arg(dir.join(format!("{name}.c")))
+            .arg("-ldl")
+            .status()
+            .expect("cc");
+        assert!(st.success(), "compiling {name}.c failed");
     }
+    exe
+}
+
+/// A command for `program` (args included) with no PAGEFOLD_* variable of
+/// the caller's environment: each run sets exactly what it tests.
+fn command(program: &[&str]) -> Command {
+    let mut cmd = Command::new(program[0]);
+    cmd.args(&program[1..]);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("PAGEFOLD_")) {
+        cmd.env_remove(k);
+    }
+    cmd
+}
+
+fn output(mut cmd: Command) -> String {
     let out = cmd.output().expect("spawn");
-    assert!(out.status.success(), "{:?} failed: {}", cmd, String::from_utf8_lossy(&out.stderr));
-    (String::from_utf8(out.stdout).unwrap(), out.status.code().unwrap_or(-1))
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn plain(program: &[&str]) -> String {
+    output(command(program))
+}
+
+/// Output and exit reports of `program` run with the preload and `env`
+/// (on top of a 2 ms background scan at a full core and a short pin grace).
+fn preloaded(program: &[&str], env: &[(&str, &str)]) -> (String, Vec<Value>) {
+    static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = RUN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = scratch(&format!("run{n}"));
+    let mut cmd = command(program);
+    cmd.env("LD_PRELOAD", library())
+        .env("PAGEFOLD_REPORT", dir.join("report"))
+        .env("PAGEFOLD_SCAN_INTERVAL_MS", "2")
+        .env("PAGEFOLD_SCAN_CPU", "1")
+        .env("PAGEFOLD_PIN_GRACE_US", "200");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = output(cmd);
+    let reports = reports(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    (out, reports)
 }
 
 /// The engine reports left by processes that ran with the preload.
-fn reports(dir: &Path) -> Vec<serde_json::Value> {
+fn reports(dir: &Path) -> Vec<Value> {
     std::fs::read_dir(dir)
         .unwrap()
         .flatten()
@@ -47,8 +116,16 @@ fn reports(dir: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-fn total(reports: &[serde_json::Value], key: &str) -> u64 {
-    reports.iter().map(|r| r["stats"][key].as_u64().unwrap_or(0)).sum()
+/// A statistic summed over reports; "fallbacks.mmap" reaches into objects,
+/// booleans count 0/1.
+fn stat(reports: &[Value], key: &str) -> u64 {
+    reports
+        .iter()
+        .map(|r| {
+            let v = key.split('.').fold(&r["stats"], |v, k| &v[k]);
+            v.as_u64().or_else(|| v.as_bool().map(u64::from)).unwrap_or_else(|| panic!("no statistic {key} in {r}"))
+        })
+        .sum()
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -58,39 +135,174 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
+/// Runs a C program plain and preloaded; outputs must agree. Returns the reports.
+fn same_output(name: &str, env: &[(&str, &str)]) -> Vec<Value> {
+    let exe = c_program(name);
+    let exe = exe.to_str().unwrap();
+    let want = plain(&[exe]);
+    let (got, r) = preloaded(&[exe], env);
+    assert_eq!(want, got, "{name} with {env:?}: output differs under the preload");
+    r
+}
+
 #[test]
 fn c_program_same_output_with_engine_serving_it() {
-    let dir = scratch("c");
-    let exe = dir.join("alloc_copy");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/alloc_copy.c");
-    let cc = Command::new("cc").args(["-O1", "-fno-builtin", "-o"]).arg(&exe).arg(&src).status().expect("cc");
-    assert!(cc.success());
-    let (plain, _) = run(&mut Command::new(&exe), None);
-    let lib = library();
-    let (with, _) = run(&mut Command::new(&exe), Some((&lib, &dir.join("report"))));
-    assert_eq!(plain, with, "output differs under the preload");
-    let r = reports(&dir);
+    let r = same_output("alloc_copy", &[]);
     assert_eq!(r.len(), 1, "one exit report expected: {r:?}");
-    assert!(total(&r, "pages_shared_by_copy") > 0, "no copy was virtual: {r:?}");
-    assert_eq!(total(&r, "blocks"), 0, "blocks leaked at exit: {r:?}");
+    assert!(stat(&r, "pages_shared_by_copy") > 0, "no copy was virtual: {r:?}");
+    assert_eq!(stat(&r, "blocks"), 0, "blocks leaked at exit: {r:?}");
+}
+
+/// madvise DONTNEED/FREE/DONTNEED_LOCKED on owned, copied, diverged and
+/// merged pages read zero and free frames (checked mid-run by the program);
+/// REMOVE, misaligned ranges and posix_madvise answer as on plain memory;
+/// advice the kernel keeps in the mapping (DONTFORK, WIPEONFORK, DONTDUMP,
+/// mlock) survives copies, scans and fork.
+#[test]
+fn madvise_answers_as_private_memory_and_frees_frames() {
+    let r = same_output("madvise", &[]);
+    assert!(stat(&r, "discarded") >= 4 + 2 * 40 + 40 + 2 * 40, "{r:?}");
+    assert!(stat(&r, "merged") >= 40 && stat(&r, "exempted") >= 4, "{r:?}");
+    // Without an engine every call is the kernel's.
+    let r = same_output("madvise", &[("PAGEFOLD_DISABLE", "1")]);
+    assert!(r.is_empty(), "a disabled preload reported: {r:?}");
+}
+
+/// realloc across the threshold both ways, aligned allocations beyond a page,
+/// usable sizes, calloc, copies, zero and duplicate pages — under every
+/// mechanism switched off and every fault injected. The output never changes;
+/// the report shows the mechanism off or the fallback taken.
+#[test]
+fn every_fallback_and_switch_keeps_the_output() {
+    type Check = fn(&[Value]) -> bool;
+    let cases: &[(&[(&str, &str)], Check)] = &[
+        (&[], |r| {
+            stat(r, "pages_shared_by_copy") > 0
+                && stat(r, "zero_folded") > 0
+                && stat(r, "merged") > 0
+                && stat(r, "frames_active") == 1
+                && stat(r, "protected_scan") == 1
+                && ["memfd", "mmap", "vma_budget", "uffd", "frames"].iter().all(|f| stat(r, &format!("fallbacks.{f}")) == 0)
+        }),
+        (&[("PAGEFOLD_DISABLE", "1")], |r| r.is_empty()),
+        // The engine starts (at the first block of the default threshold) but serves nothing.
+        (&[("PAGEFOLD_THRESHOLD", "1099511627776")], |r| {
+            ["pages_shared_by_copy", "bytes_copied_plain", "merged", "zero_folded"].iter().all(|k| stat(r, k) == 0)
+        }),
+        (&[("PAGEFOLD_COPY", "0")], |r| {
+            stat(r, "pages_shared_by_copy") == 0 && stat(r, "zero_folded") > 0 && stat(r, "merged") > 0
+        }),
+        (&[("PAGEFOLD_ZERO", "0")], |r| {
+            stat(r, "zero_folded") == 0 && stat(r, "pages_shared_by_copy") > 0 && stat(r, "merged") > 0
+        }),
+        (&[("PAGEFOLD_MERGE", "0")], |r| {
+            stat(r, "merged") == 0 && stat(r, "pages_shared_by_copy") > 0 && stat(r, "zero_folded") > 0
+        }),
+        (&[("PAGEFOLD_FRAMES", "0")], |r| {
+            stat(r, "frames_active") == 0 && stat(r, "pages_shared_by_copy") == 0 && stat(r, "merged") == 0
+        }),
+        (&[("PAGEFOLD_INJECT_FAIL_MEMFD", "1")], |r| {
+            stat(r, "fallbacks.memfd") >= 1 && stat(r, "frames_active") == 0 && stat(r, "pages_shared_by_copy") == 0
+        }),
+        (&[("PAGEFOLD_INJECT_FAIL_UFFD", "1")], |r| {
+            stat(r, "protected_scan") == 0
+                && stat(r, "fallbacks.uffd") >= 1
+                && stat(r, "zero_folded") + stat(r, "merged") == 0
+                && stat(r, "pages_shared_by_copy") > 0
+        }),
+        // No mmap at all: every block is glibc's.
+        (&[("PAGEFOLD_INJECT_MMAP_AFTER", "0")], |r| {
+            stat(r, "fallbacks.mmap") >= 1 && stat(r, "pages_shared_by_copy") == 0
+        }),
+        (&[("PAGEFOLD_INJECT_MMAP_AFTER", "3")], |r| stat(r, "fallbacks.mmap") >= 1),
+        (&[("PAGEFOLD_INJECT_MMAP_AFTER", "12")], |r| stat(r, "fallbacks.mmap") >= 1),
+        (&[("PAGEFOLD_INJECT_MMAP_AFTER", "40")], |r| stat(r, "fallbacks.mmap") >= 1),
+        // A pretend vm.max_map_count that the reserve for the program (4,096) uses up.
+        (&[("PAGEFOLD_INJECT_MAX_MAP_COUNT", "4100")], |r| {
+            stat(r, "fallbacks.vma_budget") >= 1 && stat(r, "pages_shared_by_copy") + stat(r, "merged") == 0
+        }),
+        (&[("PAGEFOLD_VMA_BUDGET", "3")], |r| stat(r, "fallbacks.vma_budget") >= 1),
+    ];
+    let exe = c_program("workload");
+    let exe = exe.to_str().unwrap();
+    let want = plain(&[exe]);
+    for (env, check) in cases {
+        let (got, r) = preloaded(&[exe], env);
+        assert_eq!(want, got, "output differs with {env:?}");
+        assert!(check(&r), "with {env:?} the report does not show it: {r:?}");
+        assert!(r.len() <= 1 && stat(&r, "blocks") == 0, "with {env:?}: {r:?}");
+    }
+}
+
+/// The program's own SIGSEGV write barrier on a large block keeps working
+/// while copies and scans happen (every write faults exactly once), a
+/// PROT_NONE block is never scanned, SIGBUS reaches the program, a timer
+/// handler writes blocks, a thread with all signals blocked copies them.
+/// Also with userfaultfd failing (blocks exempted on their frames).
+#[test]
+fn program_signal_handlers_and_protections_under_scans() {
+    let r = same_output("signals", &[("PAGEFOLD_SCAN_INTERVAL_MS", "1")]);
+    assert!(stat(&r, "exempted") >= 1 && stat(&r, "scans") >= 48, "{r:?}");
+    assert!(stat(&r, "merged") + stat(&r, "zero_folded") > 0 && stat(&r, "pages_shared_by_copy") > 0, "{r:?}");
+    let r = same_output("signals", &[("PAGEFOLD_SCAN_INTERVAL_MS", "1"), ("PAGEFOLD_INJECT_FAIL_UFFD", "1")]);
+    assert!(stat(&r, "exempted") >= 1 && stat(&r, "fallbacks.uffd") >= 1, "{r:?}");
+}
+
+/// read, pread, preadv, write, send and recv on large blocks whose pages the
+/// scanner merges and folds between rounds: no EFAULT, no byte lost.
+#[test]
+fn kernel_reads_and_writes_blocks_inside_syscalls_under_scans() {
+    let r = same_output("kernel_io", &[("PAGEFOLD_SCAN_INTERVAL_MS", "1")]);
+    assert!(stat(&r, "scans") >= 60 && stat(&r, "merged") >= 64 && stat(&r, "zero_folded") >= 21, "{r:?}");
+    assert_eq!(stat(&r, "fallbacks.uffd"), 0, "{r:?}");
+}
+
+/// fork while three threads copy and the scanner runs: children see the
+/// fork-time data and write their copies, parents' blocks stay untouched.
+#[test]
+fn fork_while_threads_copy() {
+    let r = same_output("fork_threads", &[]);
+    assert!(stat(&r, "pages_shared_by_copy") >= 68 * 40 && stat(&r, "scans") > 0, "{r:?}");
+}
+
+fn python() -> bool {
+    let ok = Command::new("python3").arg("-c").arg("1").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("python3 missing: skipped");
+    }
+    ok
 }
 
 #[test]
 fn python_copies_become_virtual() {
-    if Command::new("python3").arg("-c").arg("1").output().is_err() {
-        eprintln!("python3 missing: skipped");
+    if !python() {
         return;
     }
-    let dir = scratch("py");
     let script = "a = bytearray(16_000_000)\n\
                   for i in range(0, len(a), 4096): a[i] = i % 251\n\
                   b = [bytearray(a) for _ in range(6)]\n\
                   b[3][12345] = 7\n\
                   print(sum(x[12345] for x in b), sum(len(x) for x in b), a[4096 * 17])\n";
-    let (plain, _) = run(Command::new("python3").args(["-c", script]), None);
-    let lib = library();
-    let (with, _) = run(Command::new("python3").args(["-c", script]), Some((&lib, &dir.join("report"))));
-    assert_eq!(plain, with);
-    let r = reports(&dir);
-    assert!(total(&r, "pages_shared_by_copy") >= 5 * 3900, "{r:?}");
+    let cmd = ["python3", "-c", script];
+    let (got, r) = preloaded(&cmd, &[("PAGEFOLD_SCAN_INTERVAL_MS", "1000")]);
+    assert_eq!(plain(&cmd), got);
+    assert!(stat(&r, "pages_shared_by_copy") >= 5 * 3900, "{r:?}");
+}
+
+/// numpy copies (copy, np.array, astype, assignment, concatenate), zero and
+/// duplicate pages, and numpy's own MADV_HUGEPAGE on large arrays.
+#[test]
+fn numpy_copies_under_the_preload() {
+    if !python() || !Command::new("python3").args(["-c", "import numpy"]).status().is_ok_and(|s| s.success()) {
+        eprintln!("numpy missing: skipped");
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/numpy_copies.py");
+    let cmd = ["python3", script.to_str().unwrap()];
+    let (got, r) = preloaded(&cmd, &[("PAGEFOLD_SCAN_INTERVAL_MS", "5")]);
+    assert_eq!(plain(&cmd), got);
+    // Six 16 MB copies (3,907 pages each), a page-alike array, a zeroed one.
+    assert!(stat(&r, "pages_shared_by_copy") >= 5 * 3900, "{r:?}");
+    assert!(stat(&r, "merged") >= 1000 && stat(&r, "zero_folded") >= 1000, "{r:?}");
+    assert_eq!(stat(&r, "exempted"), 0, "MADV_HUGEPAGE must not take arrays from the engine: {r:?}");
 }

@@ -1,0 +1,137 @@
+//! The exported memory-management calls: madvise, posix_madvise, mprotect,
+//! pkey_mprotect, mlock and mlock2. Engine blocks must behave like the private
+//! anonymous memory glibc would have handed out, and the kernel's answer on
+//! memfd mappings differs:
+//!
+//! - MADV_DONTNEED / MADV_DONTNEED_LOCKED / MADV_FREE: the engine discards its
+//!   pages (they read zero, their frames are released; MADV_FREE is served as
+//!   DONTNEED, which private memory may also do). The kernel gets the rest.
+//! - MADV_REMOVE: private anonymous memory refuses it (EINVAL, nothing
+//!   changes); on an engine block the kernel would punch frames behind the
+//!   engine's back. So EINVAL, as plain memory answers.
+//! - protection changes, mlock, and advice the kernel keeps in the mapping
+//!   (MADV_DONTFORK, MADV_WIPEONFORK, MADV_DONTDUMP, guard regions): the block
+//!   is exempted first (moved onto plain anonymous memory, never remapped or
+//!   scanned again), then the kernel applies the call to it as to plain memory.
+//!   Otherwise a PROT_NONE page would kill the scanner and the engine's next
+//!   remap would silently drop the protection or flag.
+//! - anything else goes straight to the kernel (harmless on engine memory).
+//!
+//! The kernel is reached with syscall(2), never through a symbol lookup that
+//! could find these hooks again. Calls from inside the engine (its scanner, or
+//! a handler interrupting it) go straight to the kernel.
+
+use std::ffi::{c_int, c_long, c_void};
+
+use crate::global::{running, with_busy};
+
+/// Not yet in every libc crate version: guard regions (Linux 6.13).
+const MADV_GUARD_INSTALL: c_int = 102;
+const POSIX_MADV_DONTNEED: c_int = 4;
+
+unsafe fn sys(nr: c_long, a: *mut c_void, len: usize, x: c_long) -> c_int {
+    libc::syscall(nr, a, len, x) as c_int
+}
+
+unsafe fn kernel_madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
+    sys(libc::SYS_madvise, addr, len, advice as c_long)
+}
+
+/// Moves engine blocks in the range onto plain memory before the kernel
+/// changes their mappings' protection or flags.
+fn exempt(addr: *const c_void, len: usize) {
+    if let Some(e) = running() {
+        let _ = with_busy(|| e.exempt(addr.cast(), len));
+    }
+}
+
+fn overlaps_engine(addr: *const c_void, len: usize) -> bool {
+    running().and_then(|e| with_busy(|| e.overlaps(addr.cast(), len))).unwrap_or(false)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
+    match advice {
+        libc::MADV_DONTNEED | libc::MADV_DONTNEED_LOCKED | libc::MADV_FREE => discard(addr, len, advice),
+        libc::MADV_REMOVE if overlaps_engine(addr, len) => {
+            *libc::__errno_location() = libc::EINVAL;
+            -1
+        }
+        libc::MADV_DONTFORK | libc::MADV_WIPEONFORK | libc::MADV_DONTDUMP | MADV_GUARD_INSTALL => {
+            exempt(addr, len);
+            kernel_madvise(addr, len, advice)
+        }
+        _ => kernel_madvise(addr, len, advice),
+    }
+}
+
+/// The engine discards its pages; every other part of the range gets the
+/// program's advice from the kernel. Like the kernel, carries on past a failed
+/// part and reports the first failure.
+unsafe fn discard(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
+    // Misaligned, empty or wrapping ranges: the kernel gives its own answer.
+    let Some(e) = running() else { return kernel_madvise(addr, len, advice) };
+    let Some(rest) = with_busy(|| e.discard(addr.cast(), len)) else {
+        return kernel_madvise(addr, len, advice);
+    };
+    if rest.len() == 1 && rest[0] == (addr as usize, len) {
+        return kernel_madvise(addr, len, advice);
+    }
+    let mut ret = 0;
+    let mut err = 0;
+    for (start, n) in rest {
+        if kernel_madvise(start as *mut c_void, n, advice) != 0 && ret == 0 {
+            ret = -1;
+            err = *libc::__errno_location();
+        }
+    }
+    if ret != 0 {
+        *libc::__errno_location() = err;
+    }
+    ret
+}
+
+/// glibc ignores POSIX_MADV_DONTNEED on Linux (MADV_DONTNEED would discard
+/// data, which POSIX does not allow); so do we. Returns an error number and
+/// leaves errno alone.
+#[no_mangle]
+pub unsafe extern "C" fn posix_madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
+    if advice == POSIX_MADV_DONTNEED {
+        return 0;
+    }
+    let saved = *libc::__errno_location();
+    let r = match kernel_madvise(addr, len, advice) {
+        0 => 0,
+        _ => *libc::__errno_location(),
+    };
+    *libc::__errno_location() = saved;
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int {
+    if prot != libc::PROT_READ | libc::PROT_WRITE {
+        exempt(addr, len);
+    }
+    sys(libc::SYS_mprotect, addr, len, prot as c_long)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pkey_mprotect(addr: *mut c_void, len: usize, prot: c_int, pkey: c_int) -> c_int {
+    // Any protection key, even with read-write, is a property of the mapping.
+    exempt(addr, len);
+    libc::syscall(libc::SYS_pkey_mprotect, addr, len, prot as c_long, pkey as c_long) as c_int
+}
+
+/// Locked pages must stay locked: the engine's remaps would unlock them.
+#[no_mangle]
+pub unsafe extern "C" fn mlock(addr: *const c_void, len: usize) -> c_int {
+    exempt(addr, len);
+    sys(libc::SYS_mlock, addr as *mut c_void, len, 0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mlock2(addr: *const c_void, len: usize, flags: std::ffi::c_uint) -> c_int {
+    exempt(addr, len);
+    sys(libc::SYS_mlock2, addr as *mut c_void, len, flags as c_long)
+}
