@@ -1,0 +1,125 @@
+//! Other people's test suites under `pagefold run`: a subset of numpy's own
+//! tests and the examples of a few R packages, each run plain and under
+//! pagefold by the scripts in bench/compat/ (docs/COMPAT.md has the full
+//! runs). Fails if pagefold adds a failing test, a failing package or a
+//! difference in the R examples' output.
+//!
+//! Python 3 with numpy, pytest and hypothesis, and R (Rscript) are required:
+//! `.ci/run` installs them. When they are missing the tests fail and say what
+//! to install; they never skip silently. `PAGEFOLD_COMPAT_SKIP=1` skips them
+//! explicitly (printed), for a machine where that is intended.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The numpy test modules run by CI: ndarray basics (copies, views, buffers,
+/// memmove/overlap) and concatenation/stacking. About a minute plain.
+const NUMPY_SUBSET: &[&str] = &[
+    "numpy._core.tests.test_multiarray",
+    "numpy._core.tests.test_mem_overlap",
+    "numpy._core.tests.test_shape_base",
+];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// The pagefold binary of this build, with libpagefold_preload.so beside it
+/// (where `pagefold run` looks for it). Cargo does not build the cdylib-only
+/// preload package for this crate's tests, so it is built here, same profile
+/// and target directory (as crates/preload/tests do).
+fn pagefold() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_pagefold"));
+    let dir = bin.parent().unwrap().to_path_buf();
+    BUILT.call_once(|| {
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["build", "-p", "pagefold-preload"]);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cargo.arg("--release");
+        }
+        cargo.env("CARGO_TARGET_DIR", dir.parent().unwrap());
+        let st = cargo.current_dir(env!("CARGO_MANIFEST_DIR")).status().expect("running cargo");
+        assert!(st.success(), "building the preload library failed");
+    });
+    assert!(dir.join("libpagefold_preload.so").is_file(), "libpagefold_preload.so not built in {}", dir.display());
+    bin
+}
+
+fn skipped(what: &str) -> bool {
+    if std::env::var_os("PAGEFOLD_COMPAT_SKIP").is_some_and(|v| v == "1") {
+        eprintln!("compat: {what} SKIPPED because PAGEFOLD_COMPAT_SKIP=1");
+        return true;
+    }
+    false
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pagefold-compat-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Runs a bench/compat script; its report is printed, and on failure also
+/// where the logs are.
+fn run_script(script: &str, args: &[&str], out: &Path) {
+    let path = repo().join("bench/compat").join(script);
+    let output = Command::new("bash")
+        .arg(&path)
+        .arg("--out")
+        .arg(out)
+        .args(args)
+        .env("PAGEFOLD", pagefold())
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", path.display()));
+    let text = String::from_utf8_lossy(&output.stdout);
+    println!("{text}");
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    match output.status.code() {
+        Some(0) => {
+            let _ = std::fs::remove_dir_all(out);
+        }
+        Some(1) => panic!("{script}: pagefold adds failures or differences (logs and outputs kept in {}):\n{text}", out.display()),
+        c => panic!("{script} could not complete (exit {c:?}; logs in {}):\n{text}", out.display()),
+    }
+}
+
+#[test]
+fn numpy_test_subset_under_pagefold_adds_no_failure() {
+    if skipped("numpy subset") {
+        return;
+    }
+    let probe = Command::new("python3").args(["-c", "import numpy, pytest, hypothesis"]).output();
+    match probe {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!(
+            "python3 lacks numpy, pytest or hypothesis: install them with \
+             `python3 -m pip install numpy pytest hypothesis` (.ci/run does):\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => panic!("python3 not found ({e}): install Python 3 with numpy, pytest and hypothesis (.ci/run does)"),
+    }
+    let mut args = vec!["--pyargs"];
+    args.extend_from_slice(NUMPY_SUBSET);
+    run_script("numpy_suite.sh", &args, &scratch("numpy"));
+}
+
+#[test]
+fn r_examples_subset_under_pagefold_add_no_failure_or_difference() {
+    if skipped("R examples subset") {
+        return;
+    }
+    match Command::new("Rscript").args(["-e", "invisible(0)"]).output() {
+        Ok(o) if o.status.success() => {}
+        r => panic!(
+            "Rscript not found or not working ({:?}): install R with \
+             `apt-get install r-base-core r-recommended` (.ci/run does)",
+            r.map(|o| o.status)
+        ),
+    }
+    if !Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        panic!("python3 not found: bench/compat/r_examples.sh uses it to compare outputs (.ci/run installs it)");
+    }
+    run_script("r_examples.sh", &["--fast"], &scratch("r"));
+}
