@@ -173,6 +173,8 @@ impl pf_config {
             scan_cpu_budget: budget,
             pin_grace: Duration::from_micros(self.pin_grace_us),
             volatile_check: self.volatile_check != 0,
+            // A C caller's free gives memory back; recycling is the preload's.
+            recycle_bytes: 0,
             inject: Inject {
                 fail_memfd: self.inject_fail_memfd != 0,
                 fail_uffd: self.inject_fail_uffd != 0,

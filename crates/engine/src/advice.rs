@@ -277,6 +277,10 @@ impl State {
             self.stats.fallbacks.uffd += 1;
             return false;
         }
+        // A shared page the program wrote holds its own copy, whatever its
+        // frame holds (a folded zero frame is a hole): learn of those writes
+        // now, under protection, before holes are skipped.
+        self.refresh_divergence(base, 0, n);
         for k in 0..n {
             let page = self.blocks[&base].page_addr(k);
             // Reading a hole of a frame would allocate it; it reads zero anyway.

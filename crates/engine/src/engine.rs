@@ -261,6 +261,7 @@ impl State {
 
     pub fn alloc(&mut self, len: usize, hint: Hint) -> *mut u8 {
         let npages = len.max(1).div_ceil(PAGE);
+        self.expire_recycled();
         if hint == Hint::Uninit {
             if let Some(block) = self.reuse(npages) {
                 let ptr = block.base;

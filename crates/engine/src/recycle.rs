@@ -11,10 +11,12 @@
 //! not need zeroed memory (`Hint::Uninit`, i.e. malloc, not calloc).
 //!
 //! Recycled blocks are not blocks: no scan, copy or lookup sees them. They
-//! are released for good when the budget overflows (oldest first), when a
-//! scan finds them older than the previous scan (so memory a program stopped
-//! reusing returns within about two scan intervals), and before fork (a
-//! recycled block maps shared frames the child would inherit).
+//! are released for good when the budget overflows (oldest first), when they
+//! waited longer than MAX_AGE (checked on every allocation and free, and by
+//! each scan for a program that stopped allocating), and before fork (a recycled block maps shared frames the
+//! child would inherit).
+
+use std::time::{Duration, Instant};
 
 use crate::engine::State;
 use crate::space::{Block, Page};
@@ -22,16 +24,20 @@ use crate::space::{Block, Page};
 /// A freed block kept for reuse.
 pub(crate) struct Recycled {
     pub block: Block,
-    /// `Stats::scans` when it was freed.
-    pub freed_at_scan: u64,
+    pub freed_at: Instant,
 }
+
+/// How long a freed block waits for reuse: an interpreter allocates again
+/// right after its collector frees; memory idle longer goes back.
+const MAX_AGE: Duration = Duration::from_millis(250);
 
 impl State {
     /// Keeps `block` for reuse if it may be; otherwise gives it back.
     pub(crate) fn free_block(&mut self, block: Block) {
+        self.expire_recycled();
         if self.recyclable(&block) {
             self.recycled_bytes += block.len();
-            self.recycled.push(Recycled { freed_at_scan: self.stats.scans, block });
+            self.recycled.push(Recycled { freed_at: Instant::now(), block });
             while self.recycled_bytes > self.cfg.recycle_bytes {
                 let oldest = self.recycled.remove(0);
                 self.release_recycled(oldest.block);
@@ -49,25 +55,58 @@ impl State {
             && (block.pages.iter().all(own) || block.pages.iter().all(anon))
     }
 
-    /// A recycled block of exactly `npages`, the most recently freed first
-    /// (its pages are the likeliest to be in the cache).
+    /// A recycled block of `npages`: one of exactly that size, the most
+    /// recently freed first (its pages are the likeliest to be in the CPU's
+    /// cache), else the smallest one up to four times larger, whose tail is
+    /// split off and stays recycled.
     pub(crate) fn reuse(&mut self, npages: usize) -> Option<Block> {
-        let i = self.recycled.iter().rposition(|r| r.block.pages.len() == npages)?;
-        let mut block = self.recycled.remove(i).block;
+        let len = |r: &Recycled| r.block.pages.len();
+        let i = self.recycled.iter().rposition(|r| len(r) == npages).or_else(|| {
+            let larger = self.recycled.iter().enumerate().filter(|(_, r)| len(r) > npages && len(r) <= 4 * npages);
+            larger.min_by_key(|(_, r)| len(r)).map(|(i, _)| i)
+        })?;
+        let Recycled { mut block, freed_at } = self.recycled.remove(i);
         self.recycled_bytes -= block.len();
+        if block.pages.len() > npages {
+            let tail = self.split(&mut block, npages);
+            self.recycled_bytes += tail.len();
+            self.recycled.insert(i, Recycled { block: tail, freed_at });
+        }
         block.seen.fill(0);
         self.stats.recycled += 1;
         Some(block)
     }
 
-    /// Releases recycled blocks a whole scan has passed since they were freed.
-    pub(crate) fn trim_recycled(&mut self) {
-        let now = self.stats.scans;
-        let (old, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.recycled).into_iter().partition(|r| r.freed_at_scan < now);
-        self.recycled = keep;
-        for r in old {
-            self.release_recycled(r.block);
+    /// Cuts `block` after `n` pages; returns the tail. The kernel's mapping
+    /// is not split, but each part counts its own (an overcount by one
+    /// keeps the VMA budget on the safe side).
+    fn split(&mut self, block: &mut Block, n: usize) -> Block {
+        let tail_base = unsafe { block.base.add(n * crate::PAGE) };
+        let tail = Block::new(tail_base, block.pages.split_off(n));
+        block.seen.truncate(n);
+        let before = block.vmas;
+        block.vmas = block.count_vmas();
+        self.vmas = self.vmas + block.vmas + tail.vmas - before;
+        tail
+    }
+
+    /// Releases recycled blocks older than MAX_AGE (oldest first in the list,
+    /// so this usually looks at one entry).
+    pub(crate) fn expire_recycled(&mut self) {
+        if self.recycled.is_empty() {
+            return;
         }
+        let now = Instant::now();
+        while self.recycled.first().is_some_and(|r| now.duration_since(r.freed_at) > MAX_AGE) {
+            let old = self.recycled.remove(0);
+            self.release_recycled(old.block);
+        }
+    }
+
+    /// The scan's turn: expires what waited too long even when the program
+    /// stopped allocating.
+    pub(crate) fn trim_recycled(&mut self) {
+        self.expire_recycled();
     }
 
     /// Releases every recycled block (before fork).

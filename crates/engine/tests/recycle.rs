@@ -1,7 +1,7 @@
 //! Recycled blocks (recycle.rs): a freed block that was all its own comes
 //! back to a same-sized `Hint::Uninit` allocation, never to one that needs
 //! zeroed memory, never when it shared frames with another block, and goes
-//! away within two scans, over the budget, and before fork. Off by default
+//! away after the age limit, over the budget, and before fork. Off by default
 //! (the preload turns it on).
 
 use pagefold_engine::{Config, Engine, Hint, PAGE};
@@ -26,8 +26,8 @@ fn a_freed_block_serves_the_next_uninit_allocation_of_its_size() {
     fill(a, len, 7);
     unsafe { e.free(a) };
     assert_eq!(e.stats().recycled_bytes, len as u64);
-    let other_size = e.alloc(8 * PAGE, Hint::Uninit);
-    assert_ne!(other_size, a, "only the same page count is reused");
+    let other_size = e.alloc(3 * PAGE, Hint::Uninit);
+    assert_ne!(other_size, a, "a block over four times the request is not cut up");
     let b = e.alloc(len, Hint::Uninit);
     assert_eq!(b, a);
     assert!(all(b, len, 7), "a recycled block keeps its bytes, as a reused heap chunk does");
@@ -36,6 +36,40 @@ fn a_freed_block_serves_the_next_uninit_allocation_of_its_size() {
     fill(b, len, 9);
     assert!(all(b, len, 9));
     assert_eq!(e.block_len(b), Some(len));
+}
+
+#[test]
+fn a_larger_block_is_split_and_its_tail_stays_recycled() {
+    let e = engine(32);
+    let a = e.alloc(16 * PAGE, Hint::Uninit);
+    fill(a, 16 * PAGE, 2);
+    unsafe { e.free(a) };
+    let head = e.alloc(8 * PAGE, Hint::Uninit);
+    assert_eq!(head, a);
+    assert_eq!(e.block_len(head), Some(8 * PAGE));
+    assert_eq!(e.stats().recycled_bytes, 8 * PAGE as u64);
+    let tail = e.alloc(8 * PAGE, Hint::Uninit);
+    assert_eq!(tail, unsafe { a.add(8 * PAGE) });
+    fill(head, 8 * PAGE, 3);
+    assert!(all(tail, 8 * PAGE, 2), "the halves are separate blocks");
+    unsafe { e.free(head) };
+    unsafe { e.free(tail) };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    e.scan();
+    let s = e.stats();
+    assert_eq!((s.frames_in_use, s.recycled_bytes, s.vmas_used), (0, 0, 0), "{s:?}");
+}
+
+#[test]
+fn blocks_idle_longer_than_the_age_limit_are_released() {
+    let e = engine(32);
+    let a = e.alloc(8 * PAGE, Hint::Uninit);
+    fill(a, 8 * PAGE, 1);
+    unsafe { e.free(a) };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let b = e.alloc(8 * PAGE, Hint::None);
+    assert!(all(b, 8 * PAGE, 0));
+    assert_eq!(e.stats().recycled_bytes, 0, "expired on the next allocation");
 }
 
 #[test]
@@ -80,9 +114,10 @@ fn the_budget_releases_the_oldest_and_scans_release_the_stale() {
     unsafe { e.free(big) };
     assert_eq!(e.stats().recycled_bytes, 4 * len as u64, "over a quarter of the budget: released at once");
     e.scan();
-    assert_eq!(e.stats().recycled_bytes, 4 * len as u64, "freed since the previous scan: kept");
+    assert_eq!(e.stats().recycled_bytes, 4 * len as u64, "freed just now: kept");
+    std::thread::sleep(std::time::Duration::from_millis(300));
     e.scan();
-    assert_eq!(e.stats().recycled_bytes, 0, "freed before the previous scan: released");
+    assert_eq!(e.stats().recycled_bytes, 0, "idle past the age limit: a scan releases them");
     assert_eq!(e.stats().frames_in_use, 0);
 }
 

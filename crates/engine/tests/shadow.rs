@@ -949,8 +949,8 @@ fn run(cfg: Config, o: Opts) -> (Stats, Stats) {
     }
     let before_stop = engine.stats();
     engine.stop_background();
-    // Recycled blocks go at the second scan after their free.
-    engine.scan();
+    // Recycled blocks go at the first scan after their age limit.
+    std::thread::sleep(Duration::from_millis(300));
     engine.scan();
     let s = engine.stats();
     eprintln!("[{}] final stats: {s:?}", o.name);
