@@ -125,9 +125,9 @@ pub fn run(plan: &SuitePlan) -> Result<SuiteResult, String> {
                 bar.set_message(format!("run {}/{} {} under {}", rep + 1, plan.runs, wl.name, cfg.name));
                 let inv = Invocation { cmd: &wl.cmd, preload: plan.preload, input: Some(&[]), interval: plan.interval, timeout: plan.timeout };
                 let mut o = program::run(&inv, cfg, guard.as_ref())?;
-                bar.println(run_line(&wl.name, rep, &o));
+                log(&bar, run_line(&wl.name, rep, &o));
                 if o.exit_code != 0 {
-                    bar.println(failure_tail(&o));
+                    log(&bar, failure_tail(&o));
                 }
                 if rep > 0 {
                     o.timeline = Vec::new();
@@ -154,6 +154,15 @@ fn progress(total: u64) -> indicatif::ProgressBar {
     let style = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} runs, ETA {eta} {msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
     bar.set_style(style);
     bar
+}
+
+/// A line above the progress bar, or on stderr when there is no bar (not a terminal).
+fn log(bar: &indicatif::ProgressBar, line: String) {
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
 }
 
 fn run_line(workload: &str, rep: usize, o: &Outcome) -> String {

@@ -9,7 +9,7 @@
 //! `PAGEFOLD_THRESHOLD` (bytes, default 8192): smallest block the engine serves;
 //! `PAGEFOLD_DISABLE=1`: pass everything to glibc;
 //! `PAGEFOLD_SCAN_INTERVAL_MS` defaults to 1000 here (background scan on);
-//! `PAGEFOLD_RECYCLE_MB` defaults to 32 here (freed blocks reused, see the engine's recycle.rs);
+//! `PAGEFOLD_RECYCLE_MB` defaults to 256 here (freed blocks reused, see the engine's recycle.rs);
 //! `PAGEFOLD_SCAN_AFTER_FREE_MB` (default 64): wake the scanner after this much
 //! engine memory was freed, which is when a garbage collector has just run;
 //! `PAGEFOLD_REPORT=PATH`: at exit write the engine's statistics as JSON to `PATH.PID`.
@@ -31,7 +31,7 @@ pub static THRESHOLD: AtomicUsize = AtomicUsize::new(2 * pagefold_engine::PAGE);
 static FREED: AtomicUsize = AtomicUsize::new(0);
 static SCAN_AFTER_FREE: AtomicUsize = AtomicUsize::new(64 << 20);
 /// Freed engine memory kept for reuse, as glibc keeps freed heap chunks.
-const RECYCLE_DEFAULT: usize = 32 << 20;
+const RECYCLE_DEFAULT: usize = 256 << 20;
 
 thread_local! {
     /// Set while this thread is inside the engine: its own copies and
