@@ -3,7 +3,7 @@
 # failing tests. Exit 0 iff every test that fails (or errors) under pagefold
 # also fails plain, and both runs completed.
 #
-#   bench/compat/numpy_suite.sh [--out DIR] [PYTEST ARGS...]
+#   bench/compat/numpy_suite.sh [--out DIR] [--timeout S] [PYTEST ARGS...]
 #
 # Without PYTEST ARGS it runs the full suite (`--pyargs numpy`, slow tests
 # included). A subset, e.g. for CI:
@@ -14,7 +14,8 @@
 # --continue-on-collection-errors --junitxml=...
 # and PYTHONHASHSEED=0; they run one after the other in a scratch directory
 # (no project pytest.ini). numpy's conftest then uses its derandomized
-# hypothesis profile. Results (junit XML, logs, the pagefold report) stay in
+# hypothesis profile. --timeout S stops each run after S seconds (it then
+# counts as incomplete, and the script fails): a hang does not block. Results (junit XML, logs, the pagefold report) stay in
 # DIR (default: a new temporary directory, printed).
 # Environment: PAGEFOLD (the pagefold binary, default target/release/pagefold
 # of this checkout), PYTHON (default python3), and the pagefold binary's own
@@ -24,10 +25,15 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 pagefold="${PAGEFOLD:-$root/target/release/pagefold}"
 python="${PYTHON:-python3}"
 out=""
-case "${1:-}" in
-  -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-  --out) out="$2"; shift 2 ;;
-esac
+limit=0
+while :; do
+  case "${1:-}" in
+    -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    --out) out="$2"; shift 2 ;;
+    --timeout) limit="$2"; shift 2 ;;
+    *) break ;;
+  esac
+done
 [ "${1:-}" = "--" ] && shift
 args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(--pyargs numpy)
@@ -43,13 +49,13 @@ echo "numpy_suite: numpy $("$python" -c 'import numpy; print(numpy.__version__)'
 
 run() { # run MODE: plain | pagefold
   local mode=$1 t0 t1 rc
-  local cmd=("$python" -m pytest -p no:cacheprovider -q -rf --continue-on-collection-errors --junitxml="$out/$mode.xml" "${args[@]}")
+  local cmd=(timeout -k 30 "$limit" "$python" -m pytest -p no:cacheprovider -q -rf --continue-on-collection-errors --junitxml="$out/$mode.xml" "${args[@]}")
   rm -f "$out/$mode.xml"
   t0=$EPOCHREALTIME
   if [ "$mode" = plain ]; then
     (cd "$work" && PYTHONHASHSEED=0 "${cmd[@]}") >"$out/$mode.log" 2>&1
   else
-    (cd "$work" && PYTHONHASHSEED=0 "$pagefold" run --json --report "$out/pagefold-report.json" -- "${cmd[@]}") >"$out/$mode.log" 2>&1
+    (cd "$work" && PYTHONHASHSEED=0 timeout -k 30 "$limit" "$pagefold" run --json --report "$out/pagefold-report.json" -- "${cmd[@]:4}") >"$out/$mode.log" 2>&1
   fi
   rc=$?
   t1=$EPOCHREALTIME
@@ -89,7 +95,7 @@ for mode in ("plain", "pagefold"):
     r.update(counts, failed_ids=failed)
     res[mode] = r
     if rc not in (0, 1):
-        r["err"] = f"pytest exit code {rc}"
+        r["err"] = f"pytest exit code {rc}" + (" (timed out)" if rc in (124, 137) else "")
 for mode, r in res.items():
     if "failed_ids" in r:
         print(f"{mode:9s}: exit {r['rc']}, {r['wall']:.0f} s: {r['passed']} passed, {r['failed']} failed, "

@@ -4,7 +4,9 @@
 # plain and under `pagefold run`. Compares, per package, pass/fail and the
 # produced PKG-Ex.Rout (and PKG-Ex.pdf) after normalising what differs between
 # any two runs: timings, addresses, temporary file names, dates, the run's
-# directory, trailing padding, and the sections examples mark with
+# directory, the values of LD_PRELOAD and PAGEFOLD_REPORT (plain runs get
+# them too, empty: examples print the environment), trailing padding, and
+# the sections examples mark with
 # IGNORE_RDIFF_BEGIN/END (as R's own Rdiff does: PIDs, hash table order).
 # Exit 0 iff pagefold adds no failure and no difference.
 #
@@ -14,6 +16,8 @@
 #   --baseline  also a second plain run, compared with the first in the same
 #               way: shows that the normalisation removes every run-to-run
 #               difference (a difference there is reported, and fails)
+#   --timeout S each package's examples are stopped after S seconds (default
+#               1800) and count as failed ("timeout"): a hang does not block
 #   --compare-only  no runs: compare the results already in --out DIR
 #   PKG...      these packages instead of the default set
 #
@@ -28,7 +32,7 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 pagefold="${PAGEFOLD:-$root/target/release/pagefold}"
 rscript="${RSCRIPT:-Rscript}"
-out="" baseline=0 compare_only=0 pkgs=()
+out="" baseline=0 compare_only=0 timeout=1800 pkgs=()
 default_pkgs=(base stats utils graphics grDevices methods datasets tools grid splines stats4
   parallel compiler tcltk MASS lattice Matrix nlme survival rpart class cluster KernSmooth mgcv
   nnet boot codetools foreign spatial)
@@ -37,6 +41,7 @@ while [ $# -gt 0 ]; do
     --out) out="$2"; shift 2 ;;
     --baseline) baseline=1; shift ;;
     --compare-only) compare_only=1; shift ;;
+    --timeout) timeout="$2"; shift 2 ;;
     --fast) pkgs+=(splines class stats4); shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     -*) echo "r_examples: unknown option $1" >&2; exit 2 ;;
@@ -53,30 +58,34 @@ if [ -z "$out" ]; then out="$(mktemp -d /tmp/r_examples.XXXXXX)"; fi
 mkdir -p "$out" && out="$(cd "$out" && pwd)"
 echo "r_examples: $("$rscript" --version 2>&1 | head -1), packages: ${pkgs[*]}; results in $out"
 
-[ $compare_only = 1 ] || cat >"$out/driver.R" <<'RS'
-# Rscript driver.R OUTDIR PKG...: examples of each package into OUTDIR/PKG,
-# one line "PKG STATUS SECONDS" per package into OUTDIR/status.
-a <- commandArgs(TRUE); dir <- a[1]
-for (p in a[-1]) {
-    d <- file.path(dir, p); dir.create(d, recursive = TRUE, showWarnings = FALSE)
-    t0 <- proc.time()[["elapsed"]]
-    r <- if (!requireNamespace(p, quietly = TRUE)) "not-installed" else
-        tryCatch(as.character(tools::testInstalledPackage(p, types = "examples", outDir = d)),
-                 error = function(e) paste0("error:", gsub("[[:space:]]+", "_", conditionMessage(e))))
-    cat(p, r, sprintf("%.1f", proc.time()[["elapsed"]] - t0), "\n",
-        file = file.path(dir, "status"), append = TRUE)
-}
-RS
+[ $compare_only = 1 ] || cat >"$out/driver.sh" <<'SH'
+# bash driver.sh OUTDIR TIMEOUT RSCRIPT PKG...: the examples of each package
+# into OUTDIR/PKG (in its own Rscript, stopped after TIMEOUT seconds), one
+# line "PKG STATUS SECONDS" per package into OUTDIR/status; STATUS is
+# testInstalledPackage's value (0 = passed), timeout or not-installed.
+dir=$1 limit=$2 rscript=$3; shift 3
+for p in "$@"; do
+  mkdir -p "$dir/$p"
+  t0=$EPOCHREALTIME
+  timeout -k 10 "$limit" "$rscript" -e "if (!requireNamespace('$p', quietly = TRUE)) quit(status = 99)" \
+    -e "quit(status = tools::testInstalledPackage('$p', types = 'examples', outDir = '$dir/$p'))"
+  rc=$?
+  case $rc in 124|137) rc=timeout ;; 99) rc=not-installed ;; esac
+  echo "$p $rc $(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $t0 }")" >>"$dir/status"
+done
+SH
 
 run() { # run MODE
   local mode=$1 rc
   rm -rf "$out/$mode"; mkdir -p "$out/$mode"
-  local cmd=("$rscript" "$out/driver.R" "$out/$mode" "${pkgs[@]}")
+  local cmd=(bash "$out/driver.sh" "$out/$mode" "$timeout" "$rscript" "${pkgs[@]}")
   local t0=$EPOCHREALTIME
   if [ "$mode" = pagefold ]; then
     (cd "$out/$mode" && "$pagefold" run --json --report "$out/pagefold-report.json" -- "${cmd[@]}") >"$out/$mode.log" 2>&1
   else
-    (cd "$out/$mode" && "${cmd[@]}") >"$out/$mode.log" 2>&1
+    # The same variable names as under pagefold (examples print the
+    # environment); an empty LD_PRELOAD loads nothing. Values are normalised.
+    (cd "$out/$mode" && LD_PRELOAD= PAGEFOLD_REPORT=/nonexistent "${cmd[@]}") >"$out/$mode.log" 2>&1
   fi
   rc=$?
   echo "$rc $t0 $EPOCHREALTIME" >"$out/$mode.time"
@@ -102,6 +111,7 @@ RULES = [
     (rb"\b(file|Rf|Rex|pdf|plot)[0-9a-f]{6,}", rb"\1<X>"),         # basename(tempfile())
     (rb"\b\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?( [A-Z]{3,4})?", b"<DATETIME>"),
     (rb"\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d( [A-Z]{3,4})? \d{4}", b"<DATE>"),
+    (rb"^(LD_PRELOAD|PAGEFOLD_REPORT):.*$", rb"\1: <X>"),           # Sys.getenv(): set by pagefold run
     (rb"[ \t]+$", b""),                                            # padding that follows a name's length
 ]
 # system.time() / proc.time() print a header line, then the numbers
