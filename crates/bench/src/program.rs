@@ -410,6 +410,59 @@ mod tests {
         assert!(err.contains("unknown configuration 'turbo'") && err.contains("ksm-10000"), "{err}");
     }
 
+    fn sh(script: &str) -> Vec<String> {
+        vec!["sh".into(), "-c".into(), script.into()]
+    }
+
+    fn invocation<'a>(cmd: &'a [String], timeout: Option<Duration>) -> Invocation<'a> {
+        Invocation { cmd, preload: Path::new("/nonexistent"), input: Some(&[]), interval: Duration::from_millis(10), timeout }
+    }
+
+    #[test]
+    fn ksm_knobs_are_restored_after_a_failing_run() {
+        let knobs = || ["run", "pages_to_scan", "sleep_millisecs"].map(|k| crate::ksm::read_knob(k).unwrap());
+        let guard = match KsmGuard::acquire() {
+            Ok(g) => g,
+            Err(why) => return eprintln!("skipped: {why}"),
+        };
+        let before = knobs();
+        let cmd = sh("echo partial; exit 3");
+        let o = run(&invocation(&cmd, None), &parse_config("ksm-10000").unwrap(), Some(&guard)).unwrap();
+        assert_eq!(o.exit_code, 3);
+        assert_eq!(o.stdout.as_deref(), Some(&b"partial\n"[..]));
+        assert!(o.ksmd_cpu_s.is_some());
+        assert_eq!(crate::ksm::read_knob("run").unwrap(), "0", "ksmd stopped after the run");
+        drop(guard);
+        assert_eq!(knobs(), before);
+    }
+
+    #[test]
+    fn a_run_past_its_time_limit_is_killed_with_its_children() {
+        let cmd = sh("sleep 30 & sleep 30; echo never");
+        let t = std::time::Instant::now();
+        let o = run(&invocation(&cmd, Some(Duration::from_millis(300))), &parse_config("plain").unwrap(), None).unwrap();
+        assert!(o.timed_out && o.exit_code == 128 + libc::SIGKILL, "{o:?}");
+        assert!(t.elapsed() < Duration::from_secs(10), "the background child kept the pipes open");
+        assert_eq!(o.stdout.as_deref(), Some(&b""[..]));
+    }
+
+    #[test]
+    fn a_program_whose_output_changes_is_flagged_by_the_suite() {
+        // Real runs of a program that prints its own pid: never the same twice.
+        let cmd = sh("echo $$");
+        let plain = parse_config("plain").unwrap();
+        let runs: Vec<Outcome> = (0..2).map(|_| run(&invocation(&cmd, None), &plain, None).unwrap()).collect();
+        let mut second = runs[1].clone();
+        second.config = "pagefold".into();
+        let stats = crate::suite::summarize(&["plain".into(), "pagefold".into()], &[runs[0].clone(), second]);
+        assert!(stats[0].identical && !stats[1].identical);
+        let same = sh("echo same");
+        let a = run(&invocation(&same, None), &plain, None).unwrap();
+        let mut b = run(&invocation(&same, None), &plain, None).unwrap();
+        b.config = "pagefold".into();
+        assert!(crate::suite::summarize(&["plain".into(), "pagefold".into()], &[a, b])[1].identical);
+    }
+
     #[test]
     fn a_single_mechanism_switches_the_other_two_off() {
         let Setup::Pagefold { env } = parse_config("zero").unwrap().setup else { panic!() };

@@ -33,6 +33,8 @@ struct Held {
 
 thread_local! {
     static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
+    /// Whether the forking thread counted as an engine thread before prepare.
+    static WAS_ENGINE_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 pub fn register(engine: Weak<Inner>) {
@@ -45,6 +47,12 @@ pub fn register(engine: Weak<Inner>) {
 }
 
 extern "C" fn prepare() {
+    // From here to parent/child this thread holds every engine lock, and the
+    // code below copies and allocates: through a preload those calls would
+    // come back into the engine and wait for the lock this thread holds.
+    // Marked as an engine thread, it gets glibc's functions instead.
+    WAS_ENGINE_THREAD.with(|w| w.set(crate::on_engine_thread()));
+    crate::ENGINE_THREAD.with(|t| t.set(true));
     let registry = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
     let engines = registry
         .iter()
@@ -74,6 +82,11 @@ extern "C" fn child() {
 }
 
 fn release(in_child: bool) {
+    release_locks(in_child);
+    crate::ENGINE_THREAD.with(|t| t.set(WAS_ENGINE_THREAD.with(|w| w.get())));
+}
+
+fn release_locks(in_child: bool) {
     let Some(mut held) = HELD.with(|h| h.borrow_mut().take()) else { return };
     for (inner, st) in held.engines.iter_mut() {
         st.retire_pools(in_child);

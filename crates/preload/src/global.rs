@@ -7,6 +7,7 @@
 //!
 //! Variables (besides the engine's own `PAGEFOLD_*`, see docs/CONFIG.md):
 //! `PAGEFOLD_THRESHOLD` (bytes, default 8192): smallest block the engine serves;
+//! `PAGEFOLD_COPY_MIN` (bytes, default 131072): smallest memcpy/memmove offered to the engine;
 //! `PAGEFOLD_DISABLE=1`: pass everything to glibc;
 //! `PAGEFOLD_SCAN_INTERVAL_MS` defaults to 1000 here (background scan on);
 //! `PAGEFOLD_RECYCLE_MB` defaults to 256 here (freed blocks reused, see the engine's recycle.rs);
@@ -28,6 +29,8 @@ const OFF: u8 = 3;
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static mut ENGINE: Option<Engine> = None;
 pub static THRESHOLD: AtomicUsize = AtomicUsize::new(2 * pagefold_engine::PAGE);
+/// Smallest copy offered to the engine (see hooks::engine_copy).
+pub static COPY_MIN: AtomicUsize = AtomicUsize::new(128 << 10);
 static FREED: AtomicUsize = AtomicUsize::new(0);
 static SCAN_AFTER_FREE: AtomicUsize = AtomicUsize::new(64 << 20);
 /// Freed engine memory kept for reuse, as glibc keeps freed heap chunks.
@@ -74,6 +77,9 @@ fn start() -> Option<&'static Engine> {
     }
     if let Some(t) = env_usize(c"PAGEFOLD_THRESHOLD") {
         THRESHOLD.store(t.max(pagefold_engine::PAGE), Ordering::Relaxed);
+    }
+    if let Some(b) = env_usize(c"PAGEFOLD_COPY_MIN") {
+        COPY_MIN.store(b, Ordering::Relaxed);
     }
     if let Some(mb) = env_usize(c"PAGEFOLD_SCAN_AFTER_FREE_MB") {
         SCAN_AFTER_FREE.store(mb << 20, Ordering::Relaxed);

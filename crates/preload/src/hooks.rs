@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use pagefold_engine::{Hint, PAGE};
 
-use crate::global::{engine, note_free, running, with_busy, THRESHOLD};
+use crate::global::{engine, note_free, running, with_busy, COPY_MIN, THRESHOLD};
 use crate::real;
 
 fn large(n: usize) -> bool {
@@ -174,9 +174,11 @@ pub unsafe extern "C" fn pvalloc(n: usize) -> *mut c_void {
 }
 
 /// A large copy is offered to the engine, which shares whole pages between
-/// its blocks and copies everything else plainly.
+/// its blocks and copies everything else plainly. Below COPY_MIN a mapping
+/// change costs more than the copy it saves (and a row-by-row copy into an
+/// array would take the engine's lock for every row), so glibc copies.
 unsafe fn engine_copy(dst: *mut c_void, src: *const c_void, n: usize) -> bool {
-    if !large(n) {
+    if n < COPY_MIN.load(Ordering::Relaxed) {
         return false;
     }
     let Some(e) = running() else { return false };
