@@ -12,7 +12,8 @@
 #
 #   bench/compat/r_examples.sh [--out DIR] [--baseline] [--fast | PKG...]
 #
-#   --fast      a quick subset for CI: splines class stats4 (about 10 s a run)
+#   --fast      a quick subset for CI: splines class stats4 parallel (about
+#               10 s a run; parallel's examples fork: mcparallel, mclapply)
 #   --baseline  also a second plain run, compared with the first in the same
 #               way: shows that the normalisation removes every run-to-run
 #               difference (a difference there is reported, and fails)
@@ -42,7 +43,7 @@ while [ $# -gt 0 ]; do
     --baseline) baseline=1; shift ;;
     --compare-only) compare_only=1; shift ;;
     --timeout) timeout="$2"; shift 2 ;;
-    --fast) pkgs+=(splines class stats4); shift ;;
+    --fast) pkgs+=(splines class stats4 parallel); shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     -*) echo "r_examples: unknown option $1" >&2; exit 2 ;;
     *) pkgs+=("$1"); shift ;;
