@@ -7,14 +7,15 @@
 //! and resident. So a freed block whose pages are all its own (owned frames,
 //! or plain anonymous memory: nothing shared, nothing another block depends
 //! on) is kept mapped as it is, up to `Config::recycle_bytes` in total, and
-//! given out again whole to an allocation of the same page count that does
-//! not need zeroed memory (`Hint::Uninit`, i.e. malloc, not calloc).
+//! given out again to an allocation that does not need zeroed memory
+//! (`Hint::Uninit`, i.e. malloc, not calloc): whole if it has the same page
+//! count, else cut from one up to four times larger.
 //!
 //! Recycled blocks are not blocks: no scan, copy or lookup sees them. They
 //! are released for good when the budget overflows (oldest first), when they
 //! waited longer than MAX_AGE (checked on every allocation and free, and by
-//! each scan for a program that stopped allocating), and before fork (a recycled block maps shared frames the
-//! child would inherit).
+//! each scan for a program that stopped allocating), and before fork (a
+//! recycled block maps shared frames the child would inherit).
 
 use std::time::{Duration, Instant};
 
