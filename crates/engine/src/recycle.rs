@@ -92,7 +92,8 @@ impl State {
     }
 
     /// Releases recycled blocks older than MAX_AGE (oldest first in the list,
-    /// so this usually looks at one entry).
+    /// so this usually looks at one entry). Scans call it too, for a program
+    /// that stopped allocating.
     pub(crate) fn expire_recycled(&mut self) {
         if self.recycled.is_empty() {
             return;
@@ -102,12 +103,6 @@ impl State {
             let old = self.recycled.remove(0);
             self.release_recycled(old.block);
         }
-    }
-
-    /// The scan's turn: expires what waited too long even when the program
-    /// stopped allocating.
-    pub(crate) fn trim_recycled(&mut self) {
-        self.expire_recycled();
     }
 
     /// Releases every recycled block (before fork).

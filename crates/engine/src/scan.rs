@@ -47,7 +47,7 @@ pub fn scan(inner: &Inner) -> ScanReport {
     let mut unstable = Unstable::default();
     let bases: Vec<usize> = {
         let mut st = inner.lock();
-        st.trim_recycled();
+        st.expire_recycled();
         st.refresh_other_maps();
         if st.protector.is_none() {
             st.stats.fallbacks.uffd += 1;
