@@ -1,0 +1,157 @@
+//! pagefold-synth: synthetic workloads for `pagefold bench --suite synthetic`.
+//! Each subcommand is a small program that uses memory the way the R and
+//! Python workloads do, but in one mechanism at a time and without needing R
+//! or Python: a large array passed by value (copied and slightly modified
+//! generation after generation), mostly-zero buffers, the same content
+//! loaded several times, and a mix of the three. It is an ordinary,
+//! dynamically linked program that knows nothing of the engine: it allocates
+//! with glibc's malloc/calloc/free and copies with glibc's memcpy, so under
+//! `pagefold run` the preload sees exactly what it would see in any C
+//! program. Every workload holds its memory for seconds (average footprint
+//! is what the suite compares), is deterministic (seeded generator), reads
+//! all the data it keeps, and prints a checksum that must be byte-identical
+//! under every configuration.
+
+pub mod buffer;
+pub mod copies;
+pub mod digest;
+pub mod duplicates;
+pub mod mixed;
+pub mod rng;
+pub mod zeros;
+
+use std::io::Write;
+
+/// The seed used unless `--seed` says otherwise.
+pub const DEFAULT_SEED: u64 = 0x5eed_f01d;
+/// Largest `--scale`: the default sizes times this stay within a few GiB.
+pub const MAX_SCALE: f64 = 16.0;
+
+/// The workloads, as subcommands are named.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    Copies,
+    Zeros,
+    Duplicates,
+    Mixed,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 4] = [Workload::Copies, Workload::Zeros, Workload::Duplicates, Workload::Mixed];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Copies => "copies",
+            Workload::Zeros => "zeros",
+            Workload::Duplicates => "duplicates",
+            Workload::Mixed => "mixed",
+        }
+    }
+
+    pub fn about(self) -> &'static str {
+        match self {
+            Workload::Copies => "a large array copied (memcpy) generation after generation, each copy modified in a few percent of its pages",
+            Workload::Zeros => "mostly-zero tables (calloc, malloc+memset) updated sparsely, and a buffer cleared for reuse",
+            Workload::Duplicates => "the same content generated independently into several buffers (no memcpy), plus unique buffers",
+            Workload::Mixed => "copies, zero-filled results and duplicated tables in one program",
+        }
+    }
+}
+
+/// How big and how long.
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    /// Smaller sizes and fewer rounds (about a second or two per workload), for CI.
+    pub quick: bool,
+    /// Multiplies every size and the work done on it.
+    pub scale: f64,
+    pub seed: u64,
+}
+
+impl Default for Params {
+    fn default() -> Params {
+        Params { quick: false, scale: 1.0, seed: DEFAULT_SEED }
+    }
+}
+
+impl Params {
+    /// Checks what a user can get wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.scale > 0.0 && self.scale <= MAX_SCALE) {
+            return Err(format!("--scale must be more than 0 and at most {MAX_SCALE}, not {}", self.scale));
+        }
+        Ok(())
+    }
+
+    /// Bytes (whole pages, at least 16) of a size given in MiB for the
+    /// default and the quick run.
+    pub fn bytes(&self, default_mib: f64, quick_mib: f64) -> usize {
+        let mib = if self.quick { quick_mib } else { default_mib };
+        buffer::mib_bytes(mib * self.scale, 16)
+    }
+
+    /// A count of rounds for the default and the quick run (not scaled: the
+    /// work per round scales with the sizes).
+    pub fn rounds(&self, default: usize, quick: usize) -> usize {
+        if self.quick {
+            quick
+        } else {
+            default
+        }
+    }
+}
+
+/// Runs `w` and writes its summary to `out`.
+pub fn run(w: Workload, p: &Params, out: &mut dyn Write) -> Result<(), String> {
+    p.validate()?;
+    let lines = match w {
+        Workload::Copies => copies::run(p)?,
+        Workload::Zeros => zeros::run(p)?,
+        Workload::Duplicates => duplicates::run(p)?,
+        Workload::Mixed => mixed::run(p)?,
+    };
+    for line in lines {
+        writeln!(out, "{line}").map_err(|e| format!("writing the summary: {e}"))?;
+    }
+    Ok(())
+}
+
+/// MiB, for summaries.
+pub fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tiny sizes, quick rounds: each workload in a fraction of a second.
+    fn tiny(seed: u64) -> Params {
+        Params { quick: true, scale: 0.01, seed }
+    }
+
+    fn output(w: Workload, p: &Params) -> String {
+        let mut out = Vec::new();
+        run(w, p, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn every_workload_is_deterministic_and_depends_on_its_seed() {
+        for w in Workload::ALL {
+            let first = output(w, &tiny(1));
+            assert_eq!(first, output(w, &tiny(1)), "{}: two runs differ", w.name());
+            assert_ne!(first, output(w, &tiny(2)), "{}: the seed changes nothing", w.name());
+            assert!(first.contains("digest 0x"), "{}: {first}", w.name());
+        }
+    }
+
+    #[test]
+    fn bad_scales_are_refused() {
+        for scale in [0.0, -1.0, f64::NAN, f64::INFINITY, MAX_SCALE * 2.0] {
+            let p = Params { scale, ..Params::default() };
+            let err = run(Workload::Copies, &p, &mut Vec::new()).unwrap_err();
+            assert!(err.contains("--scale"), "{err}");
+        }
+    }
+}
