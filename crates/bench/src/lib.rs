@@ -9,9 +9,11 @@
 //!
 //! Suites: `micro` (per-page costs and scan throughput, see `micro`), `fold`
 //! (the 1 GiB fold against kernel KSM, see `fold` and `kernel_ksm`), and the
-//! workload suites `r` and `python`: real programs (see `workloads`) run
-//! under each configuration (see `program`), interleaved and summarised as
-//! ratios to plain (see `suite`), drawn (see `plot`).
+//! workload suites `r`, `python` and `synthetic`: real programs (see
+//! `workloads`; the synthetic ones are pagefold-synth's subcommands, which
+//! need neither R nor Python) run under each configuration (see `program`),
+//! interleaved and summarised as ratios to plain (see `suite`), drawn (see
+//! `plot`).
 
 pub mod fold;
 pub mod kernel_ksm;
@@ -36,23 +38,29 @@ pub enum Suite {
     Micro,
     /// The 1 GiB fold: pagefold's scan against kernel KSM at several scan rates.
     Fold,
-    /// Micro and fold.
+    /// Micro, fold and synthetic.
     All,
     /// The R workloads (bench/r) under every configuration.
     R,
     /// The Python/numpy workloads (bench/python) under every configuration.
     Python,
+    /// The synthetic workloads (pagefold-synth: copies, zeros, duplicates, mixed) under every
+    /// configuration; needs neither R nor Python.
+    Synthetic,
 }
 
 /// Measure the engine next to what it replaces (memcpy, the kernel's CoW fault, KSM), and real
 /// programs under pagefold, plain and kernel KSM: print tables, write JSON, markdown and charts.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Suites to run, comma-separated or repeated: micro, fold, all (= micro,fold), r, python.
+    /// Suites to run, comma-separated or repeated: micro, fold, synthetic, all (= micro,fold,synthetic),
+    /// r, python.
     #[arg(long, value_enum, value_delimiter = ',', num_args = 1.., default_value = "all")]
     pub suite: Vec<Suite>,
-    /// Fewer runs (3 for micro/fold, 1 for workload suites) and only the aggressive KSM setting
-    /// for the fold.
+    /// For CI: fewer runs (3 for micro/fold, 1 for workload suites), only the aggressive KSM setting
+    /// for the fold, and the synthetic workloads at their small sizes (pagefold-synth --quick).
+    /// `--quick` alone (micro, fold, synthetic, every configuration) takes about 4 minutes on a
+    /// 2-core machine; `--quick --suite synthetic` about 2.
     #[arg(long)]
     pub quick: bool,
     /// Runs per measurement (medians are taken over them); default 5 (micro, fold) or 3 (workload
@@ -69,6 +77,9 @@ pub struct Args {
     /// Where the workload programs live (r/*.R, python/*.py).
     #[arg(long, default_value = "bench")]
     pub workloads: PathBuf,
+    /// The synthetic suite's program (default: pagefold-synth beside this program).
+    #[arg(long)]
+    pub synth: Option<PathBuf>,
     /// Workloads whose memory over time is drawn (default: the four pagefold changes most).
     #[arg(long, value_delimiter = ',')]
     pub timelines: Vec<String>,
@@ -126,7 +137,7 @@ pub fn run(a: Args) -> i32 {
 /// Returns whether every correctness check passed.
 fn run_suites(a: &Args) -> anyhow::Result<bool> {
     let plan = Plan::from_args(a);
-    let has = |s: Suite| a.suite.contains(&s) || (a.suite.contains(&Suite::All) && matches!(s, Suite::Micro | Suite::Fold));
+    let has = |s: Suite| a.suite.contains(&s) || (a.suite.contains(&Suite::All) && matches!(s, Suite::Micro | Suite::Fold | Suite::Synthetic));
     let mut all_verified = true;
     if has(Suite::Micro) {
         let machine = report::Machine::probe(&plan);
@@ -142,7 +153,7 @@ fn run_suites(a: &Args) -> anyhow::Result<bool> {
         let markdown = report::fold_markdown(&results, &machine);
         publish(a, "fold", &markdown, serde_json::json!({ "machine": machine, "results": results }))?;
     }
-    for (s, ps) in [(Suite::R, ProgramSuite::R), (Suite::Python, ProgramSuite::Python)] {
+    for (s, ps) in [(Suite::R, ProgramSuite::R), (Suite::Python, ProgramSuite::Python), (Suite::Synthetic, ProgramSuite::Synthetic)] {
         if has(s) {
             all_verified &= program_suite(a, ps)?;
         }
@@ -153,7 +164,11 @@ fn run_suites(a: &Args) -> anyhow::Result<bool> {
 /// Runs one workload suite and publishes it; false if an output differed.
 fn program_suite(a: &Args, ps: ProgramSuite) -> anyhow::Result<bool> {
     let configs = a.configs.iter().map(|c| program::parse_config(c)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
-    let workloads = workloads::discover(ps, &a.workloads, &a.only).map_err(anyhow::Error::msg)?;
+    let workloads = match ps {
+        ProgramSuite::Synthetic => workloads::find_synth(a.synth.as_deref()).and_then(|synth| workloads::discover_synthetic(&synth, a.quick, &a.only)),
+        _ => workloads::discover(ps, &a.workloads, &a.only),
+    }
+    .map_err(anyhow::Error::msg)?;
     let preload = program::find_preload(a.preload.as_deref()).map_err(anyhow::Error::msg)?;
     let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 }).max(1);
     let plan = suite::SuitePlan {

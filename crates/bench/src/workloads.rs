@@ -1,8 +1,11 @@
-//! The programs of the workload suites. They are real programs kept in the
-//! repository's bench/ directory (R scripts for the unmodified Debian R, numpy
-//! programs for Python), found by listing it, so adding a workload is adding
-//! a file. Each prints a deterministic result, which is how a run under any
-//! configuration is checked against the plain run.
+//! The programs of the workload suites. The R and Python suites are real
+//! programs kept in the repository's bench/ directory (R scripts for the
+//! unmodified Debian R, numpy programs for Python), found by listing it, so
+//! adding a workload is adding a file. The synthetic suite is the
+//! subcommands of `pagefold-synth` (crates/synth), built beside `pagefold`
+//! and asked for its list, so adding one is adding a subcommand; it needs
+//! neither R nor Python. Each program prints a deterministic result, which
+//! is how a run under any configuration is checked against the plain run.
 
 use std::path::{Path, PathBuf};
 
@@ -14,6 +17,8 @@ pub enum ProgramSuite {
     R,
     /// bench/python/*.py under python3.
     Python,
+    /// The subcommands of pagefold-synth.
+    Synthetic,
 }
 
 impl ProgramSuite {
@@ -21,13 +26,16 @@ impl ProgramSuite {
         match self {
             ProgramSuite::R => "r",
             ProgramSuite::Python => "python",
+            ProgramSuite::Synthetic => "synthetic",
         }
     }
 
-    fn layout(self) -> (&'static str, &'static str, &'static str) {
+    /// Directory under bench/, script extension and interpreter (script suites only).
+    fn layout(self) -> Option<(&'static str, &'static str, &'static str)> {
         match self {
-            ProgramSuite::R => ("r", "R", "Rscript"),
-            ProgramSuite::Python => ("python", "py", "python3"),
+            ProgramSuite::R => Some(("r", "R", "Rscript")),
+            ProgramSuite::Python => Some(("python", "py", "python3")),
+            ProgramSuite::Synthetic => None,
         }
     }
 }
@@ -42,30 +50,81 @@ pub struct Workload {
 /// The suite's programs under `root` (bench/), sorted by name; `only`, when
 /// not empty, keeps those named. Errors name what is missing.
 pub fn discover(suite: ProgramSuite, root: &Path, only: &[String]) -> Result<Vec<Workload>, String> {
-    let (dir, ext, interpreter) = suite.layout();
+    let Some((dir, ext, interpreter)) = suite.layout() else {
+        return Err(format!("the {} suite has no scripts under {}", suite.name(), root.display()));
+    };
     let dir = root.join(dir);
     let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e} (run from the repository root or pass --workloads)", dir.display()))?;
     let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == ext)).collect();
     files.sort();
-    let mut out: Vec<Workload> = files
+    let all = files
         .into_iter()
         .map(|p| Workload {
             name: p.file_stem().unwrap_or_default().to_string_lossy().into_owned(),
             cmd: vec![interpreter.to_string(), p.to_string_lossy().into_owned()],
         })
-        .filter(|w| only.is_empty() || only.contains(&w.name))
         .collect();
-    if let Some(missing) = only.iter().find(|n| !out.iter().any(|w| &w.name == *n)) {
-        return Err(format!("no workload '{missing}' in {}", dir.display()));
-    }
+    let out = keep_only(all, only, &dir.display().to_string())?;
     if out.is_empty() {
         return Err(format!("no *.{ext} workloads in {}", dir.display()));
     }
     if crate::program::resolve(interpreter).is_none() {
         return Err(format!("{interpreter} not found: the {} suite needs it", suite.name()));
     }
-    out.dedup_by(|a, b| a.name == b.name);
     Ok(out)
+}
+
+/// The synthetic workloads: every subcommand `synth list` names, run as
+/// `synth NAME` (`synth NAME --quick` for the small sizes), in its order.
+pub fn discover_synthetic(synth: &Path, quick: bool, only: &[String]) -> Result<Vec<Workload>, String> {
+    let listed = std::process::Command::new(synth).arg("list").output().map_err(|e| format!("{}: {e}", synth.display()))?;
+    if !listed.status.success() {
+        return Err(format!("{} list failed: {}", synth.display(), String::from_utf8_lossy(&listed.stderr).trim()));
+    }
+    let program = synth.to_string_lossy().into_owned();
+    let all = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(|name| {
+            let mut cmd = vec![program.clone(), name.to_string()];
+            if quick {
+                cmd.push("--quick".into());
+            }
+            Workload { name: name.to_string(), cmd }
+        })
+        .collect();
+    let out = keep_only(all, only, &program)?;
+    if out.is_empty() {
+        return Err(format!("{} list named no workloads", synth.display()));
+    }
+    Ok(out)
+}
+
+/// `all` without duplicate names, restricted to `only` when it is not
+/// empty; an error names a wanted workload that `source` does not have.
+fn keep_only(mut all: Vec<Workload>, only: &[String], source: &str) -> Result<Vec<Workload>, String> {
+    if let Some(missing) = only.iter().find(|n| !all.iter().any(|w| &w.name == *n)) {
+        return Err(format!("no workload '{missing}' in {source}"));
+    }
+    all.retain(|w| only.is_empty() || only.contains(&w.name));
+    all.dedup_by(|a, b| a.name == b.name);
+    Ok(all)
+}
+
+/// The pagefold-synth program: the option, or beside this program (as the
+/// preload library is found).
+pub fn find_synth(opt: Option<&Path>) -> Result<PathBuf, String> {
+    let candidate = match opt {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_exe().map_err(|e| format!("locating pagefold: {e}"))?.with_file_name("pagefold-synth"),
+    };
+    if !candidate.is_file() {
+        return Err(format!(
+            "{} not found (build it with `cargo build --release -p pagefold-synth`, or pass --synth)",
+            candidate.display()
+        ));
+    }
+    candidate.canonicalize().map_err(|e| format!("{}: {e}", candidate.display()))
 }
 
 #[cfg(test)]
@@ -89,5 +148,35 @@ mod tests {
         let err = discover(ProgramSuite::R, &root, &[]).unwrap_err();
         assert!(err.contains("run from the repository root"), "{err}");
         std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn synthetic_workloads_are_the_subcommands_the_program_lists() {
+        let dir = std::env::temp_dir().join(format!("pagefold-synth-list-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fake = dir.join("pagefold-synth");
+        std::fs::write(&fake, "#!/bin/sh\nprintf 'copies  copied arrays\\nzeros   zero pages\\n'\n").unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        // A fork elsewhere in this test process may still hold the script
+        // open for writing for an instant (ETXTBSY): try again then.
+        let mut quick = discover_synthetic(&fake, true, &[]);
+        for _ in 0..50 {
+            if !quick.as_ref().is_err_and(|e| e.contains("os error 26")) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            quick = discover_synthetic(&fake, true, &[]);
+        }
+        let quick = quick.unwrap();
+        assert_eq!(quick.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(), ["copies", "zeros"]);
+        assert_eq!(quick[1].cmd[1..], ["zeros", "--quick"]);
+        let full = discover_synthetic(&fake, false, &["zeros".into()]).unwrap();
+        assert_eq!(full.len(), 1);
+        assert_eq!(full[0].cmd.len(), 2);
+        let err = discover_synthetic(&fake, false, &["nope".into()]).unwrap_err();
+        assert!(err.contains("no workload 'nope'"), "{err}");
+        let err = find_synth(Some(&dir.join("missing"))).unwrap_err();
+        assert!(err.contains("--synth"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }
