@@ -20,11 +20,12 @@ const STRETCHES: usize = 4;
 const STRETCH_SHARE: f64 = 0.02;
 /// Scattered single words changed per 1,000 pages (an element assigned).
 const SINGLES_PER_1000_PAGES: usize = 3;
+/// Generations alive at a time (the newest and its predecessors).
+const KEPT: usize = 5;
 
 pub fn run(p: &Params) -> Result<Vec<String>, String> {
     let bytes = p.bytes(64.0, 32.0);
     let generations = p.rounds(48, 40);
-    let kept = 5;
     let mut rng = Rng::new(p.seed);
     let mut live = VecDeque::from([Buffer::generated(bytes, &mut rng)?]);
     let mut sums = 0u64;
@@ -36,14 +37,14 @@ pub fn run(p: &Params) -> Result<Vec<String>, String> {
         // Work on the new value: a reduction that reads all of it.
         sums = chain(sums, digest(next.words(), g as u64));
         live.push_back(next);
-        if live.len() > kept {
+        if live.len() > KEPT {
             live.pop_front();
         }
     }
     let kept_digest = live.iter().fold(0, |h, b| chain(h, digest(b.words(), 1)));
     Ok(vec![
         format!(
-            "copies: {generations} generations of a {:.1} MiB array ({} pages), last {kept} kept, {changed_pages} pages changed in all",
+            "copies: {generations} generations of a {:.1} MiB array ({} pages), last {KEPT} kept, {changed_pages} pages rewritten in all",
             mib(bytes),
             live[0].pages()
         ),
