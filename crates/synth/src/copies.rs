@@ -25,7 +25,7 @@ const KEPT: usize = 5;
 
 pub fn run(p: &Params) -> Result<Vec<String>, String> {
     let bytes = p.bytes(64.0, 32.0);
-    let generations = p.rounds(48, 40);
+    let generations = p.rounds(48, 24);
     let mut rng = Rng::new(p.seed);
     let mut live = VecDeque::from([Buffer::generated(bytes, &mut rng)?]);
     let mut sums = 0u64;

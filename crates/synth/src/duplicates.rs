@@ -14,7 +14,7 @@ use crate::{mib, Params};
 pub fn run(p: &Params) -> Result<Vec<String>, String> {
     let bytes = p.bytes(32.0, 16.0);
     let (copies, unique) = (6, 2);
-    let passes = p.rounds(100, 160);
+    let passes = p.rounds(100, 180);
     let mut buffers = Vec::new();
     for _ in 0..copies {
         buffers.push(Buffer::generated(bytes, &mut Rng::new(p.seed))?);

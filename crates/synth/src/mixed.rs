@@ -20,7 +20,7 @@ pub fn run(p: &Params) -> Result<Vec<String>, String> {
     let state_bytes = p.bytes(32.0, 16.0);
     let table_bytes = p.bytes(16.0, 8.0);
     let results_bytes = p.bytes(48.0, 32.0);
-    let steps = p.rounds(160, 200);
+    let steps = p.rounds(160, 120);
     let tables = (0..TABLE_COPIES).map(|_| Buffer::generated(table_bytes, &mut Rng::new(p.seed ^ 0x7ab1e))).collect::<Result<Vec<_>, _>>()?;
     let mut results = Buffer::memset_zero(results_bytes)?;
     let mut rng = Rng::new(p.seed);

@@ -20,7 +20,7 @@ const SLOTS_PER_HOT_PAGE: usize = 8;
 
 pub fn run(p: &Params) -> Result<Vec<String>, String> {
     let table_bytes = p.bytes(48.0, 32.0);
-    let rounds = p.rounds(250_000, 300_000);
+    let rounds = p.rounds(250_000, 350_000);
     let mut rng = Rng::new(p.seed);
     let mut tables = vec![Buffer::calloc(table_bytes)?, Buffer::memset_zero(table_bytes)?, Buffer::calloc(table_bytes)?, Buffer::memset_zero(table_bytes)?];
     let scratch_digest = scratch_then_clear(&mut tables, table_bytes, &mut rng)?;
