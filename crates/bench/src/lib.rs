@@ -138,6 +138,7 @@ pub fn run(a: Args) -> i32 {
 fn run_suites(a: &Args) -> anyhow::Result<bool> {
     let plan = Plan::from_args(a);
     let has = |s: Suite| a.suite.contains(&s) || (a.suite.contains(&Suite::All) && matches!(s, Suite::Micro | Suite::Fold | Suite::Synthetic));
+    preflight(a, &has)?;
     let mut all_verified = true;
     if has(Suite::Micro) {
         let machine = report::Machine::probe(&plan);
@@ -159,6 +160,23 @@ fn run_suites(a: &Args) -> anyhow::Result<bool> {
         }
     }
     Ok(all_verified)
+}
+
+/// Fails at once, not after minutes of micro and fold, when a chosen
+/// workload suite could not run anyway (unknown configuration, no preload
+/// library, no pagefold-synth).
+fn preflight(a: &Args, has: &dyn Fn(Suite) -> bool) -> anyhow::Result<()> {
+    if ![Suite::R, Suite::Python, Suite::Synthetic].into_iter().any(has) {
+        return Ok(());
+    }
+    for c in &a.configs {
+        program::parse_config(c).map_err(anyhow::Error::msg)?;
+    }
+    program::find_preload(a.preload.as_deref()).map_err(anyhow::Error::msg)?;
+    if has(Suite::Synthetic) {
+        workloads::find_synth(a.synth.as_deref()).map_err(anyhow::Error::msg)?;
+    }
+    Ok(())
 }
 
 /// Runs one workload suite and publishes it; false if an output differed.
