@@ -4,17 +4,19 @@
 //! produced independently (generated again from the same seed, word by
 //! word), so no memcpy connects them and only identical-page merging can
 //! share them; a few buffers of unique content sit beside them. The
-//! buffers are then read in full, pass after pass, as queries would.
+//! buffers are then read in full, pass after pass, as queries would, the
+//! passes spread over the hold time (see `pace`).
 
 use crate::buffer::Buffer;
 use crate::digest::{chain, digest};
+use crate::pace::Pacer;
 use crate::rng::Rng;
 use crate::{mib, Params};
 
 pub fn run(p: &Params) -> Result<Vec<String>, String> {
     let bytes = p.bytes(32.0, 16.0);
     let (copies, unique) = (6, 2);
-    let passes = p.rounds(100, 180);
+    let passes = p.rounds(60, 40);
     let mut buffers = Vec::new();
     for _ in 0..copies {
         buffers.push(Buffer::generated(bytes, &mut Rng::new(p.seed))?);
@@ -23,7 +25,9 @@ pub fn run(p: &Params) -> Result<Vec<String>, String> {
         buffers.push(Buffer::generated(bytes, &mut Rng::new(p.seed ^ (u as u64 + 1).wrapping_mul(0x9e37_79b9)))?);
     }
     let mut answers = 0;
+    let pacer = Pacer::new(p.hold(), passes);
     for pass in 0..passes {
+        pacer.wait_for(pass);
         for b in &buffers {
             answers = chain(answers, digest(b.words(), pass as u64));
         }

@@ -17,6 +17,7 @@ pub mod copies;
 pub mod digest;
 pub mod duplicates;
 pub mod mixed;
+pub mod pace;
 pub mod rng;
 pub mod zeros;
 
@@ -26,6 +27,8 @@ use std::io::Write;
 pub const DEFAULT_SEED: u64 = 0x5eed_f01d;
 /// Largest `--scale`: the default sizes times this stay within a few GiB.
 pub const MAX_SCALE: f64 = 16.0;
+/// Longest `--hold`, in seconds.
+pub const MAX_HOLD: f64 = 3600.0;
 
 /// The workloads, as subcommands are named.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,16 +64,19 @@ impl Workload {
 /// How big and how long.
 #[derive(Clone, Copy, Debug)]
 pub struct Params {
-    /// Smaller sizes and fewer rounds (about a second or two per workload), for CI.
+    /// Smaller sizes and less work, for CI.
     pub quick: bool,
     /// Multiplies every size and the work done on it.
     pub scale: f64,
     pub seed: u64,
+    /// Seconds over which `zeros` and `duplicates` spread their work at
+    /// least (see `pace`); None: 6, or 4 with `quick`.
+    pub hold: Option<f64>,
 }
 
 impl Default for Params {
     fn default() -> Params {
-        Params { quick: false, scale: 1.0, seed: DEFAULT_SEED }
+        Params { quick: false, scale: 1.0, seed: DEFAULT_SEED, hold: None }
     }
 }
 
@@ -80,7 +86,16 @@ impl Params {
         if !(self.scale > 0.0 && self.scale <= MAX_SCALE) {
             return Err(format!("--scale must be more than 0 and at most {MAX_SCALE}, not {}", self.scale));
         }
+        if let Some(h) = self.hold.filter(|h| !(0.0..=MAX_HOLD).contains(h)) {
+            return Err(format!("--hold must be 0 to {MAX_HOLD} seconds, not {h}"));
+        }
         Ok(())
+    }
+
+    /// How long the paced workloads keep their memory at least.
+    pub fn hold(&self) -> std::time::Duration {
+        let default = if self.quick { 4.0 } else { 6.0 };
+        std::time::Duration::from_secs_f64(self.hold.unwrap_or(default))
     }
 
     /// Bytes (whole pages, at least 16) of a size given in MiB for the
@@ -125,9 +140,9 @@ pub fn mib(bytes: usize) -> f64 {
 mod tests {
     use super::*;
 
-    /// Tiny sizes, quick rounds: each workload in a fraction of a second.
+    /// Tiny sizes, quick rounds, no pacing: each workload in a fraction of a second.
     fn tiny(seed: u64) -> Params {
-        Params { quick: true, scale: 0.01, seed }
+        Params { quick: true, scale: 0.01, seed, hold: Some(0.0) }
     }
 
     fn output(w: Workload, p: &Params) -> String {
@@ -147,11 +162,24 @@ mod tests {
     }
 
     #[test]
-    fn bad_scales_are_refused() {
+    fn bad_scales_and_holds_are_refused() {
         for scale in [0.0, -1.0, f64::NAN, f64::INFINITY, MAX_SCALE * 2.0] {
             let p = Params { scale, ..Params::default() };
             let err = run(Workload::Copies, &p, &mut Vec::new()).unwrap_err();
             assert!(err.contains("--scale"), "{err}");
         }
+        for hold in [-1.0, f64::NAN, MAX_HOLD + 1.0] {
+            let p = Params { hold: Some(hold), ..Params::default() };
+            let err = run(Workload::Zeros, &p, &mut Vec::new()).unwrap_err();
+            assert!(err.contains("--hold"), "{err}");
+        }
+    }
+
+    #[test]
+    fn pacing_changes_the_time_not_the_output() {
+        let paced = Params { hold: Some(0.3), ..tiny(1) };
+        let t = std::time::Instant::now();
+        assert_eq!(output(Workload::Duplicates, &paced), output(Workload::Duplicates, &tiny(1)));
+        assert!(t.elapsed() >= std::time::Duration::from_millis(250));
     }
 }

@@ -14,7 +14,7 @@ use pagefold_synth::{Params, Workload, DEFAULT_SEED};
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
-    /// Smaller sizes and fewer rounds (what `pagefold bench --quick` runs).
+    /// Smaller sizes and less work (what `pagefold bench --quick` runs).
     #[arg(long, global = true)]
     quick: bool,
     /// Multiply every size (and the work on it) by this, at most 16.
@@ -23,6 +23,10 @@ struct Cli {
     /// Seed of the generator that makes every buffer's content.
     #[arg(long, global = true, default_value_t = DEFAULT_SEED)]
     seed: u64,
+    /// Spread the work of zeros and duplicates over at least this many seconds (default 6, 4
+    /// with --quick; 0: as fast as possible). Their memory must outlive two background scans.
+    #[arg(long, global = true, value_name = "SECONDS")]
+    hold: Option<f64>,
 }
 
 #[derive(Subcommand)]
@@ -51,7 +55,7 @@ fn main() -> ExitCode {
         Cmd::Mixed => Workload::Mixed,
         Cmd::List => return list(),
     };
-    let params = Params { quick: cli.quick, scale: cli.scale, seed: cli.seed };
+    let params = Params { quick: cli.quick, scale: cli.scale, seed: cli.seed, hold: cli.hold };
     if let Err(e) = params.validate() {
         eprintln!("pagefold-synth: {e}");
         return ExitCode::from(2);

@@ -5,11 +5,12 @@
 //! written; a scratch buffer is filled, used, and cleared with memset for
 //! reuse. Plain memory holds every page memset wrote (calloc's untouched
 //! pages cost nothing there either); zero-page folding gives those back.
-//! The tables are then updated for a while at a small set of hot slots,
-//! and read in full at the end.
+//! The tables are then updated at a small set of hot slots, in batches
+//! spread over the hold time (see `pace`), and read in full at the end.
 
 use crate::buffer::{Buffer, WORDS_PER_PAGE};
 use crate::digest::{chain, digest};
+use crate::pace::Pacer;
 use crate::rng::Rng;
 use crate::{mib, Params};
 
@@ -17,15 +18,21 @@ use crate::{mib, Params};
 const HOT_PAGE_EVERY: usize = 64;
 /// Hot slots per hot page.
 const SLOTS_PER_HOT_PAGE: usize = 8;
+/// Paced batches the update rounds come in.
+const BATCHES: usize = 40;
 
 pub fn run(p: &Params) -> Result<Vec<String>, String> {
     let table_bytes = p.bytes(48.0, 32.0);
-    let rounds = p.rounds(250_000, 350_000);
+    let rounds = p.rounds(150_000, 100_000);
     let mut rng = Rng::new(p.seed);
     let mut tables = vec![Buffer::calloc(table_bytes)?, Buffer::memset_zero(table_bytes)?, Buffer::calloc(table_bytes)?, Buffer::memset_zero(table_bytes)?];
     let scratch_digest = scratch_then_clear(&mut tables, table_bytes, &mut rng)?;
     let hot = hot_slots(&tables, &mut rng);
+    let pacer = Pacer::new(p.hold(), BATCHES);
     for round in 0..rounds {
+        if round % rounds.div_ceil(BATCHES) == 0 {
+            pacer.wait_for(round / rounds.div_ceil(BATCHES));
+        }
         update(&mut tables, &hot, round as u64, &mut rng);
     }
     let tables_digest = tables.iter().fold(0, |h, t| chain(h, digest(t.words(), 2)));

@@ -19,18 +19,18 @@ fn lists_the_workloads_by_name() {
 #[test]
 fn same_arguments_print_the_same_bytes() {
     for w in ["copies", "zeros", "duplicates", "mixed"] {
-        let args = [w, "--quick", "--scale", "0.02"];
+        let args = [w, "--quick", "--scale", "0.02", "--hold", "0"];
         let (a, b) = (synth(&args), synth(&args));
         assert!(a.status.success(), "{w}: {}", String::from_utf8_lossy(&a.stderr));
         assert!(!a.stdout.is_empty() && a.stdout == b.stdout, "{w}: outputs differ");
-        let other_seed = synth(&[w, "--quick", "--scale", "0.02", "--seed", "9"]);
+        let other_seed = synth(&[w, "--quick", "--scale", "0.02", "--hold", "0", "--seed", "9"]);
         assert_ne!(a.stdout, other_seed.stdout, "{w}: the seed changes nothing");
     }
 }
 
 #[test]
 fn bad_input_is_one_line_and_a_non_zero_exit() {
-    for args in [&["bogus"][..], &[], &["copies", "--scale", "x"], &["zeros", "--scale", "100"], &["copies", "--scale", "0"], &["mixed", "--frob"], &["copies", "--seed", "-1"]] {
+    for args in [&["bogus"][..], &[], &["copies", "--scale", "x"], &["zeros", "--scale", "100"], &["copies", "--scale", "0"], &["mixed", "--frob"], &["copies", "--seed", "-1"], &["zeros", "--hold", "x"], &["duplicates", "--hold", "99999"]] {
         let out = synth(args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?} succeeded");
