@@ -29,7 +29,8 @@ enum Cmd {
     /// Run an unmodified program with pagefold (LD_PRELOAD) and report its
     /// footprint; --compare also runs it plain and under kernel KSM.
     Run(run::Args),
-    /// Engine micro-benchmarks and the fold comparison against kernel KSM.
+    /// Engine micro-benchmarks, the fold comparison against kernel KSM, and the workload
+    /// suites (synthetic, R, Python) under plain, pagefold and kernel KSM.
     Bench(pagefold_bench::Args),
 }
 
