@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use pagefold_measure::{Sampler, Series};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ksm::KsmGuard;
@@ -95,7 +95,7 @@ pub struct Invocation<'a> {
 }
 
 /// One measured run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Outcome {
     pub config: String,
     /// 128 + signal if killed, as shells report it.
