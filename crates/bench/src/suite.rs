@@ -110,6 +110,12 @@ pub struct SuiteResult {
     pub geomeans: Vec<Geomean>,
     /// True if every run of every workload matched plain.
     pub all_identical: bool,
+    /// The machine and its load when the suite started (absent in results of older versions).
+    #[serde(default)]
+    pub machine: Option<crate::report::Machine>,
+    /// 1-minute load average when the suite ended.
+    #[serde(default)]
+    pub load_avg_end: Option<f64>,
     /// pagefold against KSM-aggressive, when both ran (recomputed on load).
     #[serde(default, skip_deserializing)]
     pub compass: Option<crate::compass::Compass>,
@@ -131,6 +137,7 @@ pub struct SuitePlan<'a> {
 pub fn run(plan: &SuitePlan) -> Result<SuiteResult, String> {
     let needs_ksm = plan.configs.iter().any(|c| matches!(c.setup, Setup::Ksm { .. }));
     let guard = if needs_ksm { Some(KsmGuard::acquire().map_err(|e| format!("KSM configurations need root and {}: {e}", crate::ksm::KSM_DIR))?) } else { None };
+    let machine = crate::report::Machine::probe(&crate::Plan { runs: plan.runs, quick: false });
     let total = (plan.runs * plan.workloads.len() * plan.configs.len()) as u64;
     let bar = progress(total);
     let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); plan.workloads.len()];
@@ -161,7 +168,10 @@ pub fn run(plan: &SuitePlan) -> Result<SuiteResult, String> {
         .zip(outcomes)
         .map(|(wl, runs)| WorkloadResult { name: wl.name.clone(), cmd: wl.cmd.clone(), stats: summarize(&names, &runs), outcomes: runs })
         .collect();
-    Ok(assemble(plan.suite, names, plan.runs, plan.interval, workloads))
+    let mut r = assemble(plan.suite, names, plan.runs, plan.interval, workloads);
+    r.machine = Some(machine);
+    r.load_avg_end = Some(crate::report::load_avg());
+    Ok(r)
 }
 
 fn progress(total: u64) -> indicatif::ProgressBar {
@@ -285,14 +295,19 @@ pub fn assemble(suite: &str, configs: Vec<String>, runs: usize, interval: Durati
         })
         .collect();
     let all_identical = workloads.iter().all(|w| w.stats.iter().all(|s| s.identical));
-    let mut r = SuiteResult { suite: suite.to_string(), configs, runs, interval_ms: interval.as_millis() as u64, workloads, geomeans, all_identical, compass: None };
+    let mut r = SuiteResult { suite: suite.to_string(), configs, runs, interval_ms: interval.as_millis() as u64, workloads, geomeans, all_identical, machine: None, load_avg_end: None, compass: None };
     r.compass = crate::compass::of(&r);
     r
 }
 
 /// The suite's markdown: one table per quantity, workloads down, configurations across.
 pub fn markdown(r: &SuiteResult) -> String {
-    let mut out = format!(
+    let mut out = match (&r.machine, r.load_avg_end) {
+        (Some(m), Some(end)) => format!("{} Load average {end:.2} at the end.\n\n", m.line()),
+        (Some(m), None) => format!("{}\n\n", m.line()),
+        _ => String::new(),
+    };
+    out += &format!(
         "Suite `{}`: {} workloads x {} configurations x {} runs, interleaved; footprint sampled every {} ms. \
          First column: plain's median [min-max]; others: median ratio to plain's median [min-max of the ratio]. \
          Last row: geometric mean of the median ratios.\n\n",
