@@ -61,7 +61,8 @@ pub struct Args {
     #[arg(long)]
     pub runs: Option<usize>,
     /// Configurations of the workload suites, comma-separated: plain, pagefold, copy, zero, merge,
-    /// ksm-100, ksm-1000, ksm-10000 (KSM ones need root; its knobs are restored afterwards).
+    /// ksm-100, ksm-1000, ksm-10000 (KSM ones need root; its knobs are restored afterwards), and
+    /// pagefold:KEY=V:... (pagefold with PAGEFOLD_KEY=V, see docs/CONFIG.md).
     #[arg(long, value_delimiter = ',', default_value = "plain,pagefold,copy,zero,merge,ksm-100,ksm-1000,ksm-10000")]
     pub configs: Vec<String>,
     /// Only these workloads of the workload suites (comma-separated names, e.g. glmnet,gbm).
