@@ -40,6 +40,8 @@ pub struct Config {
     /// by default: a library caller expects `free` to give memory back; the
     /// preload turns it on, as glibc's heap keeps freed chunks.
     pub recycle_bytes: usize,
+    /// How long a recycled block waits for reuse before it is given back.
+    pub recycle_age: Duration,
     /// Fault injection, for tests.
     pub inject: Inject,
 }
@@ -73,6 +75,7 @@ impl Default for Config {
             volatile_check: true,
             pin_grace: Duration::from_micros(1000),
             recycle_bytes: 0,
+            recycle_age: Duration::from_millis(250),
             inject: Inject::default(),
         }
     }
@@ -83,7 +86,7 @@ impl Config {
     /// `PAGEFOLD_FRAMES`, `PAGEFOLD_COPY`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction),
-    /// `PAGEFOLD_PIN_GRACE_US`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
+    /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
     /// `PAGEFOLD_INJECT_FAIL_UFFD` (0/1), `PAGEFOLD_INJECT_MMAP_AFTER`,
     /// `PAGEFOLD_INJECT_MAX_MAP_COUNT`.
     /// Unparsable values keep the default; the preload cannot report errors.
@@ -114,6 +117,9 @@ impl Config {
         }
         if let Some(v) = num("PAGEFOLD_RECYCLE_MB") {
             c.recycle_bytes = (v as usize) << 20;
+        }
+        if let Some(v) = num("PAGEFOLD_RECYCLE_MS") {
+            c.recycle_age = Duration::from_millis(v);
         }
         if let Some(v) = num("PAGEFOLD_PIN_GRACE_US") {
             c.pin_grace = Duration::from_micros(v);
