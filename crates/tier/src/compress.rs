@@ -1,0 +1,291 @@
+//! The page codec: how a cold page is compressed, and when it is not.
+//!
+//! Three representations, chosen per page and named by the first byte of
+//! the compressed object (so an object decodes on its own):
+//!
+//! - `same`: the page is one 8-byte word repeated (zero pages never get
+//!   here — the engine folds them — but pages filled with 0xff, a constant,
+//!   or one double are common): 9 bytes, detected in one pass that stops at
+//!   the first differing word, rebuilt by a fill. Linux's zram does the same.
+//! - `lz4` (default): LZ4 block format (lz4_flex). The fastest to rebuild,
+//!   which is what a fault waits for.
+//! - `zstd`: zstd at [`CompressConfig::zstd_level`] (level 1 by measurement:
+//!   levels 3 and above were no smaller on single pages and slower), tried
+//!   only on pages that look numeric — most 8-byte words share their top 12
+//!   bits (sign and exponent of a double, or the high zero bits of an
+//!   integer) with the previous word — and LZ4 left at least
+//!   [`CompressConfig::zstd_min_lz4`] bytes; kept only if it saves at least
+//!   [`CompressConfig::zstd_min_gain`] over LZ4. On integer-valued doubles
+//!   zstd's entropy coding of the literals makes the page 3-6x smaller than
+//!   LZ4 does; on text it saves less and costs 2-3x LZ4's time to compress
+//!   and 4x to decompress, so text stays LZ4 (see docs/BENCHMARKS.md, "Tier
+//!   operation costs", for the numbers behind these thresholds).
+//!
+//! A page whose best form is longer than `PAGE - min_saving` bytes
+//! (default 512, 1/8 of a page) is incompressible: [`Compressor::compress`]
+//! returns `None` and the caller leaves the page alone. Below 1/8 the store's
+//! size-class rounding and metadata eat most of the saving, and the fault
+//! costs the same as for a page that saved 7/8.
+//!
+//! [`Compressor`] holds the zstd contexts and an output buffer: one per
+//! thread (scanner, fault handler), no allocation per page after warm-up.
+//! Decompression checks everything it reads and returns an error on any
+//! corrupt or truncated input.
+
+use zstd::zstd_safe::{CCtx, CParameter, DCtx};
+
+use crate::{Error, PAGE};
+
+/// How a page was compressed (the object's first byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    Same = 1,
+    Lz4 = 2,
+    Zstd = 3,
+}
+
+impl Method {
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Same => "same",
+            Method::Lz4 => "lz4",
+            Method::Zstd => "zstd",
+        }
+    }
+
+    fn from_tag(t: u8) -> Option<Method> {
+        match t {
+            1 => Some(Method::Same),
+            2 => Some(Method::Lz4),
+            3 => Some(Method::Zstd),
+            _ => None,
+        }
+    }
+}
+
+/// When to try zstd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZstdPolicy {
+    /// LZ4 only.
+    Never,
+    /// On numeric-looking pages (the default; see the module documentation).
+    Numeric,
+    /// On every page LZ4 compresses to at least `zstd_min_lz4` bytes.
+    Always,
+    /// zstd only (for measurement).
+    Only,
+}
+
+#[derive(Debug, Clone)]
+pub struct CompressConfig {
+    /// A page must shrink by at least this many bytes to be stored.
+    pub min_saving: usize,
+    pub zstd: ZstdPolicy,
+    pub zstd_level: i32,
+    /// zstd is not tried when LZ4 already made the page this small.
+    pub zstd_min_lz4: usize,
+    /// zstd is kept only when it saves this many bytes over LZ4.
+    pub zstd_min_gain: usize,
+    /// Detect pages of one repeated 8-byte word.
+    pub same_filled: bool,
+}
+
+impl Default for CompressConfig {
+    fn default() -> Self {
+        CompressConfig {
+            min_saving: PAGE / 8,
+            zstd: ZstdPolicy::Numeric,
+            zstd_level: 1,
+            zstd_min_lz4: 256,
+            zstd_min_gain: 256,
+            same_filled: true,
+        }
+    }
+}
+
+/// Per-thread compressor: see the module documentation.
+pub struct Compressor {
+    cfg: CompressConfig,
+    cctx: CCtx<'static>,
+    dctx: DCtx<'static>,
+    out: Vec<u8>,
+    alt: Vec<u8>,
+}
+
+/// Whether most 8-byte words share their top 12 bits with the previous
+/// word (a double's sign and exponent; an integer's high bits).
+pub fn looks_numeric(page: &[u8]) -> bool {
+    let mut same = 0usize;
+    let mut prev = u64::MAX;
+    let words = page.len() / 8;
+    for w in page.chunks_exact(8) {
+        let top = u64::from_le_bytes(w.try_into().unwrap()) >> 52;
+        same += (top == prev) as usize;
+        prev = top;
+    }
+    same * 2 > words
+}
+
+/// The repeated word if `page` is one 8-byte word repeated.
+pub fn same_filled(page: &[u8]) -> Option<[u8; 8]> {
+    if page.len() % 8 != 0 || page.is_empty() {
+        return None;
+    }
+    let first: [u8; 8] = page[..8].try_into().unwrap();
+    page.chunks_exact(8).all(|w| w == first).then_some(first)
+}
+
+impl Default for Compressor {
+    fn default() -> Self {
+        Compressor::new(CompressConfig::default())
+    }
+}
+
+impl Compressor {
+    pub fn new(cfg: CompressConfig) -> Compressor {
+        let mut cctx = CCtx::create();
+        let _ = cctx.set_parameter(CParameter::CompressionLevel(cfg.zstd_level));
+        let _ = cctx.set_parameter(CParameter::ChecksumFlag(false));
+        let _ = cctx.set_parameter(CParameter::ContentSizeFlag(true));
+        // One page is the whole input: a 4 KiB window, tables to match.
+        let _ = cctx.set_parameter(CParameter::WindowLog(12));
+        let _ = cctx.set_parameter(CParameter::HashLog(12));
+        let _ = cctx.set_parameter(CParameter::ChainLog(12));
+        Compressor {
+            cfg,
+            cctx,
+            dctx: DCtx::create(),
+            out: Vec::with_capacity(2 * PAGE),
+            alt: Vec::with_capacity(2 * PAGE),
+        }
+    }
+
+    pub fn config(&self) -> &CompressConfig {
+        &self.cfg
+    }
+
+    /// The largest object a page may compress to.
+    pub fn max_len(&self) -> usize {
+        PAGE.saturating_sub(self.cfg.min_saving)
+    }
+
+    /// Compresses one page (any length up to 4 KiB works; the engine
+    /// passes whole pages). `None`: incompressible, leave the page alone.
+    pub fn compress(&mut self, page: &[u8]) -> Option<&[u8]> {
+        let max = page.len().saturating_sub(self.cfg.min_saving);
+        self.out.clear();
+        if self.cfg.same_filled {
+            if let Some(w) = same_filled(page) {
+                self.out.push(Method::Same as u8);
+                self.out.extend_from_slice(&w);
+                return (self.out.len() <= max).then_some(&self.out[..]);
+            }
+        }
+        let lz4_len = if self.cfg.zstd == ZstdPolicy::Only {
+            usize::MAX
+        } else {
+            self.out.push(Method::Lz4 as u8);
+            self.out.resize(1 + lz4_flex::block::get_maximum_output_size(page.len()), 0);
+            match lz4_flex::block::compress_into(page, &mut self.out[1..]) {
+                Ok(n) => {
+                    self.out.truncate(1 + n);
+                    1 + n
+                }
+                Err(_) => {
+                    self.out.clear();
+                    usize::MAX
+                }
+            }
+        };
+        let try_zstd = match self.cfg.zstd {
+            ZstdPolicy::Never => false,
+            ZstdPolicy::Only => true,
+            ZstdPolicy::Always => lz4_len >= self.cfg.zstd_min_lz4,
+            ZstdPolicy::Numeric => lz4_len >= self.cfg.zstd_min_lz4 && looks_numeric(page),
+        };
+        if try_zstd {
+            self.alt.clear();
+            self.alt.resize(1 + zstd::zstd_safe::compress_bound(page.len()), 0);
+            self.alt[0] = Method::Zstd as u8;
+            if let Ok(n) = self.cctx.compress2(&mut self.alt[1..], page) {
+                self.alt.truncate(1 + n);
+                let gain = if self.cfg.zstd == ZstdPolicy::Only { 0 } else { self.cfg.zstd_min_gain };
+                if self.alt.len() + gain <= lz4_len {
+                    std::mem::swap(&mut self.out, &mut self.alt);
+                }
+            }
+        }
+        (!self.out.is_empty() && self.out.len() <= max).then_some(&self.out[..])
+    }
+
+    /// The method of a compressed object.
+    pub fn method_of(data: &[u8]) -> Option<Method> {
+        data.first().and_then(|&t| Method::from_tag(t))
+    }
+
+    /// Rebuilds the page of `data` into `out` (the page's length).
+    pub fn decompress(&mut self, data: &[u8], out: &mut [u8]) -> Result<(), Error> {
+        let (&tag, body) = data.split_first().ok_or(Error::Corrupt("compressed page: empty"))?;
+        match Method::from_tag(tag).ok_or(Error::Corrupt("compressed page: unknown method"))? {
+            Method::Same => {
+                let w: [u8; 8] = body.try_into().map_err(|_| Error::Corrupt("same: not 8 bytes"))?;
+                if out.len() % 8 != 0 {
+                    return Err(Error::Length);
+                }
+                for c in out.chunks_exact_mut(8) {
+                    c.copy_from_slice(&w);
+                }
+                Ok(())
+            }
+            Method::Lz4 => match lz4_flex::block::decompress_into(body, out) {
+                Ok(n) if n == out.len() => Ok(()),
+                _ => Err(Error::Corrupt("lz4: malformed block")),
+            },
+            Method::Zstd => match self.dctx.decompress(out, body) {
+                Ok(n) if n == out.len() => Ok(()),
+                _ => Err(Error::Corrupt("zstd: malformed frame")),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::{page, Kind};
+
+    #[test]
+    fn kinds_round_trip_with_expected_methods() {
+        let mut c = Compressor::default();
+        let mut out = vec![0u8; PAGE];
+        for kind in Kind::ALL {
+            let p = page(kind, 1);
+            match c.compress(&p).map(|d| d.to_vec()) {
+                Some(d) => {
+                    c.decompress(&d, &mut out).unwrap();
+                    assert_eq!(out, p, "{kind:?}");
+                    let m = Compressor::method_of(&d).unwrap();
+                    match kind {
+                        Kind::Zero => assert_eq!(m, Method::Same),
+                        Kind::Text => assert_eq!(m, Method::Lz4, "{kind:?}"),
+                        Kind::IntDoubles => assert_eq!(m, Method::Zstd),
+                        _ => {}
+                    }
+                }
+                None => assert!(
+                    matches!(kind, Kind::Random | Kind::Identical | Kind::Similar95 | Kind::Write16 | Kind::Doubles),
+                    "{kind:?} refused"
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn corrupt_input_is_an_error() {
+        let mut c = Compressor::default();
+        let mut out = vec![0u8; PAGE];
+        for bad in [&[][..], &[9, 1, 2][..], &[1, 2, 3][..], &[2, 0xff, 0xff, 0xff][..], &[3, 0x28, 0xb5, 0x2f, 0xfd, 0][..]] {
+            assert!(c.decompress(bad, &mut out).is_err(), "{bad:?}");
+        }
+    }
+}
