@@ -84,7 +84,8 @@ pub struct CompressConfig {
     pub zstd_level: i32,
     /// zstd is not tried when LZ4 already made the page this small.
     pub zstd_min_lz4: usize,
-    /// zstd is kept only when it saves this many bytes over LZ4.
+    /// zstd is kept only when it saves this many bytes over LZ4, and at
+    /// least a quarter of LZ4's size.
     pub zstd_min_gain: usize,
     /// Detect pages of one repeated 8-byte word.
     pub same_filled: bool,
@@ -112,18 +113,26 @@ pub struct Compressor {
     alt: Vec<u8>,
 }
 
-/// Whether most 8-byte words share their top 12 bits with the previous
-/// word (a double's sign and exponent; an integer's high bits).
+/// Whether the page looks like numeric or record data rather than text:
+/// at least a quarter of its bytes are zero (the high bytes of small
+/// integers and pointers, the low mantissa bytes of integer-valued doubles,
+/// padding). Text has next to none, and compressed or random data 1/256.
 pub fn looks_numeric(page: &[u8]) -> bool {
-    let mut same = 0usize;
-    let mut prev = u64::MAX;
-    let words = page.len() / 8;
-    for w in page.chunks_exact(8) {
-        let top = u64::from_le_bytes(w.try_into().unwrap()) >> 52;
-        same += (top == prev) as usize;
-        prev = top;
+    zero_bytes(page) * 4 >= page.len()
+}
+
+/// Number of zero bytes in `page` (8 bytes at a time).
+pub fn zero_bytes(page: &[u8]) -> usize {
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let mut n = 0usize;
+    let mut words = page.chunks_exact(8);
+    for w in &mut words {
+        let x = u64::from_le_bytes(w.try_into().unwrap());
+        // A byte's high bit is set in `y` iff the byte is zero (exact).
+        let y = !(((x & !HI) + !HI) | x) & HI;
+        n += y.count_ones() as usize;
     }
-    same * 2 > words
+    n + words.remainder().iter().filter(|&&b| b == 0).count()
 }
 
 /// The repeated word if `page` is one 8-byte word repeated.
@@ -200,8 +209,10 @@ impl Compressor {
         let try_zstd = match self.cfg.zstd {
             ZstdPolicy::Never => false,
             ZstdPolicy::Only => true,
-            ZstdPolicy::Always => lz4_len >= self.cfg.zstd_min_lz4,
-            ZstdPolicy::Numeric => lz4_len >= self.cfg.zstd_min_lz4 && looks_numeric(page),
+            // Only where LZ4 already saved enough: no page kind measured
+            // was refused by LZ4 and made the cut with zstd.
+            ZstdPolicy::Always => (self.cfg.zstd_min_lz4..=max).contains(&lz4_len),
+            ZstdPolicy::Numeric => (self.cfg.zstd_min_lz4..=max).contains(&lz4_len) && looks_numeric(page),
         };
         if try_zstd {
             self.alt.clear();
@@ -209,7 +220,11 @@ impl Compressor {
             self.alt[0] = Method::Zstd as u8;
             if let Ok(n) = self.cctx.compress2(&mut self.alt[1..], page) {
                 self.alt.truncate(1 + n);
-                let gain = if self.cfg.zstd == ZstdPolicy::Only { 0 } else { self.cfg.zstd_min_gain };
+                let gain = if self.cfg.zstd == ZstdPolicy::Only {
+                    0
+                } else {
+                    self.cfg.zstd_min_gain.max(lz4_len / 4)
+                };
                 if self.alt.len() + gain <= lz4_len {
                     std::mem::swap(&mut self.out, &mut self.alt);
                 }

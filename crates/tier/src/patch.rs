@@ -298,6 +298,12 @@ fn runs_encode(page: &[u8], reference: &[u8], limit: usize, out: &mut Vec<u8>) -
         prev_end: 0,
         run: None,
     };
+    // Every changed byte is in the output: more changed bytes than the
+    // limit allows is a refusal after one cheap pass.
+    if limit < page.len() && changed_bytes(page, reference) > limit {
+        return None;
+    }
+    out.reserve(page.len() + 16);
     let words = page.len() / 8;
     for (i, (a, b)) in page.chunks_exact(8).zip(reference.chunks_exact(8)).enumerate() {
         let mut x = u64::from_le_bytes(a.try_into().unwrap()) ^ u64::from_le_bytes(b.try_into().unwrap());
@@ -315,6 +321,20 @@ fn runs_encode(page: &[u8], reference: &[u8], limit: usize, out: &mut Vec<u8>) -
         }
     }
     w.finish(out).then_some(())
+}
+
+/// Bytes that differ between `a` and `b` (same length).
+fn changed_bytes(a: &[u8], b: &[u8]) -> usize {
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let mut n = 0usize;
+    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        let d = u64::from_le_bytes(x.try_into().unwrap()) ^ u64::from_le_bytes(y.try_into().unwrap());
+        // High bit of each nonzero byte of d (exact).
+        let nz = (((d & !HI) + !HI) | d) & HI;
+        n += nz.count_ones() as usize;
+    }
+    let done = a.len() / 8 * 8;
+    n + a[done..].iter().zip(&b[done..]).filter(|(x, y)| x != y).count()
 }
 
 fn runs_apply(patch: &[u8], out: &mut [u8]) -> Result<(), Error> {
@@ -412,9 +432,13 @@ pub fn apply(encoder: Encoder, patch: &[u8], reference: &[u8]) -> Option<Vec<u8>
     Some(out)
 }
 
+/// A `runs` patch at most this long is kept without trying the fallback.
+pub const GOOD_ENOUGH: usize = PAGE / 4;
+
 /// The engine's patch maker: `runs`, then `zstd-ref` if `runs` does not fit
-/// (see the module documentation), patches at most [`PATCH_CUTOFF`] bytes,
-/// tagged with their encoder. One per thread.
+/// or is above [`GOOD_ENOUGH`] (the smaller wins; see the module
+/// documentation), patches at most [`PATCH_CUTOFF`] bytes, tagged with their
+/// encoder. One per thread.
 pub struct Patcher {
     runs: DeltaEncoder,
     fallback: Option<DeltaEncoder>,
@@ -452,16 +476,26 @@ impl Patcher {
     /// patched) or the lengths differ.
     pub fn make(&mut self, page: &[u8], reference: &[u8]) -> Option<&[u8]> {
         let limit = self.cutoff.checked_sub(1)?;
-        for enc in std::iter::once(&mut self.runs).chain(self.fallback.as_mut()) {
-            let tag = enc.encoder().tag();
-            if let Some(p) = enc.encode_within(page, reference, limit) {
-                self.out.clear();
-                self.out.push(tag);
-                self.out.extend_from_slice(p);
+        self.out.clear();
+        let tag = self.runs.encoder().tag();
+        if let Some(p) = self.runs.encode_within(page, reference, limit) {
+            self.out.push(tag);
+            self.out.extend_from_slice(p);
+            if p.len() <= GOOD_ENOUGH {
                 return Some(&self.out);
             }
         }
-        None
+        if let Some(f) = self.fallback.as_mut() {
+            // The fallback must beat what we have.
+            let limit = if self.out.is_empty() { limit } else { self.out.len() - 2 };
+            let tag = f.encoder().tag();
+            if let Some(p) = f.encode_within(page, reference, limit) {
+                self.out.clear();
+                self.out.push(tag);
+                self.out.extend_from_slice(p);
+            }
+        }
+        (!self.out.is_empty()).then_some(&self.out[..])
     }
 
     /// Rebuilds the page of a tagged patch into `out`.

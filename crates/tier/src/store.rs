@@ -500,7 +500,7 @@ impl Store {
                 let own_free = (class.slots - s.used as u32) as u64;
                 // Emptying `id` removes its free slots from the pool and
                 // needs `used` slots elsewhere.
-                if free_elsewhere - own_free >= s.used as u64 {
+                if free_elsewhere >= own_free + s.used as u64 {
                     free_elsewhere -= own_free + s.used as u64;
                     victim[id as usize] = true;
                     any = true;
@@ -660,5 +660,45 @@ mod tests {
         }
         assert_eq!(n, (64 << 20) / PAGE);
         assert_eq!(s.audit().unwrap(), s.stats());
+    }
+}
+
+#[cfg(test)]
+mod compact_tests {
+    use super::*;
+    use crate::kinds::Rng;
+
+    #[test]
+    fn compaction_reaches_the_fewest_slabs() {
+        let mut s = Store::new(StoreConfig { reserve_bytes: 256 << 20 }).unwrap();
+        let mut rng = Rng::new(5);
+        let mut hs = Vec::new();
+        for i in 0..20_000u32 {
+            let len = 1 + rng.below(3000) as usize;
+            let h = s.insert(&vec![i as u8; len]).unwrap();
+            hs.push((h, len, i as u8));
+        }
+        for j in (1..hs.len()).rev() {
+            hs.swap(j, rng.below(j as u64 + 1) as usize);
+        }
+        assert_eq!(s.audit().unwrap(), s.stats());
+        for (h, _, _) in hs.drain(..10_000) {
+            s.remove(h).unwrap();
+        }
+        assert_eq!(s.audit().unwrap(), s.stats());
+        s.compact();
+        assert_eq!(s.audit().unwrap(), s.stats());
+        // Per class: slabs held == ceil(objects / slots).
+        let mut objs = vec![0u64; CLASSES];
+        for (_, len, _) in &hs {
+            objs[class_of(*len)] += 1;
+        }
+        let ideal: u64 = (0..CLASSES)
+            .map(|c| objs[c].div_ceil(s.classes[c].slots as u64) * s.classes[c].pages as u64 * PAGE as u64)
+            .sum();
+        assert_eq!(s.stats().slab_bytes, ideal);
+        for (h, len, b) in &hs {
+            assert_eq!(s.get(*h).unwrap(), &vec![*b; *len][..]);
+        }
     }
 }
