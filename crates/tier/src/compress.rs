@@ -137,7 +137,7 @@ pub fn zero_bytes(page: &[u8]) -> usize {
 
 /// The repeated word if `page` is one 8-byte word repeated.
 pub fn same_filled(page: &[u8]) -> Option<[u8; 8]> {
-    if page.len() % 8 != 0 || page.is_empty() {
+    if !page.len().is_multiple_of(8) || page.is_empty() {
         return None;
     }
     let first: [u8; 8] = page[..8].try_into().unwrap();
@@ -244,7 +244,7 @@ impl Compressor {
         match Method::from_tag(tag).ok_or(Error::Corrupt("compressed page: unknown method"))? {
             Method::Same => {
                 let w: [u8; 8] = body.try_into().map_err(|_| Error::Corrupt("same: not 8 bytes"))?;
-                if out.len() % 8 != 0 {
+                if !out.len().is_multiple_of(8) {
                     return Err(Error::Length);
                 }
                 for c in out.chunks_exact_mut(8) {

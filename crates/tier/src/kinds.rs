@@ -69,18 +69,18 @@ impl Rng {
     pub fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.next_u64() % n
     }
     pub fn fill(&mut self, buf: &mut [u8]) {
         for c in buf.chunks_mut(8) {
-            let v = self.next().to_le_bytes();
+            let v = self.next_u64().to_le_bytes();
             c.copy_from_slice(&v[..c.len()]);
         }
     }
@@ -167,7 +167,7 @@ pub fn pair(kind: Kind, seed: u64) -> (Vec<u8>, Vec<u8>) {
             let mut p = r.clone();
             for _ in 0..PAGE * 5 / 100 {
                 let o = rng.below(PAGE as u64) as usize;
-                p[o] = rng.next() as u8;
+                p[o] = rng.next_u64() as u8;
             }
             (r, p)
         }

@@ -204,7 +204,7 @@ impl DeltaEncoder {
                     return None;
                 }
             }
-            Encoder::Runs => return runs_encode(page, reference, limit, &mut self.out),
+            Encoder::Runs => return runs_encode(page, reference, limit, &mut self.xor, &mut self.out),
         }
         (self.out.len() <= limit).then_some(())
     }
@@ -219,14 +219,6 @@ fn xor_into(x: &mut [u8], a: &[u8], b: &[u8]) {
     for i in done..a.len() {
         x[i] = a[i] ^ b[i];
     }
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: usize) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
 }
 
 fn get_varint(input: &[u8], pos: &mut usize) -> Option<usize> {
@@ -245,82 +237,108 @@ fn get_varint(input: &[u8], pos: &mut usize) -> Option<usize> {
 /// Largest gap between two changed bytes that still joins them in one run.
 const MERGE_GAP: usize = 2;
 
+/// Writes runs into a buffer sized for the worst case (no capacity checks
+/// per byte).
 struct RunWriter<'p> {
     page: &'p [u8],
+    buf: &'p mut [u8],
+    pos: usize,
     limit: usize,
     /// End of the last emitted run.
     prev_end: usize,
     /// The open run (start, end), not yet emitted.
-    run: Option<(usize, usize)>,
+    run_start: usize,
+    run_end: usize,
+}
+
+#[inline(always)]
+fn write_varint(buf: &mut [u8], pos: &mut usize, mut v: usize) {
+    while v >= 0x80 {
+        buf[*pos] = v as u8 | 0x80;
+        *pos += 1;
+        v >>= 7;
+    }
+    buf[*pos] = v as u8;
+    *pos += 1;
 }
 
 impl RunWriter<'_> {
-    fn emit(&mut self, out: &mut Vec<u8>, s: usize, e: usize) -> bool {
-        put_varint(out, s - self.prev_end);
-        put_varint(out, e - s - 1);
-        out.extend_from_slice(&self.page[s..e]);
+    #[inline]
+    fn emit(&mut self) -> bool {
+        let (s, e) = (self.run_start, self.run_end);
+        write_varint(self.buf, &mut self.pos, s - self.prev_end);
+        write_varint(self.buf, &mut self.pos, e - s - 1);
+        self.buf[self.pos..self.pos + (e - s)].copy_from_slice(&self.page[s..e]);
+        self.pos += e - s;
         self.prev_end = e;
-        out.len() <= self.limit
+        self.pos <= self.limit
     }
 
     /// Byte `pos` differs (positions come in increasing order).
-    #[inline]
-    fn diff(&mut self, out: &mut Vec<u8>, pos: usize) -> bool {
-        match self.run {
-            Some((s, e)) if pos - e <= MERGE_GAP => {
-                self.run = Some((s, pos + 1));
-                true
-            }
-            Some((s, e)) => {
-                self.run = Some((pos, pos + 1));
-                self.emit(out, s, e)
-            }
-            None => {
-                self.run = Some((pos, pos + 1));
-                true
-            }
+    #[inline(always)]
+    fn diff(&mut self, pos: usize) -> bool {
+        if self.run_end != usize::MAX && pos - self.run_end <= MERGE_GAP {
+            self.run_end = pos + 1;
+            return true;
         }
+        let ok = self.run_end == usize::MAX || self.emit();
+        self.run_start = pos;
+        self.run_end = pos + 1;
+        ok
     }
 
-    fn finish(&mut self, out: &mut Vec<u8>) -> bool {
-        match self.run.take() {
-            Some((s, e)) => self.emit(out, s, e),
-            None => true,
-        }
+    fn finish(&mut self) -> bool {
+        self.run_end == usize::MAX || self.emit()
     }
 }
 
 /// The `runs` encoder: see the module documentation.
-fn runs_encode(page: &[u8], reference: &[u8], limit: usize, out: &mut Vec<u8>) -> Option<()> {
-    let mut w = RunWriter {
-        page,
-        limit,
-        prev_end: 0,
-        run: None,
-    };
+fn runs_encode(page: &[u8], reference: &[u8], limit: usize, scratch: &mut Vec<u8>, out: &mut Vec<u8>) -> Option<()> {
     // Every changed byte is in the output: more changed bytes than the
     // limit allows is a refusal after one cheap pass.
     if limit < page.len() && changed_bytes(page, reference) > limit {
         return None;
     }
-    out.reserve(page.len() + 16);
+    // Worst case: 1-byte runs 3 bytes apart, 3 bytes per 4; the scratch
+    // buffer keeps its size between calls (no zeroing per patch).
+    let need = 2 * page.len() + 16;
+    if scratch.len() < need {
+        scratch.resize(need, 0);
+    }
+    let mut w = RunWriter {
+        page,
+        buf: &mut scratch[..],
+        pos: 0,
+        limit,
+        prev_end: 0,
+        run_start: 0,
+        run_end: usize::MAX,
+    };
     let words = page.len() / 8;
+    let mut ok = true;
     for (i, (a, b)) in page.chunks_exact(8).zip(reference.chunks_exact(8)).enumerate() {
         let mut x = u64::from_le_bytes(a.try_into().unwrap()) ^ u64::from_le_bytes(b.try_into().unwrap());
         while x != 0 {
             let j = (x.trailing_zeros() / 8) as usize;
             x &= !(0xffu64 << (j * 8));
-            if !w.diff(out, i * 8 + j) {
-                return None;
-            }
+            ok &= w.diff(i * 8 + j);
         }
-    }
-    for i in words * 8..page.len() {
-        if page[i] != reference[i] && !w.diff(out, i) {
+        if !ok {
             return None;
         }
     }
-    w.finish(out).then_some(())
+    for i in words * 8..page.len() {
+        if page[i] != reference[i] && !w.diff(i) {
+            return None;
+        }
+    }
+    if !w.finish() {
+        return None;
+    }
+    let n = w.pos;
+    out.clear();
+    out.extend_from_slice(&scratch[..n]);
+    Some(())
 }
 
 /// Bytes that differ between `a` and `b` (same length).
