@@ -31,10 +31,13 @@ pub enum Kind {
     IntDoubles,
     /// 32-byte records: a pointer, a length, a small tag, a counter.
     Heap,
+    /// Mostly zero: 1 word in 16 holds a small value (a sparse vector,
+    /// a freshly grown buffer).
+    Sparse,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Zero,
         Kind::Random,
         Kind::Identical,
@@ -44,6 +47,7 @@ impl Kind {
         Kind::Doubles,
         Kind::IntDoubles,
         Kind::Heap,
+        Kind::Sparse,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +61,7 @@ impl Kind {
             Kind::Doubles => "doubles",
             Kind::IntDoubles => "int-doubles",
             Kind::Heap => "heap",
+            Kind::Sparse => "sparse",
         }
     }
 }
@@ -137,6 +142,15 @@ pub fn page(kind: Kind, seed: u64) -> Vec<u8> {
             let vals: Vec<f64> = (0..PAGE / 8).map(|_| base + rng.below(50) as f64).collect();
             words_f64(|i| vals[i])
         }
+        Kind::Sparse => {
+            let mut p = vec![0u8; PAGE];
+            for w in p.chunks_exact_mut(8) {
+                if rng.below(16) == 0 {
+                    w.copy_from_slice(&(1 + rng.below(1000)).to_le_bytes());
+                }
+            }
+            p
+        }
         Kind::Heap => {
             let mut p = vec![0u8; PAGE];
             let base = 0x5600_0000_0000u64 + (rng.below(1 << 20) << 12);
@@ -196,13 +210,13 @@ pub fn pair(kind: Kind, seed: u64) -> (Vec<u8>, Vec<u8>) {
             }
             (r, p)
         }
-        Kind::Doubles | Kind::IntDoubles | Kind::Heap => {
+        Kind::Doubles | Kind::IntDoubles | Kind::Heap | Kind::Sparse => {
             let r = page(kind, seed);
             let mut p = r.clone();
             for _ in 0..PAGE / 8 * 5 / 100 {
                 let w = rng.below(PAGE as u64 / 8) as usize * 8;
                 let old: [u8; 8] = p[w..w + 8].try_into().unwrap();
-                let new = if kind == Kind::Heap {
+                let new = if matches!(kind, Kind::Heap | Kind::Sparse) {
                     u64::from_le_bytes(old).wrapping_add(1).to_le_bytes()
                 } else {
                     (f64::from_le_bytes(old) + 1.0).to_le_bytes()

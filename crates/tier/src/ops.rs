@@ -130,13 +130,14 @@ pub struct OpRow {
     pub stored: usize,
 }
 
-const COMPRESS_KINDS: [Kind; 7] = [
+const COMPRESS_KINDS: [Kind; 8] = [
     Kind::Zero,
     Kind::Random,
     Kind::Text,
     Kind::Doubles,
     Kind::IntDoubles,
     Kind::Heap,
+    Kind::Sparse,
     Kind::Similar95,
 ];
 const PATCH_KINDS: [Kind; 8] = [
@@ -395,7 +396,14 @@ fn codec_variants() -> Vec<(String, CompressConfig)> {
         ("zstd-1".into(), z(1)),
         ("zstd-3".into(), z(3)),
         ("zstd-6".into(), z(6)),
-        ("default (lz4, zstd-1 if numeric)".into(), CompressConfig::default()),
+        (
+            "lz4, then zstd-1 if 1/4 smaller".into(),
+            CompressConfig {
+                zstd: ZstdPolicy::Always,
+                ..CompressConfig::default()
+            },
+        ),
+        ("default: zstd-1 if 1/4-7/8 zero bytes, else lz4".into(), CompressConfig::default()),
     ]
 }
 
