@@ -9,17 +9,22 @@
 //!   the first differing word, rebuilt by a fill. Linux's zram does the same.
 //! - `lz4` (default): LZ4 block format (lz4_flex). The fastest to rebuild,
 //!   which is what a fault waits for.
-//! - `zstd`: zstd at [`CompressConfig::zstd_level`] (level 1 by measurement:
-//!   levels 3 and above were no smaller on single pages and slower), tried
-//!   only on pages that look numeric — most 8-byte words share their top 12
-//!   bits (sign and exponent of a double, or the high zero bits of an
-//!   integer) with the previous word — and LZ4 left at least
-//!   [`CompressConfig::zstd_min_lz4`] bytes; kept only if it saves at least
-//!   [`CompressConfig::zstd_min_gain`] over LZ4. On integer-valued doubles
-//!   zstd's entropy coding of the literals makes the page 3-6x smaller than
-//!   LZ4 does; on text it saves less and costs 2-3x LZ4's time to compress
-//!   and 4x to decompress, so text stays LZ4 (see docs/BENCHMARKS.md, "Tier
-//!   operation costs", for the numbers behind these thresholds).
+//! - `zstd`: zstd level 1 ([`CompressConfig::zstd_level`]) with a 4 KiB
+//!   window, used *instead of* LZ4 on pages that look numeric: a quarter to
+//!   7/8 of their bytes are zero (the high bytes of small integers and
+//!   pointers, the low mantissa bytes of integer-valued doubles, padding in
+//!   records). There zstd's entropy coding pays: integer-valued doubles
+//!   1582 -> 639 bytes, heap records 1966 -> 965 bytes, for about 4x
+//!   LZ4's compress time and 2-4x its decompress time. On text zstd also
+//!   saves (2448 -> 1480 bytes) but costs 2x to compress and 3x to
+//!   decompress, so text stays LZ4; mostly-zero pages (more than 7/8 zero
+//!   bytes) stay LZ4 too (231 vs 169 bytes: not worth a slower fault).
+//!   Level 1 by measurement: levels 3 and 6 were no smaller on single pages
+//!   (int-doubles 828 and 771 bytes) and slower, negative levels lost a
+//!   third of the gain. Counting the zero bytes costs ~0.1 us, and
+//!   compressing numeric pages with zstd alone (not LZ4, then zstd) saves
+//!   LZ4's time on them. The numbers: docs/BENCHMARKS.md, "Tier operation
+//!   costs".
 //!
 //! A page whose best form is longer than `PAGE - min_saving` bytes
 //! (default 512, 1/8 of a page) is incompressible: [`Compressor::compress`]

@@ -19,6 +19,59 @@
 //!
 //! Nothing here touches the engine's mappings: the engine hands pages in
 //! and gets bytes back; which page goes where, and when, is its policy.
+//!
+//! # What the engine calls
+//!
+//! ```
+//! use pagefold_tier::{compress::Compressor, patch::{Patcher, References},
+//!     similar::{Detector, SimilarityParams}, store::{Store, StoreConfig},
+//!     swap::{SwapConfig, SwapFile, Watermarks}, kinds::{page, pair, Kind}, PAGE};
+//!
+//! // One store (behind a lock), one reference table, one detector; a
+//! // Compressor and a Patcher per thread.
+//! let mut store = Store::new(StoreConfig::default()).unwrap();
+//! let refs = References::new();
+//! let mut det = Detector::new(SimilarityParams::default()).unwrap();
+//! let (mut c, mut pt) = (Compressor::default(), Patcher::new());
+//! let mut out = vec![0u8; PAGE];
+//!
+//! // Compress a cold page; None = incompressible, leave it alone.
+//! let cold = page(Kind::Text, 1);
+//! let h = store.insert(c.compress(&cold).unwrap()).unwrap();
+//! // ... on a touch: rebuild it, drop the object.
+//! c.decompress(store.get(h).unwrap(), &mut out).unwrap();
+//! store.remove(h).unwrap();
+//! assert_eq!(out, cold);
+//!
+//! // Patch a page against a similar indexed page (id 7).
+//! let (reference, similar) = pair(Kind::Write16, 1);
+//! det.insert(7, &reference);
+//! let mut cands = Vec::new();
+//! det.candidates(&similar, &mut cands);
+//! assert_eq!(cands, [7]);
+//! let h = store.insert(pt.make(&similar, &reference).unwrap()).unwrap();
+//! refs.pin(7); // page 7 must now stay unchanged (write-protect it)
+//! assert!(!refs.may_change(7));
+//! pt.apply(store.get(h).unwrap(), &reference, &mut out).unwrap();
+//! store.remove(h).unwrap();
+//! refs.unpin(7).unwrap();
+//! assert_eq!(out, similar);
+//!
+//! // The footprint counts the store: slabs + its tables.
+//! let extra = store.stats().footprint_bytes() + refs.metadata_bytes() as u64
+//!     + det.metadata_bytes() as u64;
+//! assert!(extra > 0);
+//!
+//! // Swap: how many pages to evict, and where they go.
+//! let mut wm = Watermarks::new(64 << 20, 48 << 20).unwrap();
+//! assert_eq!(wm.pages_to_evict(80 << 20), (32 << 20) / PAGE);
+//! let path = std::env::temp_dir().join(format!("doc-{}.swap", std::process::id()));
+//! let mut swap = SwapFile::create(&SwapConfig::new(&path)).unwrap();
+//! let slot = swap.swap_out(&cold).unwrap(); // on Err: keep the page
+//! swap.swap_in(slot, &mut out).unwrap();
+//! swap.free(slot).unwrap();
+//! assert_eq!(out, cold);
+//! ```
 
 pub mod compress;
 pub mod kinds;

@@ -393,6 +393,8 @@ fn codec_variants() -> Vec<(String, CompressConfig)> {
     };
     vec![
         ("lz4".into(), lz4),
+        ("zstd--5".into(), z(-5)),
+        ("zstd--1".into(), z(-1)),
         ("zstd-1".into(), z(1)),
         ("zstd-3".into(), z(3)),
         ("zstd-6".into(), z(6)),
