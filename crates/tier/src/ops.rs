@@ -162,7 +162,7 @@ fn pages_of(kind: Kind, n: usize) -> Vec<Vec<u8>> {
 pub fn compress_ops(cfg: &OpsConfig, kind: Kind, cfg_c: CompressConfig) -> Vec<OpRow> {
     let pages = pages_of(kind, cfg.pages);
     let mut c = Compressor::new(cfg_c);
-    let mut store = Store::new(StoreConfig { reserve_bytes: 256 << 20 }).expect("store");
+    let mut store = Store::new(StoreConfig { reserve_bytes: 256 << 20, ..StoreConfig::default() }).expect("store");
     let mut handles: Vec<Option<Handle>> = vec![None; pages.len()];
     let mut out = vec![0u8; PAGE];
     let (mut cs, mut us) = (Vec::new(), Vec::new());
@@ -232,7 +232,7 @@ pub fn patch_ops(cfg: &OpsConfig, kind: Kind, first: Encoder, fallback: Option<E
     }
     let refs = References::new();
     let mut patcher = Patcher::with(first, fallback, PATCH_CUTOFF);
-    let mut store = Store::new(StoreConfig { reserve_bytes: 256 << 20 }).expect("store");
+    let mut store = Store::new(StoreConfig { reserve_bytes: 256 << 20, ..StoreConfig::default() }).expect("store");
     let mut stored: Vec<Option<(Handle, u64)>> = vec![None; pairs.len()];
     let mut cands = Vec::new();
     let mut best: Vec<u8> = Vec::with_capacity(PAGE);
@@ -516,7 +516,7 @@ pub fn compare_encoders(cfg: &OpsConfig) -> Vec<CodecRow> {
 pub fn store_churn(objects: usize) -> Vec<(String, crate::store::StoreStats)> {
     let mut c = Compressor::default();
     let mut pt = Patcher::new();
-    let mut store = Store::new(StoreConfig { reserve_bytes: 1 << 30 }).expect("store");
+    let mut store = Store::new(StoreConfig { reserve_bytes: 1 << 30, ..StoreConfig::default() }).expect("store");
     let mut rng = crate::kinds::Rng::new(42);
     let kinds = [Kind::Text, Kind::IntDoubles, Kind::Heap, Kind::Zero];
     let pkinds = [Kind::Write16, Kind::Similar95, Kind::Doubles];

@@ -9,8 +9,10 @@
 //! All slabs come from one mapping reserved at start (`MAP_NORESERVE`, so
 //! it costs address space, not memory, and one VMA however many slabs there
 //! are — the engine's VMA budget is precious). A slab whose last object is
-//! removed is given back to the kernel at once (`MADV_DONTNEED`) and its
-//! pages are reused by the next slab of the same size. Within a slab, free
+//! removed is kept resident for the next slab of its size while the cache
+//! of empty slabs is under [`StoreConfig::cache_bytes`] (256 KiB: a store
+//! that churns then pays no `madvise` and page faults per slab), and given
+//! back to the kernel (`MADV_DONTNEED`) beyond that or on [`Store::trim`]. Within a slab, free
 //! slots form a list threaded through the slots themselves, and slots never
 //! used are taken in order, so a new slab needs no initialisation.
 //!
@@ -24,8 +26,9 @@
 //! store holds, i.e. its memory), metadata bytes (the capacity of every
 //! table the store allocates: handle table, slab table, lists), and
 //! fragmentation = slab bytes - payload bytes, split into internal
-//! (slot rounding) and external (free slots in slabs). The engine counts
-//! `slab_bytes + metadata_bytes` in the process footprint.
+//! (slot rounding) and external (free slots in slabs), and the cached
+//! empty slabs. The engine counts [`StoreStats::footprint_bytes`] (slabs +
+//! cache + metadata) in the process footprint.
 //! [`Store::audit`] recomputes all of it from scratch (the tests compare).
 //!
 //! Mutation takes `&mut self`, reads `&self`: the engine shares a store
@@ -106,6 +109,9 @@ pub struct StoreStats {
     /// Bytes of the slabs the store holds (its memory for objects).
     pub slab_bytes: u64,
     pub slabs: u64,
+    /// Bytes of empty slabs kept resident for reuse (see
+    /// [`StoreConfig::cache_bytes`]; [`Store::trim`] gives them back).
+    pub cached_bytes: u64,
     /// Bytes of the store's own tables.
     pub metadata_bytes: u64,
 }
@@ -125,7 +131,7 @@ impl StoreStats {
     }
     /// What the store adds to the process footprint.
     pub fn footprint_bytes(&self) -> u64 {
-        self.slab_bytes + self.metadata_bytes
+        self.slab_bytes + self.cached_bytes + self.metadata_bytes
     }
 }
 
@@ -135,11 +141,19 @@ pub struct StoreConfig {
     /// Address space reserved for slabs; the store cannot hold more. If the
     /// kernel refuses it, halves are tried down to 16 MiB.
     pub reserve_bytes: usize,
+    /// Empty slabs up to this many bytes stay resident for reuse instead
+    /// of being given back at once: a store that churns (the scanner
+    /// inserts while the fault handler removes) then does not pay a
+    /// madvise and page faults per slab. Counted in the footprint.
+    pub cache_bytes: usize,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        StoreConfig { reserve_bytes: 64 << 30 }
+        StoreConfig {
+            reserve_bytes: 64 << 30,
+            cache_bytes: 256 << 10,
+        }
     }
 }
 
@@ -151,6 +165,11 @@ pub struct Store {
     bump: u32,
     /// Released slab page runs, by length (index = pages - 1).
     free_runs: [Vec<u32>; MAX_SLAB_PAGES],
+    /// Released slab runs kept resident for reuse (not yet given back),
+    /// by length; at most `cache_pages` pages in all.
+    cached_runs: [Vec<u32>; MAX_SLAB_PAGES],
+    cached_pages: u32,
+    cache_pages: u32,
     classes: Vec<Class>,
     slabs: Vec<Slab>,
     free_slabs: Vec<u32>,
@@ -218,11 +237,14 @@ impl Store {
                 }
             })
             .collect();
-        let mut s = Store {
+        let s = Store {
             base,
             reserved_pages: (size / PAGE) as u32,
             bump: 0,
             free_runs: Default::default(),
+            cached_runs: Default::default(),
+            cached_pages: 0,
+            cache_pages: (cfg.cache_bytes / PAGE) as u32,
             classes,
             slabs: Vec::new(),
             free_slabs: Vec::new(),
@@ -230,7 +252,6 @@ impl Store {
             free_entries: Vec::new(),
             stats: StoreStats::default(),
         };
-        s.update_metadata();
         Ok(s)
     }
 
@@ -239,8 +260,14 @@ impl Store {
         self.reserved_pages as usize * PAGE
     }
 
+    /// The counts: objects, payload, slots and slabs are kept per
+    /// operation; metadata is summed from the tables' capacities here (so
+    /// inserts and removes do not pay for it).
     pub fn stats(&self) -> StoreStats {
-        self.stats
+        StoreStats {
+            metadata_bytes: self.metadata_bytes(),
+            ..self.stats
+        }
     }
 
     /// Slot size and slab pages of the class holding `len`-byte objects.
@@ -251,17 +278,18 @@ impl Store {
         })
     }
 
-    fn update_metadata(&mut self) {
+    fn metadata_bytes(&self) -> u64 {
         use std::mem::size_of;
         let v = |cap: usize, sz: usize| (cap * sz) as u64;
-        self.stats.metadata_bytes = v(self.entries.capacity(), size_of::<Entry>())
+        v(self.entries.capacity(), size_of::<Entry>())
             + v(self.free_entries.capacity(), 4)
             + v(self.slabs.capacity(), size_of::<Slab>())
             + v(self.free_slabs.capacity(), 4)
             + self.free_runs.iter().map(|r| v(r.capacity(), 4)).sum::<u64>()
+            + self.cached_runs.iter().map(|r| v(r.capacity(), 4)).sum::<u64>()
             + v(self.classes.capacity(), size_of::<Class>())
             + self.classes.iter().map(|c| v(c.partial.capacity(), 4)).sum::<u64>()
-            + size_of::<Store>() as u64;
+            + size_of::<Store>() as u64
     }
 
     #[inline]
@@ -274,7 +302,12 @@ impl Store {
 
     fn new_slab(&mut self, class: usize) -> Result<u32, Error> {
         let pages = self.classes[class].pages;
-        let page = match self.free_runs[pages as usize - 1].pop() {
+        let cached = self.cached_runs[pages as usize - 1].pop();
+        if cached.is_some() {
+            self.cached_pages -= pages;
+            self.stats.cached_bytes -= pages as u64 * PAGE as u64;
+        }
+        let page = match cached.or_else(|| self.free_runs[pages as usize - 1].pop()) {
             Some(p) => p,
             None => {
                 if self.bump + pages > self.reserved_pages {
@@ -332,20 +365,44 @@ impl Store {
         self.partial_remove(id);
         let s = self.slabs[id as usize];
         let pages = self.classes[s.class as usize].pages;
-        // SAFETY: the slab's pages lie inside the mapping and hold no
-        // object any more.
-        unsafe {
-            libc::madvise(
-                self.base.add(s.page as usize * PAGE) as *mut libc::c_void,
-                pages as usize * PAGE,
-                libc::MADV_DONTNEED,
-            );
+        if self.cached_pages + pages <= self.cache_pages {
+            // Keep it resident: the next slab of this size needs no faults.
+            self.cached_runs[pages as usize - 1].push(s.page);
+            self.cached_pages += pages;
+            self.stats.cached_bytes += pages as u64 * PAGE as u64;
+        } else {
+            self.give_back(s.page, pages);
         }
-        self.free_runs[pages as usize - 1].push(s.page);
         self.free_slabs.push(id);
         self.slabs[id as usize].used = 0;
         self.stats.slabs -= 1;
         self.stats.slab_bytes -= pages as u64 * PAGE as u64;
+    }
+
+    fn give_back(&mut self, page: u32, pages: u32) {
+        // SAFETY: the run lies inside the mapping and holds no object.
+        unsafe {
+            libc::madvise(
+                self.base.add(page as usize * PAGE) as *mut libc::c_void,
+                pages as usize * PAGE,
+                libc::MADV_DONTNEED,
+            );
+        }
+        self.free_runs[pages as usize - 1].push(page);
+    }
+
+    /// Gives the cached empty slabs back to the kernel (under memory
+    /// pressure); returns the bytes released.
+    pub fn trim(&mut self) -> u64 {
+        let before = self.stats.cached_bytes;
+        for i in 0..MAX_SLAB_PAGES {
+            while let Some(p) = self.cached_runs[i].pop() {
+                self.give_back(p, i as u32 + 1);
+            }
+        }
+        self.cached_pages = 0;
+        self.stats.cached_bytes = 0;
+        before
     }
 
     /// Takes a free slot of slab `id` (which has one).
@@ -425,7 +482,6 @@ impl Store {
         self.stats.objects += 1;
         self.stats.payload_bytes += data.len() as u64;
         self.stats.slot_bytes += self.classes[class].size as u64;
-        self.update_metadata();
         let g = self.entries[index as usize].generation;
         Ok(Handle((g as u64) << 32 | index as u64))
     }
@@ -461,7 +517,6 @@ impl Store {
         self.stats.objects -= 1;
         self.stats.payload_bytes -= e.len as u64;
         self.stats.slot_bytes -= self.classes[class].size as u64;
-        self.update_metadata();
         Ok(())
     }
 
@@ -538,7 +593,6 @@ impl Store {
             self.entries[i].slab = dst;
             self.entries[i].slot = slot;
         }
-        self.update_metadata();
         before - self.stats.slab_bytes
     }
 
@@ -596,7 +650,9 @@ impl Store {
             st.slabs += 1;
             st.slab_bytes += class.pages as u64 * PAGE as u64;
         }
-        st.metadata_bytes = self.stats.metadata_bytes;
+        st.metadata_bytes = self.metadata_bytes();
+        let cached: usize = self.cached_runs.iter().enumerate().map(|(i, r)| r.len() * (i + 1)).sum();
+        st.cached_bytes = (cached * PAGE) as u64;
         Ok(st)
     }
 }
@@ -606,7 +662,7 @@ mod tests {
     use super::*;
 
     fn small() -> Store {
-        Store::new(StoreConfig { reserve_bytes: 64 << 20 }).unwrap()
+        Store::new(StoreConfig { reserve_bytes: 64 << 20, ..StoreConfig::default() }).unwrap()
     }
 
     #[test]
@@ -642,6 +698,11 @@ mod tests {
         s.remove(c).unwrap();
         let st = s.stats();
         assert_eq!((st.objects, st.slabs, st.slab_bytes, st.payload_bytes), (0, 0, 0, 0));
+        // The two empty slabs (1 page each) stay cached until trimmed.
+        assert_eq!(st.cached_bytes, 2 * PAGE as u64);
+        assert_eq!(s.audit().unwrap(), st);
+        assert_eq!(s.trim(), 2 * PAGE as u64);
+        assert_eq!(s.stats().footprint_bytes(), s.stats().metadata_bytes);
         assert!(matches!(s.insert(&[]), Err(Error::TooLarge(0))));
         assert!(matches!(s.insert(&[0; 4097]), Err(Error::TooLarge(4097))));
         assert!(s.get(Handle::from_raw(12345)).is_err());
@@ -670,7 +731,7 @@ mod compact_tests {
 
     #[test]
     fn compaction_reaches_the_fewest_slabs() {
-        let mut s = Store::new(StoreConfig { reserve_bytes: 256 << 20 }).unwrap();
+        let mut s = Store::new(StoreConfig { reserve_bytes: 256 << 20, ..StoreConfig::default() }).unwrap();
         let mut rng = Rng::new(5);
         let mut hs = Vec::new();
         for i in 0..20_000u32 {

@@ -130,7 +130,7 @@ proptest! {
 
     #[test]
     fn store_accounting_is_exact(ops in prop::collection::vec((0u8..10, 1usize..=PAGE, any::<u8>()), 1..400)) {
-        let mut s = Store::new(StoreConfig { reserve_bytes: 64 << 20 }).unwrap();
+        let mut s = Store::new(StoreConfig { reserve_bytes: 64 << 20, ..StoreConfig::default() }).unwrap();
         let mut live: Vec<(Handle, usize, u8)> = Vec::new();
         let mut dead: Vec<Handle> = Vec::new();
         for (op, len, b) in ops {
@@ -144,7 +144,12 @@ proptest! {
                     s.remove(h).unwrap();
                     dead.push(h);
                 }
-                _ => { s.compact(); }
+                _ => {
+                    s.compact();
+                    if len % 2 == 0 {
+                        s.trim();
+                    }
+                }
             }
             let st = s.stats();
             prop_assert_eq!(s.audit().unwrap(), st);
@@ -222,7 +227,7 @@ fn reference_rule_follows_the_patches() {
     // The engine's sequence: patch a page against reference 1 (pin), the
     // reference may not change; the page is rebuilt (unpin), now it may.
     let refs = References::new();
-    let mut store = Store::new(StoreConfig { reserve_bytes: 16 << 20 }).unwrap();
+    let mut store = Store::new(StoreConfig { reserve_bytes: 16 << 20, ..StoreConfig::default() }).unwrap();
     let mut pt = Patcher::new();
     let (r, p) = pair(Kind::Write16, 1);
     let h = store.insert(pt.make(&p, &r).unwrap()).unwrap();
@@ -245,7 +250,7 @@ fn reference_rule_follows_the_patches() {
 fn stores_are_shared_between_threads() {
     // Scanner inserts, fault handler reads and removes: Send + Sync.
     use std::sync::{mpsc, Arc, Mutex};
-    let store = Arc::new(Mutex::new(Store::new(StoreConfig { reserve_bytes: 16 << 20 }).unwrap()));
+    let store = Arc::new(Mutex::new(Store::new(StoreConfig { reserve_bytes: 16 << 20, ..StoreConfig::default() }).unwrap()));
     let refs = Arc::new(References::new());
     let (tx, rx) = mpsc::channel::<(Handle, Vec<u8>)>();
     let s2 = store.clone();
