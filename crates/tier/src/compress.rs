@@ -15,12 +15,12 @@
 //!   pointers, the low mantissa bytes of integer-valued doubles, padding in
 //!   records, sparse vectors). There zstd's entropy coding pays:
 //!   integer-valued doubles 1582 -> 639 bytes, heap records 1966 -> 965,
-//!   for about 2-4x LZ4's compress time and 2-4x its decompress time; on
+//!   for about 2-4x LZ4's compress time and 2-8x its decompress time; on
 //!   sparse pages (15/16 zero words) zstd is both smaller (169 vs 231
 //!   bytes) and faster to decompress than lz4_flex (1.5 vs 2.2-4.7 us:
 //!   lz4_flex's decoder is slow on many short overlapping matches, where
 //!   liblz4 takes 0.9 us). On text zstd also saves (2448 -> 1480 bytes)
-//!   but costs 2x to compress and 3x to decompress, so text stays LZ4.
+//!   but costs 2x to compress and 3-7x to decompress, so text stays LZ4.
 //!   Level 1 by measurement: levels 3 and 6 were no smaller on single
 //!   pages (int-doubles 828 and 771 bytes) and slower, negative levels
 //!   lost a third of the gain. Counting the zero bytes costs ~0.1 us, and
@@ -205,12 +205,10 @@ impl Compressor {
             ZstdPolicy::Numeric => looks_numeric(page),
             ZstdPolicy::Never | ZstdPolicy::Always => false,
         };
-        if zstd_first {
-            if self.zstd_into_out(page) <= max || self.cfg.zstd == ZstdPolicy::Only {
-                return (!self.out.is_empty() && self.out.len() <= max).then_some(&self.out[..]);
-            }
-            // zstd did not make the cut (not seen on the measured kinds):
-            // LZ4 decides.
+        // If zstd does not make the cut (not seen on the measured kinds),
+        // LZ4 decides.
+        if zstd_first && (self.zstd_into_out(page) <= max || self.cfg.zstd == ZstdPolicy::Only) {
+            return (!self.out.is_empty() && self.out.len() <= max).then_some(&self.out[..]);
         }
         let lz4_len = self.lz4_into_out(page);
         if self.cfg.zstd == ZstdPolicy::Always && (self.cfg.zstd_min_lz4..=max).contains(&lz4_len) {

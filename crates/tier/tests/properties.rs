@@ -282,3 +282,23 @@ fn stores_are_shared_between_threads() {
     assert_eq!((st.objects, st.slab_bytes), (0, 0));
     assert!(refs.may_change(7));
 }
+
+#[test]
+fn thread_safety_is_what_the_engine_needs() {
+    fn send<T: Send>() {}
+    fn sync<T: Sync>() {}
+    // Shared between the scanner and the fault handler (behind a lock or
+    // directly): Send + Sync.
+    send::<Store>();
+    sync::<Store>();
+    sync::<References>();
+    send::<Detector>();
+    sync::<Detector>();
+    send::<pagefold_tier::swap::SwapFile>();
+    send::<pagefold_tier::swap::Watermarks>();
+    // One per thread: Send.
+    send::<Compressor>();
+    send::<Patcher>();
+    send::<DeltaEncoder>();
+    send::<DeltaDecoder>();
+}
