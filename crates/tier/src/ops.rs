@@ -301,12 +301,14 @@ pub fn patch_ops(cfg: &OpsConfig, kind: Kind, first: Encoder, fallback: Option<E
     ]
 }
 
-/// swap_out / swap_in (+ free) of whole pages, buffered or O_DIRECT.
-pub fn swap_ops(cfg: &OpsConfig, direct: bool) -> Result<Vec<OpRow>, crate::Error> {
+/// swap_out / swap_in (+ free) of whole pages, buffered or O_DIRECT;
+/// swap_out one page per call (`batch` 1) or `batch` pages per
+/// [`SwapFile::swap_out_batch`] call.
+pub fn swap_ops(cfg: &OpsConfig, direct: bool, batch: usize) -> Result<Vec<OpRow>, crate::Error> {
     let pages = pages_of(Kind::Random, cfg.pages);
     let path = cfg
         .swap_dir
-        .join(format!("pagefold-tier-ops-{}-{}.swap", std::process::id(), direct as u8));
+        .join(format!("pagefold-tier-ops-{}-{}-{batch}.swap", std::process::id(), direct as u8));
     let mut sc = SwapConfig::new(&path);
     sc.direct = direct;
     sc.grow_slots = cfg.pages as u32;
@@ -316,8 +318,15 @@ pub fn swap_ops(cfg: &OpsConfig, direct: bool) -> Result<Vec<OpRow>, crate::Erro
     let (mut so, mut si) = (Vec::new(), Vec::new());
     for round in 0..cfg.rounds.max(1) + 1 {
         let s = Instant::now();
-        for p in &pages {
-            slots.push(swap.swap_out(p)?);
+        if batch <= 1 {
+            for p in &pages {
+                slots.push(swap.swap_out(p)?);
+            }
+        } else {
+            for chunk in pages.chunks(batch) {
+                let refs: Vec<&[u8]> = chunk.iter().map(|p| &p[..]).collect();
+                slots.extend(swap.swap_out_batch(&refs)?);
+            }
         }
         let t = s.elapsed().as_secs_f64() * 1e6 / pages.len() as f64;
         let s = Instant::now();
@@ -333,7 +342,8 @@ pub fn swap_ops(cfg: &OpsConfig, direct: bool) -> Result<Vec<OpRow>, crate::Erro
         }
     }
     let mode = if swap.is_direct() { "O_DIRECT" } else { "buffered" };
-    Ok(vec![
+    let mode = if batch > 1 { format!("{mode}, batches of {batch}") } else { mode.to_string() };
+    let mut rows = vec![
         OpRow {
             op: "swap_out",
             kind: format!("page, {mode}"),
@@ -348,7 +358,11 @@ pub fn swap_ops(cfg: &OpsConfig, direct: bool) -> Result<Vec<OpRow>, crate::Erro
             bytes: PAGE as f64,
             stored: pages.len(),
         },
-    ])
+    ];
+    if batch > 1 {
+        rows.pop(); // swap_in is per page either way
+    }
+    Ok(rows)
 }
 
 /// The Table 2 ops with the tier's defaults, over every kind.
@@ -360,8 +374,8 @@ pub fn measure_ops(cfg: &OpsConfig) -> Vec<OpRow> {
     for kind in PATCH_KINDS {
         rows.extend(patch_ops(cfg, kind, Encoder::Runs, Some(Encoder::ZstdRef)));
     }
-    for direct in [false, true] {
-        match swap_ops(cfg, direct) {
+    for (direct, batch) in [(false, 1), (true, 1), (false, 64), (true, 64)] {
+        match swap_ops(cfg, direct, batch) {
             Ok(r) => rows.extend(r),
             Err(e) => eprintln!("swap ({}): {e}", if direct { "O_DIRECT" } else { "buffered" }),
         }

@@ -70,16 +70,19 @@ struct SlotMeta {
     sum: u64,
 }
 
-/// A page-aligned page buffer for O_DIRECT I/O.
-struct AlignedPage(*mut u8);
+/// A page-aligned buffer of whole pages for O_DIRECT I/O and batches.
+struct AlignedPage(*mut u8, usize);
 
 impl AlignedPage {
     fn new() -> io::Result<AlignedPage> {
-        // SAFETY: anonymous mapping of one page.
+        AlignedPage::pages(1)
+    }
+    fn pages(n: usize) -> io::Result<AlignedPage> {
+        // SAFETY: anonymous mapping of n pages.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                PAGE,
+                n * PAGE,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
@@ -89,20 +92,23 @@ impl AlignedPage {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(AlignedPage(p as *mut u8))
+        Ok(AlignedPage(p as *mut u8, n * PAGE))
     }
     fn buf(&mut self) -> &mut [u8] {
-        // SAFETY: the mapping is one page, owned by self.
-        unsafe { std::slice::from_raw_parts_mut(self.0, PAGE) }
+        // SAFETY: the mapping is self.1 bytes, owned by self.
+        unsafe { std::slice::from_raw_parts_mut(self.0, self.1) }
     }
 }
 
 impl Drop for AlignedPage {
     fn drop(&mut self) {
-        // SAFETY: mapped in `new`.
-        unsafe { libc::munmap(self.0 as *mut libc::c_void, PAGE) };
+        // SAFETY: mapped in `pages` with this length.
+        unsafe { libc::munmap(self.0 as *mut libc::c_void, self.1) };
     }
 }
+
+/// Most slots one write of [`SwapFile::swap_out_batch`] covers.
+pub const BATCH_PAGES: usize = 64;
 
 /// Counts of a swap file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -112,7 +118,8 @@ pub struct SwapStats {
     pub slots_allocated: u64,
     /// Bytes of data in used slots.
     pub data_bytes: u64,
-    /// Bytes of the in-memory tables (bitmap, lengths and checksums).
+    /// Bytes of the in-memory tables (bitmap, lengths and checksums) and
+    /// staging buffers.
     pub metadata_bytes: u64,
 }
 
@@ -140,6 +147,8 @@ pub struct SwapFile {
     used: u32,
     data_bytes: u64,
     aligned: Option<AlignedPage>,
+    /// Staging buffer of batches (BATCH_PAGES pages), made on first use.
+    batch: Option<AlignedPage>,
     fail: Option<(FailOn, i32)>,
 }
 
@@ -180,6 +189,7 @@ impl SwapFile {
             used: 0,
             data_bytes: 0,
             aligned,
+            batch: None,
             fail: None,
         })
     }
@@ -213,7 +223,10 @@ impl SwapFile {
             slots_used: self.used as u64,
             slots_allocated: self.allocated as u64,
             data_bytes: self.data_bytes,
-            metadata_bytes: (self.bitmap.capacity() * 8 + self.meta.capacity() * std::mem::size_of::<SlotMeta>()) as u64,
+            metadata_bytes: (self.bitmap.capacity() * 8
+                + self.meta.capacity() * std::mem::size_of::<SlotMeta>()
+                + self.aligned.as_ref().map_or(0, |a| a.1)
+                + self.batch.as_ref().map_or(0, |a| a.1)) as u64,
         }
     }
 
@@ -294,6 +307,72 @@ impl SwapFile {
                 Err(e)
             }
         }
+    }
+
+    /// Writes several pages or objects (each 1..=4096 bytes), one write
+    /// per run of consecutive slots (at most [`BATCH_PAGES`] per write):
+    /// with O_DIRECT the device's per-write latency is paid once per run,
+    /// not per page. All or nothing: on any error no slot is kept and the
+    /// caller still owns every page.
+    pub fn swap_out_batch(&mut self, items: &[&[u8]]) -> Result<Vec<Slot>, Error> {
+        if items.iter().any(|d| d.is_empty() || d.len() > PAGE) {
+            return Err(Error::Length);
+        }
+        let mut slots: Vec<u32> = Vec::with_capacity(items.len());
+        let mut result = Ok(());
+        for _ in items {
+            match self.alloc_slot() {
+                Ok(s) => slots.push(s),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        let mut i = 0;
+        while result.is_ok() && i < slots.len() {
+            let mut j = i + 1;
+            while j < slots.len() && slots[j] == slots[j - 1] + 1 && j - i < BATCH_PAGES {
+                j += 1;
+            }
+            result = if j - i == 1 {
+                self.write_slot(slots[i], items[i])
+            } else {
+                self.write_run(slots[i], &items[i..j])
+            };
+            i = j;
+        }
+        if let Err(e) = result {
+            for &s in &slots {
+                self.release_slot(s);
+            }
+            return Err(e);
+        }
+        for (&s, d) in slots.iter().zip(items) {
+            self.meta[s as usize] = SlotMeta {
+                len: d.len() as u16,
+                sum: xxh3_64(d),
+            };
+            self.data_bytes += d.len() as u64;
+        }
+        Ok(slots.into_iter().map(Slot).collect())
+    }
+
+    fn write_run(&mut self, first: u32, items: &[&[u8]]) -> Result<(), Error> {
+        self.injected(FailOn::Write)?;
+        let mut b = match self.batch.take() {
+            Some(b) => b,
+            None => AlignedPage::pages(BATCH_PAGES)?,
+        };
+        let buf = b.buf();
+        for (k, d) in items.iter().enumerate() {
+            let slot = &mut buf[k * PAGE..(k + 1) * PAGE];
+            slot[..d.len()].copy_from_slice(d);
+            slot[d.len()..].fill(0);
+        }
+        let r = self.file.write_all_at(&buf[..items.len() * PAGE], first as u64 * PAGE as u64);
+        self.batch = Some(b);
+        Ok(r?)
     }
 
     fn write_slot(&mut self, s: u32, data: &[u8]) -> Result<(), Error> {
@@ -513,6 +592,37 @@ mod tests {
         // The slot is still there: retry works.
         s.swap_in(a, &mut out).unwrap();
         assert_eq!(out, vec![1u8; PAGE]);
+    }
+
+    #[test]
+    fn batches_round_trip_and_fail_whole() {
+        let path = tmp("batch");
+        let mut cfg = SwapConfig::new(&path);
+        cfg.grow_slots = 50;
+        let mut s = SwapFile::create(&cfg).unwrap();
+        let pages: Vec<Vec<u8>> = (0..150u32).map(|i| vec![i as u8; 1 + (i as usize * 37) % PAGE]).collect();
+        let refs: Vec<&[u8]> = pages.iter().map(|p| &p[..]).collect();
+        let slots = s.swap_out_batch(&refs).unwrap();
+        assert_eq!(slots.len(), 150);
+        let mut out = vec![0u8; PAGE];
+        for (p, &sl) in pages.iter().zip(&slots) {
+            let n = s.swap_in(sl, &mut out).unwrap();
+            assert_eq!(&out[..n], &p[..]);
+        }
+        // Holes: freed slots are reused, runs split around used slots.
+        for &sl in slots.iter().step_by(3) {
+            s.free(sl).unwrap();
+        }
+        let more = s.swap_out_batch(&refs[..60]).unwrap();
+        for (p, &sl) in pages.iter().zip(&more) {
+            let n = s.swap_in(sl, &mut out).unwrap();
+            assert_eq!(&out[..n], &p[..]);
+        }
+        let used = s.stats().slots_used;
+        s.fail_next(FailOn::Write, libc::EIO);
+        assert_eq!(s.swap_out_batch(&refs).unwrap_err().raw_os_error(), Some(libc::EIO));
+        assert_eq!(s.stats().slots_used, used, "a failed batch keeps no slot");
+        assert!(matches!(s.swap_out_batch(&[&[][..]]), Err(Error::Length)));
     }
 
     #[test]

@@ -69,6 +69,11 @@ fn full_disk(direct: bool, grow: u32) {
     assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
     assert!(!kept.is_empty() && kept.len() <= 64, "{} pages", kept.len());
     assert_eq!(s.stats().slots_used as usize, kept.len(), "the failed write holds no slot");
+    // A batch on the full disk fails whole and holds nothing either.
+    let batch: Vec<Vec<u8>> = (0..8u64).map(|i| page(Kind::Heap, i)).collect();
+    let refs: Vec<&[u8]> = batch.iter().map(|p| &p[..]).collect();
+    assert_eq!(s.swap_out_batch(&refs).unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+    assert_eq!(s.stats().slots_used as usize, kept.len());
     // Everything swapped before the disk filled comes back intact.
     let mut out = vec![0u8; PAGE];
     for (slot, p) in &kept {
