@@ -55,7 +55,7 @@ pub struct Args {
     /// Largest patch worth keeping, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = 2048)]
     pub patch_cutoff: usize,
-    /// Delta encoder for patches: zstd-ref, xor-lz4 or xor-zstd.
+    /// Delta encoder for patches: zstd-ref, xor-lz4, xor-zstd or runs.
     #[arg(long, value_name = "ENCODER", default_value = "zstd-ref")]
     pub patch_encoder: String,
     /// MiB of the image the codec study samples.
@@ -176,7 +176,7 @@ pub fn plan(a: &Args) -> Result<Plan> {
         block: a.sim_block,
         cutoff: a.patch_cutoff,
         encoder: Encoder::parse(&a.patch_encoder)
-            .ok_or_else(|| Error::Usage(format!("unknown --patch-encoder {} (zstd-ref, xor-lz4, xor-zstd)", a.patch_encoder)))?,
+            .ok_or_else(|| Error::Usage(format!("unknown --patch-encoder {} (zstd-ref, xor-lz4, xor-zstd, runs)", a.patch_encoder)))?,
         ..SimilarityConfig::default()
     };
     o.similarity.check().map_err(Error::Usage)?;

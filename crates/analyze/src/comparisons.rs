@@ -456,8 +456,7 @@ mod tests {
         for &c in contents {
             data.extend(std::iter::repeat_n(c, PAGE));
         }
-        let img = Image::in_memory(data);
-        img
+        Image::in_memory(data)
     }
 
     #[test]

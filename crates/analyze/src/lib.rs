@@ -21,10 +21,12 @@
 //! ([`plot`]). [`cli`] is `pagefold analyze`. Everything parallel runs on
 //! rayon's pool (all cores); stages longer than a second show a progress bar.
 
+/// The patch encoders live in pagefold-tier (shared with the engine).
+pub use pagefold_tier::patch as delta;
+
 pub mod characterize;
 pub mod cli;
 pub mod comparisons;
-pub mod delta;
 pub mod error;
 pub mod image;
 pub mod plot;

@@ -9,7 +9,8 @@
 
 use rayon::prelude::*;
 use serde::Serialize;
-use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
+use pagefold_tier::similar::{block_offsets, page_keys};
+use xxhash_rust::xxh3::xxh3_64;
 
 use crate::delta::Encoder;
 use crate::image::{is_zero, Image, PAGE};
@@ -49,35 +50,12 @@ impl Default for SimilarityConfig {
     }
 }
 
-fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 impl SimilarityConfig {
     /// The k*s block offsets: index i uses offsets[i*s .. i*s+s]. Blocks do
-    /// not overlap while k*s*block fits in a page.
+    /// not overlap while k*s*block fits in a page. Computed by
+    /// pagefold-tier, so the engine's online detector uses the same blocks.
     pub fn offsets(&self) -> Vec<usize> {
-        let n = self.k * self.s;
-        let slots = PAGE - self.block + 1;
-        let mut state = self.seed;
-        let mut out: Vec<usize> = Vec::with_capacity(n);
-        let may_separate = n * self.block <= PAGE;
-        while out.len() < n {
-            let o = (splitmix(&mut state) % slots as u64) as usize;
-            let mut tries = 0;
-            let clash = |o: usize, out: &Vec<usize>| out.iter().any(|&p| o < p + self.block && p < o + self.block);
-            let mut o = o;
-            while may_separate && clash(o, &out) && tries < 1000 {
-                o = (splitmix(&mut state) % slots as u64) as usize;
-                tries += 1;
-            }
-            out.push(o);
-        }
-        out
+        block_offsets(self.k, self.s, self.block, self.seed, PAGE)
     }
 
     pub fn label(&self) -> String {
@@ -145,14 +123,7 @@ pub fn scan(image: &Image, sim: Option<&SimilarityConfig>, progress: &Progress) 
                     continue;
                 }
                 h[j] = xxh3_64(page);
-                for i in 0..k {
-                    let mut key = 0u64;
-                    for b in 0..s {
-                        let o = offsets[i * s + b];
-                        key = xxh3_64_with_seed(&page[o..o + block], key ^ (b as u64 + 1));
-                    }
-                    ks[j * k + i] = key;
-                }
+                page_keys(page, &offsets, s, block, &mut ks[j * k..j * k + k]);
             }
             bar.inc(z.len() as u64);
         });

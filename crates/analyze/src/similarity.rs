@@ -180,7 +180,7 @@ struct Memo {
     size: u32,
 }
 
-fn best_patch<'a>(enc: &mut DeltaEncoder<'a>, image: &'a Image, page: u32, cands: &[u32]) -> u32 {
+fn best_patch(enc: &mut DeltaEncoder, image: &Image, page: u32, cands: &[u32]) -> u32 {
     let p = image.page(page as usize);
     cands
         .iter()

@@ -32,6 +32,10 @@ pub struct Config {
     /// written pages alone). Off: one scan folds everything it finds, but a
     /// write through a page the kernel pinned long ago can be lost.
     pub volatile_check: bool,
+    /// Look less often at pages earlier scans found nothing to do with (as
+    /// kernel KSM's smart_scan): at every 2nd, 4th, then 8th scan. Every 8th
+    /// scan still looks at every page, so identical pages always meet.
+    pub smart_scan: bool,
     /// Wait before folding or merging pages of a chunk, for writes through
     /// pages the kernel pinned before the chunk was protected (O_DIRECT).
     pub pin_grace: Duration,
@@ -40,6 +44,8 @@ pub struct Config {
     /// by default: a library caller expects `free` to give memory back; the
     /// preload turns it on, as glibc's heap keeps freed chunks.
     pub recycle_bytes: usize,
+    /// How long a recycled block waits for reuse before it is given back.
+    pub recycle_age: Duration,
     /// Fault injection, for tests.
     pub inject: Inject,
 }
@@ -71,8 +77,10 @@ impl Default for Config {
             scan_interval: None,
             scan_cpu_budget: 0.10,
             volatile_check: true,
+            smart_scan: true,
             pin_grace: Duration::from_micros(1000),
             recycle_bytes: 0,
+            recycle_age: Duration::from_millis(250),
             inject: Inject::default(),
         }
     }
@@ -80,10 +88,10 @@ impl Default for Config {
 
 impl Config {
     /// Defaults overridden by `PAGEFOLD_*` variables:
-    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_COPY`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK` (0/1),
+    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_COPY`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction),
-    /// `PAGEFOLD_PIN_GRACE_US`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
+    /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
     /// `PAGEFOLD_INJECT_FAIL_UFFD` (0/1), `PAGEFOLD_INJECT_MMAP_AFTER`,
     /// `PAGEFOLD_INJECT_MAX_MAP_COUNT`.
     /// Unparsable values keep the default; the preload cannot report errors.
@@ -99,6 +107,7 @@ impl Config {
         flag("PAGEFOLD_ZERO", &mut c.zero);
         flag("PAGEFOLD_MERGE", &mut c.merge);
         flag("PAGEFOLD_VOLATILE_CHECK", &mut c.volatile_check);
+        flag("PAGEFOLD_SMART_SCAN", &mut c.smart_scan);
         let num = |name: &str| std::env::var(name).ok().and_then(|s| s.trim().parse::<u64>().ok());
         if let Some(v) = num("PAGEFOLD_VMA_BUDGET") {
             c.vma_budget = v as usize;
@@ -114,6 +123,9 @@ impl Config {
         }
         if let Some(v) = num("PAGEFOLD_RECYCLE_MB") {
             c.recycle_bytes = (v as usize) << 20;
+        }
+        if let Some(v) = num("PAGEFOLD_RECYCLE_MS") {
+            c.recycle_age = Duration::from_millis(v);
         }
         if let Some(v) = num("PAGEFOLD_PIN_GRACE_US") {
             c.pin_grace = Duration::from_micros(v);

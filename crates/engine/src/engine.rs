@@ -42,6 +42,8 @@ pub struct ScanReport {
     pub changed_while_planned: u64,
     /// Pages left alone because they changed since the previous scan.
     pub volatile: u64,
+    /// Pages not looked at: earlier looks found nothing to do (smart scan).
+    pub skipped_idle: u64,
     pub wall_ns: u64,
     pub cpu_ns: u64,
 }

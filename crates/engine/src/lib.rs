@@ -53,6 +53,7 @@
 
 mod config;
 mod frames;
+mod idle;
 mod index;
 mod space;
 mod stats;

@@ -8,7 +8,9 @@
 //!    since they were shared lose a reference);
 //! 3. ask mincore which pages hold content: a page never touched (or already
 //!    folded) is skipped, because reading it would allocate it; and, as kernel
-//!    KSM does, skip pages whose content changed since the previous scan;
+//!    KSM does, skip pages whose content changed since the previous scan, and
+//!    pages earlier looks found nothing to do with, but for every 2nd, 4th or
+//!    8th scan (idle.rs; a chunk with no page due is not even protected);
 //! 4. fold zero pages: an anonymous page is dropped (MADV_DONTNEED, the
 //!    kernel zero page serves reads), a frame is punched out, a diverged page
 //!    is remapped anonymous;
@@ -33,6 +35,7 @@ use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use crate::engine::{Inner, ScanReport, State};
+use crate::idle;
 use crate::frames::FrameId;
 use crate::index::{page_eq, sample_hash, ContentIndex};
 use crate::space::{runs, Page};
@@ -78,6 +81,7 @@ pub fn scan(inner: &Inner) -> ScanReport {
     let mut st = inner.lock();
     st.stats.scans += 1;
     st.stats.scan_cpu_ns += rep.cpu_ns;
+    st.stats.scan_skipped_idle += rep.skipped_idle;
     rep
 }
 
@@ -122,6 +126,10 @@ impl State {
     fn scan_chunk(&mut self, base: usize, i: usize, c: usize, unstable: &mut Unstable, rep: &mut ScanReport) {
         let addr = self.blocks[&base].page_addr(i);
         rep.diverged_released += self.refresh_divergence(base, i, c);
+        let due = self.due_pages(base, i, c, rep);
+        if due.is_empty() {
+            return; // nothing to read: no need to stop writers either
+        }
         let Some(protector) = &self.protector else { return };
         if protector.protect(addr, c * PAGE).is_err() {
             // It may have protected the mappings before the one it refused:
@@ -134,11 +142,9 @@ impl State {
         rep.diverged_released += self.refresh_divergence(base, i, c);
         let mut resident = vec![0u8; c];
         if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
-            let (zero, nonzero): (Vec<usize>, Vec<usize>) = (0..c)
-                .filter(|&k| resident[k] & 1 != 0 && !self.already_indexed(base, i + k))
-                .map(|k| i + k)
-                .partition(|&k| sys::is_zero(self.fold_content(base, k)));
-            rep.pages_scanned += (zero.len() + nonzero.len()) as u64;
+            let looked: Vec<usize> = due.into_iter().filter(|&k| resident[k - i] & 1 != 0 && !self.already_indexed(base, k)).collect();
+            let (zero, nonzero): (Vec<usize>, Vec<usize>) = looked.iter().partition(|&&k| sys::is_zero(self.fold_content(base, k)));
+            rep.pages_scanned += looked.len() as u64;
             let zero = self.settled(base, zero, true, rep);
             let nonzero = self.settled(base, nonzero, false, rep);
             let mut zero = if self.cfg.zero { zero } else { Vec::new() };
@@ -152,9 +158,30 @@ impl State {
             }
             self.fold_zero(base, &zero, rep);
             self.apply_merges(base, &plan, rep);
+            self.record_looks(base, &looked, &zero, &plan);
         }
         if let Some(p) = &self.protector {
             let _ = p.unprotect(addr, c * PAGE);
+        }
+    }
+
+    /// The pages of `[i, i+c)` this scan looks at (see idle.rs); counts the others.
+    fn due_pages(&self, base: usize, i: usize, c: usize, rep: &mut ScanReport) -> Vec<usize> {
+        let seen = &self.blocks[&base].seen;
+        let scan_no = self.stats.scans;
+        let due: Vec<usize> = (i..i + c).filter(|&k| !self.cfg.smart_scan || idle::due(seen[k], scan_no)).collect();
+        rep.skipped_idle += (c - due.len()) as u64;
+        due
+    }
+
+    /// Raises the idle level of the pages looked at and left alone; resets
+    /// it for those folded or merged (`zero` sorted).
+    fn record_looks(&mut self, base: usize, looked: &[usize], zero: &[usize], plan: &HashMap<usize, FrameId>) {
+        let Some(block) = self.blocks.get_mut(&base) else { return };
+        let n = block.seen.len();
+        for &k in looked.iter().filter(|&&k| k < n) {
+            let acted = plan.contains_key(&k) || zero.binary_search(&k).is_ok();
+            block.seen[k] = idle::after_look(block.seen[k], acted);
         }
     }
 
@@ -173,8 +200,10 @@ impl State {
                     return true;
                 }
                 // 1 marks "zero"; other contents by sampled hash, never 0 or 1.
-                let look = if zero { 1 } else { (sample_hash(block.page_addr(k)) as u32) | 2 };
-                std::mem::replace(&mut block.seen[k], look) == look
+                let look = if zero { 1 } else { (sample_hash(block.page_addr(k)) as u32 & idle::LOOK_MASK) | 2 };
+                let before = block.seen[k];
+                block.seen[k] = idle::with_look(before, look);
+                before & idle::LOOK_MASK == look
             })
             .collect();
         rep.volatile += (before - kept.len()) as u64;

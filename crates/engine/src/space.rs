@@ -64,7 +64,8 @@ pub struct Block {
     pub vmas: usize,
     /// Per page, what the last scan saw (`Seen`): a page is folded or
     /// merged only if it looked the same to the scan before, as kernel KSM
-    /// keeps volatile pages out of its unstable tree.
+    /// keeps volatile pages out of its unstable tree. Its top bits hold
+    /// how often the scan looks at the page (idle.rs).
     pub seen: Vec<u32>,
     /// The program changed the block's protection or per-mapping advice: the
     /// engine no longer scans, remaps or shares it (see advice.rs).

@@ -54,6 +54,8 @@ pub struct Stats {
     pub scans: u64,
     /// CPU time spent scanning, in nanoseconds.
     pub scan_cpu_ns: u64,
+    /// Page looks the scans saved: pages skipped because earlier looks found nothing to do.
+    pub scan_skipped_idle: u64,
     pub fallbacks: Fallbacks,
     /// Mappings the engine's blocks use now.
     pub vmas_used: u64,

@@ -1,0 +1,67 @@
+//! How often the scan looks at a page (kernel KSM's smart_scan, in user space).
+//!
+//! Most pages a scan reads are neither zero nor a duplicate, and they stay
+//! so: re-reading and re-hashing them every scan is the bulk of the scan's
+//! cost on a long-running program. So each page carries an idle level, the
+//! number of consecutive looks that found nothing to do (capped at
+//! MAX_LEVEL). Level 0 or 1: looked at every scan (a first look can never act,
+//! the volatility check needs two). Level 2: every 2nd scan, level 3: every
+//! 4th, level 4: every 8th. The period is aligned to the engine's scan
+//! number, not to the page, so every 8th scan looks at every page at once:
+//! two identical idle pages still meet in one scan's unstable index. A page
+//! that was folded or merged starts again at level 0.
+//!
+//! The level lives in the top bits of the page's `seen` word (space.rs),
+//! beside what the previous look saw, so splitting, trimming and resetting
+//! a block's `seen` keeps or resets both together.
+
+/// The bits of `seen` holding what the previous look saw (1: zero; else a
+/// sampled hash with bit 1 set; 0: never looked at).
+pub const LOOK_MASK: u32 = 0x00ff_ffff;
+const LEVEL_SHIFT: u32 = 24;
+const MAX_LEVEL: u32 = 4;
+
+fn level(seen: u32) -> u32 {
+    seen >> LEVEL_SHIFT
+}
+
+/// Whether a page whose `seen` word this is is looked at in scan `scan_no`.
+pub fn due(seen: u32, scan_no: u64) -> bool {
+    match level(seen) {
+        0 | 1 => true,
+        l => scan_no.is_multiple_of(1 << (l - 1)),
+    }
+}
+
+/// `seen` after a look that did (`acted`) or did not fold or merge the page.
+pub fn after_look(seen: u32, acted: bool) -> u32 {
+    let next = if acted { 0 } else { (level(seen) + 1).min(MAX_LEVEL) };
+    (seen & LOOK_MASK) | (next << LEVEL_SHIFT)
+}
+
+/// `seen` with a new look recorded, its level kept.
+pub fn with_look(seen: u32, look: u32) -> u32 {
+    (seen & !LOOK_MASK) | (look & LOOK_MASK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_pages_are_looked_at_every_2nd_4th_then_8th_scan_all_together() {
+        let mut seen = with_look(0, 0x1234_5678 | 2);
+        assert_eq!(seen & LOOK_MASK, 0x34_567a, "the look keeps its low 24 bits");
+        let mut looks = Vec::new();
+        for scan_no in 0..40u64 {
+            if due(seen, scan_no) {
+                looks.push(scan_no);
+                seen = after_look(seen, false);
+            }
+        }
+        assert_eq!(looks, [0, 1, 2, 4, 8, 16, 24, 32]);
+        assert_eq!(seen & LOOK_MASK, 0x34_567a, "levels never touch the look");
+        assert_eq!(after_look(seen, true) >> LEVEL_SHIFT, 0, "a page acted on starts again");
+        assert!((0..8).all(|n| due(0, n)), "a page never looked at is always due");
+    }
+}

@@ -1,0 +1,91 @@
+//! The smart scan (idle.rs): pages earlier scans found nothing to do with are
+//! looked at less often, yet zero pages and duplicates that appear among
+//! them are still found, within one full-look period (8 scans).
+
+use pagefold_engine::{Config, Engine, Hint, PAGE};
+
+/// Every page different from every other (and from any other test's pages).
+fn fill_unique(p: *mut u8, pages: usize, seed: u64) {
+    for k in 0..pages {
+        let words = unsafe { std::slice::from_raw_parts_mut(p.add(k * PAGE) as *mut u64, PAGE / 8) };
+        for (w, word) in words.iter_mut().enumerate() {
+            *word = (seed << 40) ^ ((k as u64) << 16) ^ w as u64 ^ 0x9e37_79b9_7f4a_7c15;
+        }
+    }
+}
+
+fn engine(smart: bool) -> Engine {
+    Engine::new(Config { smart_scan: smart, ..Config::default() })
+}
+
+#[test]
+fn unchanging_unique_pages_are_looked_at_less_often_and_all_together_every_8th_scan() {
+    let pages = 256;
+    let e = engine(true);
+    let p = e.alloc(pages * PAGE, Hint::None);
+    fill_unique(p, pages, 1);
+    let looked: Vec<u64> = (0..17).map(|_| e.scan().pages_scanned).collect();
+    let all = pages as u64;
+    assert_eq!(looked, [all, all, all, 0, all, 0, 0, 0, all, 0, 0, 0, 0, 0, 0, 0, all], "scans 0, 1, 2, 4, then every 8th");
+    assert!(e.stats().scan_skipped_idle >= 11 * all);
+
+    let plain = engine(false);
+    let q = plain.alloc(pages * PAGE, Hint::None);
+    fill_unique(q, pages, 2);
+    assert!((0..6).all(|_| plain.scan().pages_scanned == all), "smart scan off: every page every scan");
+    assert_eq!(plain.stats().scan_skipped_idle, 0);
+    unsafe {
+        e.free(p);
+        plain.free(q);
+    }
+}
+
+#[test]
+fn a_duplicate_of_an_idle_page_is_still_merged() {
+    let pages = 64;
+    let e = engine(true);
+    let a = e.alloc(pages * PAGE, Hint::None);
+    fill_unique(a, pages, 3);
+    for _ in 0..6 {
+        e.scan(); // a's pages reach the top idle level
+    }
+    let b = e.alloc(pages * PAGE, Hint::None);
+    fill_unique(b, pages, 4);
+    unsafe { std::ptr::copy_nonoverlapping(a.add(10 * PAGE), b.add(20 * PAGE), PAGE) };
+    let before = unsafe { std::slice::from_raw_parts(b, pages * PAGE) }.to_vec();
+    let mut scans = 0;
+    while e.stats().merged == 0 && scans < 10 {
+        e.scan();
+        scans += 1;
+    }
+    assert_eq!(e.stats().merged, 1, "merged within {scans} scans");
+    assert!(scans <= 9, "idle pages are all looked at every 8th scan; took {scans}");
+    assert_eq!(unsafe { std::slice::from_raw_parts(b, pages * PAGE) }, &before[..]);
+    unsafe {
+        e.free(a);
+        e.free(b);
+    }
+}
+
+#[test]
+fn an_idle_page_the_program_zeroes_is_still_folded() {
+    let pages = 32;
+    let e = engine(true);
+    let a = e.alloc(pages * PAGE, Hint::None);
+    fill_unique(a, pages, 5);
+    for _ in 0..6 {
+        e.scan();
+    }
+    unsafe { std::ptr::write_bytes(a.add(7 * PAGE), 0, PAGE) };
+    let mut scans = 0;
+    while e.stats().zero_folded == 0 && scans < 20 {
+        e.scan();
+        scans += 1;
+    }
+    assert_eq!(e.stats().zero_folded, 1, "folded within {scans} scans");
+    assert!(scans <= 17, "two full looks at most (the volatility check needs both); took {scans}");
+    let bytes = unsafe { std::slice::from_raw_parts(a, pages * PAGE) };
+    assert!(bytes[7 * PAGE..8 * PAGE].iter().all(|&x| x == 0));
+    assert!(bytes[8 * PAGE..].iter().any(|&x| x != 0));
+    unsafe { e.free(a) };
+}
