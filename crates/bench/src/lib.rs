@@ -60,8 +60,8 @@ pub struct Args {
     pub suite: Vec<Suite>,
     /// For CI: fewer runs (3 for micro/fold, 1 for workload suites), only the aggressive KSM setting
     /// for the fold, and the synthetic workloads at their small sizes (pagefold-synth --quick).
-    /// On a busy 2-core machine `--quick` alone (micro, fold, synthetic, every configuration) takes
-    /// about 3 minutes, `--quick --suite synthetic` about 2.
+    /// On a 2-core machine `--quick` alone (micro, fold, synthetic, every configuration) takes about
+    /// 2.5 minutes (3.5 when it is busy), `--quick --suite synthetic` about 1.5 (2).
     #[arg(long)]
     pub quick: bool,
     /// Runs per measurement (medians are taken over them); default 5 (micro, fold) or 3 (workload
