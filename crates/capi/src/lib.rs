@@ -175,9 +175,12 @@ impl pf_config {
             volatile_check: self.volatile_check != 0,
             // A C caller's free gives memory back; recycling is the preload's.
             recycle_bytes: 0,
+            evict: true,
+            evict_store_bytes: u64::MAX,
             inject: Inject {
                 fail_memfd: self.inject_fail_memfd != 0,
                 fail_uffd: self.inject_fail_uffd != 0,
+                fail_uffd_missing: false,
                 fail_mmap_after: (self.inject_fail_mmap_after >= 0).then_some(self.inject_fail_mmap_after as u64),
                 max_map_count: (self.inject_max_map_count > 0).then_some(self.inject_max_map_count as usize),
             },
