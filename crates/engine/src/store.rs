@@ -106,9 +106,9 @@ impl Slots {
 
 impl PageStore for Lz4Store {
     fn put(&self, page: &[u8; PAGE]) -> Result<Handle, StoreError> {
-        // Room for max_compressed plus one byte: an output that does not fit is too big anyway.
-        let mut buf = [0u8; PAGE + 1];
-        let n = match lz4_flex::block::compress_into(page, &mut buf[..self.max_compressed + 1]) {
+        // lz4_flex wants room for the worst case up front.
+        let mut buf = [0u8; lz4_flex::block::get_maximum_output_size(PAGE)];
+        let n = match lz4_flex::block::compress_into(page, &mut buf) {
             Ok(n) if n <= self.max_compressed => n,
             _ => return Err(StoreError::Incompressible),
         };
