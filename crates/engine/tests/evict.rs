@@ -661,13 +661,23 @@ fn evict_then_fork_child_and_parent_read_right_bytes() {
             let pid = unsafe { libc::fork() };
             if pid == 0 {
                 let ok = bytes(b.ptr, b.want.len()) == &b.want[..];
-                // The child writes its own copy; the parent must not see it.
+                // The child writes its own copy (the parent must not see it),
+                // then evicts on its own (new userfaultfd, new fault thread).
                 unsafe { std::ptr::write_bytes(b.ptr, 0x77, PAGE) };
-                unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+                b.want[..PAGE].fill(0x77);
+                let fresh = b.e.alloc(4 * PAGE, Hint::None);
+                unsafe { std::ptr::copy_nonoverlapping(b.want.as_ptr(), fresh, 4 * PAGE) };
+                let r = b.e.evict(fresh, 4 * PAGE);
+                let again = r.evicted == 4 && bytes(fresh, 4 * PAGE) == &b.want[..4 * PAGE];
+                let code = if !ok { 1 } else if !again { 2 } else { 0 };
+                unsafe { libc::_exit(code) };
             }
             let mut status = 0;
             assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{kind:?}: the child read wrong bytes ({status:#x})");
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "{kind:?}: the child read wrong bytes (exit 1) or could not evict and restore (exit 2): status {status:#x}"
+            );
             let s = b.e.stats();
             assert_eq!((s.evicted_now, s.restored_by_engine), (0, 32), "{kind:?}: fork must restore first: {s:?}");
             b.check(&format!("{kind:?}: parent after fork"));
