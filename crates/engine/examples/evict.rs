@@ -9,6 +9,11 @@
 //! one after another (fault -> fault thread -> decompress -> UFFDIO_COPY ->
 //! wake), and the footprint: resident pages before and after, bytes the store
 //! holds per page and the engine's metadata per evicted page.
+//!
+//! First it probes what the mechanism rests on: how registering part of a
+//! mapping with userfaultfd changes the mapping count, and what a MISSING
+//! fault answered by another thread costs on anonymous memory, on a shared
+//! memfd mapping (owned pages) and on a private one (copies), without compression.
 
 use std::time::{Duration, Instant};
 
@@ -122,6 +127,114 @@ fn one(kind: Kind, n: usize, content: &[u8], grace: Duration) -> Run {
     }
 }
 
+fn maps_in(lo: usize, hi: usize) -> usize {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter(|l| {
+            let (a, b) = l.split_whitespace().next().unwrap().split_once('-').unwrap();
+            usize::from_str_radix(a, 16).unwrap() < hi && usize::from_str_radix(b, 16).unwrap() > lo
+        })
+        .count()
+}
+
+fn map(len: usize, fd: i32, shared: bool) -> *mut u8 {
+    let flags = match (fd < 0, shared) {
+        (true, _) => libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        (false, true) => libc::MAP_SHARED,
+        (false, false) => libc::MAP_PRIVATE,
+    };
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0) };
+    assert_ne!(p, libc::MAP_FAILED);
+    p.cast()
+}
+
+/// Mapping counts when a run of 10 pages inside a 64-page mapping is
+/// registered MISSING|WP, then the whole mapping WP (as a scan's chunk
+/// does), then the run is unregistered.
+fn probe_registration() {
+    use pagefold_engine::protect::Protector;
+    let uffd = Protector::open().expect("userfaultfd");
+    let fd = unsafe { libc::memfd_create(c"probe".as_ptr(), libc::MFD_CLOEXEC) };
+    unsafe { libc::ftruncate(fd, 64 * PAGE as i64) };
+    println!("| mapping | 64 pages | + run registered MISSING+WP | + whole range WP | run unregistered | all unregistered |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (name, fd, shared) in [("anonymous", -1, false), ("memfd shared", fd, true), ("memfd private", fd, false)] {
+        let p = map(64 * PAGE, fd, shared);
+        let (lo, hi) = (p as usize, p as usize + 64 * PAGE);
+        let run = unsafe { p.add(20 * PAGE) };
+        let a = maps_in(lo, hi);
+        uffd.register_missing(run, 10 * PAGE).unwrap();
+        let b = maps_in(lo, hi);
+        uffd.register(p, 64 * PAGE).unwrap();
+        let c = maps_in(lo, hi);
+        uffd.unregister(run, 10 * PAGE).unwrap();
+        let d = maps_in(lo, hi);
+        uffd.unregister(p, 64 * PAGE).unwrap();
+        let e = maps_in(lo, hi);
+        println!("| {name} | {a} | {b} | {c} | {d} | {e} |");
+        unsafe { libc::munmap(p.cast(), 64 * PAGE) };
+    }
+    unsafe { libc::close(fd) };
+    println!();
+}
+
+/// MISSING faults answered by a thread with UFFDIO_COPY of a page kept in
+/// memory (no compression): us per page touched in order, read and write.
+fn probe_fault_paths(n: usize) {
+    use pagefold_engine::protect::{Fault, Protector};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let uffd = Arc::new(Protector::open().expect("userfaultfd"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let page = [0x5au8; PAGE];
+    let server = {
+        let (uffd, stop) = (uffd.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut f = [Fault { addr: 0, wp: false }; 16];
+            while !stop.load(Ordering::Relaxed) {
+                let k = uffd.read_faults(&mut f, 50);
+                for x in f[..k].iter().filter(|x| !x.wp) {
+                    if uffd.copy(x.addr, &page).is_err() {
+                        uffd.wake(x.addr as *const u8, PAGE);
+                    }
+                }
+            }
+        })
+    };
+    let fd = unsafe { libc::memfd_create(c"probe".as_ptr(), libc::MFD_CLOEXEC) };
+    unsafe { libc::ftruncate(fd, (n * PAGE) as i64) };
+    println!("| MISSING fault + UFFDIO_COPY from another thread | read us/page | write us/page |");
+    println!("|---|---:|---:|");
+    for (name, fd, shared) in [("anonymous (MADV_DONTNEED)", -1, false), ("memfd shared (hole punched)", fd, true), ("memfd private (hole)", fd, false)] {
+        let mut cost = [0.0; 2];
+        for (i, write) in [false, true].into_iter().enumerate() {
+            let p = map(n * PAGE, fd, shared);
+            uffd.register_missing(p, n * PAGE).unwrap();
+            let t = Instant::now();
+            for k in 0..n {
+                unsafe {
+                    let q = p.add(k * PAGE);
+                    if write {
+                        q.write_volatile(1);
+                    } else {
+                        std::hint::black_box(q.read_volatile());
+                    }
+                }
+            }
+            cost[i] = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+            uffd.unregister(p, n * PAGE).unwrap();
+            unsafe { libc::munmap(p.cast(), n * PAGE) };
+            let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+            unsafe { libc::fallocate(fd, punch, 0, (n * PAGE) as i64) };
+        }
+        println!("| {name} | {:.2} | {:.2} |", cost[0], cost[1]);
+    }
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap();
+    unsafe { libc::close(fd) };
+    println!();
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
@@ -132,6 +245,8 @@ fn main() {
     let n = args.first().copied().unwrap_or(16_384);
     let runs = args.get(1).copied().unwrap_or(5);
     let content: Vec<u8> = (0..n).flat_map(text_page).collect();
+    probe_registration();
+    probe_fault_paths(n);
 
     // Compression alone, for reference.
     let (mut c_ns, mut d_ns, mut bytes) = (0u128, 0u128, 0usize);
