@@ -766,3 +766,4 @@ fn without_missing_mode_evict_is_refused() {
     let e = Engine::new(Config { inject: Inject { fail_uffd_missing: true, ..Inject::default() }, ..cfg() });
     assert!(e.stats().protected_scan);
 }
+
