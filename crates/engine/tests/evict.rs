@@ -767,3 +767,90 @@ fn without_missing_mode_evict_is_refused() {
     assert!(e.stats().protected_scan);
 }
 
+
+/// The kernel writes into (read(2) from a pipe, pread, recv) and reads from
+/// (write(2), process_vm_readv) pages that another thread evicts in a loop:
+/// every call must wait rather than fail, and every byte must be right.
+/// (Writes through pages pinned before eviction protected them —
+/// process_vm_writev, O_DIRECT — are the pin-grace boundary shared with the
+/// scan, docs/MECHANISMS.md; not tested here.)
+#[test]
+fn kernel_io_while_another_thread_evicts() {
+    let _g = serial();
+    with_deadline("kernel_io_while_another_thread_evicts", Duration::from_secs(120), || {
+        for kind in [Kind::Owned, Kind::Anon, Kind::SoleShared] {
+            let n = 32;
+            let mut b = Blk::new(kind, n);
+            let stop = Arc::new(AtomicBool::new(false));
+            let evictor = {
+                let (e, p, stop) = (b.e.clone(), b.ptr as usize, stop.clone());
+                std::thread::spawn(move || {
+                    let mut evicted = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        evicted += e.evict(p as *const u8, n * PAGE).evicted;
+                        std::thread::yield_now();
+                    }
+                    evicted
+                })
+            };
+            let (r, w) = pipe();
+            let (s0, s1) = socketpair();
+            let data: Vec<u8> = (0..3 * PAGE).map(|i| (i * 13 + 1) as u8).collect();
+            let fd = temp_file(&data);
+            let mut out = vec![0u8; 3 * PAGE];
+            let mut x = 12345u64;
+            let t0 = std::time::Instant::now();
+            for i in 0usize.. {
+                if t0.elapsed() > Duration::from_millis(700) {
+                    break;
+                }
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let len = 1 + (x >> 33) as usize % (2 * PAGE);
+                let off = (x >> 7) as usize % (n * PAGE - len);
+                let src = &data[(x >> 20) as usize % PAGE..][..len];
+                let dst = unsafe { b.ptr.add(off) };
+                match i % 5 {
+                    0 => {
+                        must("pipe write", unsafe { libc::write(w, src.as_ptr().cast(), len) }, len);
+                        must("read(2) into pages being evicted", unsafe { libc::read(r, dst.cast(), len) }, len);
+                    }
+                    1 => {
+                        let at = src.as_ptr() as usize - data.as_ptr() as usize;
+                        must("pread(2) into pages being evicted", unsafe { libc::pread(fd, dst.cast(), len, at as i64) }, len);
+                    }
+                    2 => {
+                        must("send", unsafe { libc::send(s0, src.as_ptr().cast(), len, 0) }, len);
+                        must("recv(2) into pages being evicted", unsafe { libc::recv(s1, dst.cast(), len, libc::MSG_WAITALL) }, len);
+                    }
+                    3 => {
+                        must("write(2) from pages being evicted", unsafe { libc::write(w, dst.cast(), len) }, len);
+                        must("pipe read", unsafe { libc::read(r, out.as_mut_ptr().cast(), len) }, len);
+                        assert_eq!(out[..len], b.want[off..off + len], "{kind:?} #{i}: write(2) from evicted pages");
+                        continue;
+                    }
+                    _ => {
+                        let local = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: len };
+                        let remote = libc::iovec { iov_base: dst.cast(), iov_len: len };
+                        must("process_vm_readv", unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) }, len);
+                        assert_eq!(out[..len], b.want[off..off + len], "{kind:?} #{i}: process_vm_readv from evicted pages");
+                        continue;
+                    }
+                }
+                b.want[off..off + len].copy_from_slice(src);
+                if i % 100 == 0 {
+                    b.check(&format!("{kind:?} after {i} system calls"));
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            let evicted = evictor.join().unwrap();
+            unsafe {
+                for fd in [r, w, s0, s1, fd] {
+                    libc::close(fd);
+                }
+            }
+            assert!(evicted > 0, "{kind:?}: the evictor evicted nothing");
+            eprintln!("{kind:?}: {evicted} pages evicted, {} restored", b.e.stats().restored);
+            b.finish(&format!("{kind:?} ({evicted} evictions)"));
+        }
+    });
+}
