@@ -13,6 +13,7 @@
 //! under each configuration (see `program`), interleaved and summarised as
 //! ratios to plain (see `suite`), drawn (see `plot`).
 
+pub mod compass;
 pub mod fold;
 pub mod kernel_ksm;
 pub mod ksm;
@@ -60,7 +61,8 @@ pub struct Args {
     #[arg(long)]
     pub runs: Option<usize>,
     /// Configurations of the workload suites, comma-separated: plain, pagefold, copy, zero, merge,
-    /// ksm-100, ksm-1000, ksm-10000 (KSM ones need root; its knobs are restored afterwards).
+    /// ksm-100, ksm-1000, ksm-10000 (KSM ones need root; its knobs are restored afterwards), and
+    /// pagefold:KEY=V:... (pagefold with PAGEFOLD_KEY=V, see docs/CONFIG.md).
     #[arg(long, value_delimiter = ',', default_value = "plain,pagefold,copy,zero,merge,ksm-100,ksm-1000,ksm-10000")]
     pub configs: Vec<String>,
     /// Only these workloads of the workload suites (comma-separated names, e.g. glmnet,gbm).
@@ -87,6 +89,10 @@ pub struct Args {
     /// Markdown file whose generated sections (micro, fold) are rewritten; "-" leaves it alone.
     #[arg(long, default_value = "docs/BENCHMARKS.md")]
     pub doc: PathBuf,
+    /// Instead of running, draw again the tables and charts of these suite results
+    /// (results/SUITE.json written by an earlier run) into --out and --results-doc.
+    #[arg(long, value_delimiter = ',')]
+    pub render: Vec<PathBuf>,
     /// Markdown file whose generated sections (one per workload suite) are rewritten; "-" leaves it alone.
     #[arg(long, default_value = "docs/RESULTS.md")]
     pub results_doc: PathBuf,
@@ -125,6 +131,9 @@ pub fn run(a: Args) -> i32 {
 
 /// Returns whether every correctness check passed.
 fn run_suites(a: &Args) -> anyhow::Result<bool> {
+    if !a.render.is_empty() {
+        return render(a);
+    }
     let plan = Plan::from_args(a);
     let has = |s: Suite| a.suite.contains(&s) || (a.suite.contains(&Suite::All) && matches!(s, Suite::Micro | Suite::Fold));
     let mut all_verified = true;
@@ -167,19 +176,36 @@ fn program_suite(a: &Args, ps: ProgramSuite) -> anyhow::Result<bool> {
     };
     eprintln!("bench: suite {}: {} workloads x {} configurations x {runs} runs", ps.name(), workloads.len(), configs.len());
     let result = suite::run(&plan).map_err(anyhow::Error::msg)?;
-    let markdown = suite::markdown(&result);
-    println!("\n## pagefold bench: {}\n\n{markdown}", ps.name());
+    publish_suite(a, &result)?;
+    Ok(result.all_identical)
+}
+
+/// Publishes earlier suite results again (`--render`).
+fn render(a: &Args) -> anyhow::Result<bool> {
+    let mut all_identical = true;
+    for path in &a.render {
+        let result = suite::load(path).map_err(anyhow::Error::msg)?;
+        publish_suite(a, &result)?;
+        all_identical &= result.all_identical;
+    }
+    Ok(all_identical)
+}
+
+/// Prints a workload suite's tables and writes its files and doc section.
+fn publish_suite(a: &Args, result: &suite::SuiteResult) -> anyhow::Result<()> {
+    let markdown = suite::markdown(result);
+    println!("\n## pagefold bench: {}\n\n{markdown}", result.suite);
     let dir = a.out.join("results");
-    let files = suite::publish(&result, &dir, &a.timelines).map_err(anyhow::Error::msg)?;
+    let files = suite::publish(result, &dir, &a.timelines).map_err(anyhow::Error::msg)?;
     for f in &files {
         eprintln!("bench: wrote {}", f.display());
     }
     if a.results_doc.as_os_str() != "-" {
-        let section = suite::doc_section(&result, &files, &a.results_doc);
-        report::update_doc(&a.results_doc, ps.name(), &section)?;
-        eprintln!("bench: {} section regenerated in {}", ps.name(), a.results_doc.display());
+        let section = suite::doc_section(result, &files, &a.results_doc);
+        report::update_doc(&a.results_doc, &result.suite, &section)?;
+        eprintln!("bench: {} section regenerated in {}", result.suite, a.results_doc.display());
     }
-    Ok(result.all_identical)
+    Ok(())
 }
 
 fn micro_verified(m: &micro::MicroResults) -> bool {

@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use pagefold_measure::{Sampler, Series};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ksm::KsmGuard;
@@ -57,8 +57,12 @@ pub const CONFIG_NAMES: &[(&str, &str)] = &[
     ("ksm-10000", "kernel KSM, 10000 pages per 20 ms"),
 ];
 
-/// The configuration called `name` (see `CONFIG_NAMES`).
+/// The configuration called `name` (see `CONFIG_NAMES`), or
+/// `pagefold:KEY=V:...`: pagefold with `PAGEFOLD_KEY=V` set (docs/CONFIG.md).
 pub fn parse_config(name: &str) -> Result<Config, String> {
+    if let Some(settings) = name.strip_prefix("pagefold:") {
+        return Ok(Config { name: name.to_string(), setup: Setup::Pagefold { env: parse_settings(settings)? } });
+    }
     let only = |keep: &str| {
         let env = ["COPY", "ZERO", "MERGE"]
             .iter()
@@ -83,6 +87,19 @@ pub fn parse_config(name: &str) -> Result<Config, String> {
     Ok(Config { name: name.to_string(), setup })
 }
 
+/// `KEY=V:KEY=V` as `PAGEFOLD_KEY=V` variables.
+fn parse_settings(settings: &str) -> Result<Vec<(String, String)>, String> {
+    settings
+        .split(':')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') => {
+                Ok((format!("PAGEFOLD_{}", k.to_ascii_uppercase()), v.to_string()))
+            }
+            _ => Err(format!("'{kv}' in configuration 'pagefold:{settings}' is not KEY=VALUE")),
+        })
+        .collect()
+}
+
 /// What to run and how to watch it.
 pub struct Invocation<'a> {
     pub cmd: &'a [String],
@@ -95,7 +112,7 @@ pub struct Invocation<'a> {
 }
 
 /// One measured run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Outcome {
     pub config: String,
     /// 128 + signal if killed, as shells report it.
@@ -408,6 +425,11 @@ mod tests {
         }
         let err = parse_config("turbo").unwrap_err();
         assert!(err.contains("unknown configuration 'turbo'") && err.contains("ksm-10000"), "{err}");
+        let set = parse_config("pagefold:threshold=131072:SCAN_CPU=0.05").unwrap();
+        let env = vec![("PAGEFOLD_THRESHOLD".to_string(), "131072".to_string()), ("PAGEFOLD_SCAN_CPU".to_string(), "0.05".to_string())];
+        assert_eq!(set.setup, Setup::Pagefold { env });
+        assert!(parse_config("pagefold:THRESHOLD").unwrap_err().contains("not KEY=VALUE"));
+        assert!(parse_config("pagefold:A B=1").is_err());
     }
 
     fn sh(script: &str) -> Vec<String> {

@@ -28,7 +28,7 @@ pub const FOLD_CPU_MAX_S: f64 = 0.3;
 pub const REPRODUCE: &str = "cargo run --release -p pagefold -- bench --suite all";
 
 /// Where and when a run was made.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, serde::Deserialize, Clone, Debug)]
 pub struct Machine {
     pub date_utc: String,
     pub kernel: String,
@@ -57,7 +57,7 @@ impl Machine {
         }
     }
 
-    fn line(&self) -> String {
+    pub fn line(&self) -> String {
         format!(
             "_Measured {} on Linux {}, {} ({} CPUs, {:.0} GiB), load average {:.2} at start; medians of {} runs{}._",
             self.date_utc,
@@ -72,7 +72,7 @@ impl Machine {
     }
 }
 
-fn load_avg() -> f64 {
+pub fn load_avg() -> f64 {
     let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     text.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
 }

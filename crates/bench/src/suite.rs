@@ -14,18 +14,26 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::ksm::KsmGuard;
 use crate::program::{self, engine_total, Config, Invocation, Outcome, Setup};
 use crate::workloads::Workload;
 
 /// Median, min and max of one quantity over the runs.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Spread {
+    #[serde(deserialize_with = "nan_if_null")]
     pub median: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub min: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub max: f64,
+}
+
+/// JSON has no NaN: serde_json writes it as null, so null reads back as NaN.
+pub fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 impl Spread {
@@ -47,7 +55,7 @@ impl Spread {
 }
 
 /// One configuration of one workload over all runs.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ConfigStats {
     pub config: String,
     pub runs: usize,
@@ -69,7 +77,7 @@ pub struct ConfigStats {
     pub engine: serde_json::Map<String, serde_json::Value>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WorkloadResult {
     pub name: String,
     pub cmd: Vec<String>,
@@ -79,16 +87,20 @@ pub struct WorkloadResult {
 }
 
 /// Geometric means over workloads of one configuration's ratios.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Geomean {
     pub config: String,
+    #[serde(deserialize_with = "nan_if_null")]
     pub average_ratio: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub peak_ratio: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub wall_ratio: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub cpu_ratio: f64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SuiteResult {
     pub suite: String,
     pub configs: Vec<String>,
@@ -98,6 +110,15 @@ pub struct SuiteResult {
     pub geomeans: Vec<Geomean>,
     /// True if every run of every workload matched plain.
     pub all_identical: bool,
+    /// The machine and its load when the suite started (absent in results of older versions).
+    #[serde(default)]
+    pub machine: Option<crate::report::Machine>,
+    /// 1-minute load average when the suite ended.
+    #[serde(default)]
+    pub load_avg_end: Option<f64>,
+    /// pagefold against KSM-aggressive, when both ran (recomputed on load).
+    #[serde(default, skip_deserializing)]
+    pub compass: Option<crate::compass::Compass>,
 }
 
 /// How to run a suite.
@@ -116,6 +137,7 @@ pub struct SuitePlan<'a> {
 pub fn run(plan: &SuitePlan) -> Result<SuiteResult, String> {
     let needs_ksm = plan.configs.iter().any(|c| matches!(c.setup, Setup::Ksm { .. }));
     let guard = if needs_ksm { Some(KsmGuard::acquire().map_err(|e| format!("KSM configurations need root and {}: {e}", crate::ksm::KSM_DIR))?) } else { None };
+    let machine = crate::report::Machine::probe(&crate::Plan { runs: plan.runs, quick: false });
     let total = (plan.runs * plan.workloads.len() * plan.configs.len()) as u64;
     let bar = progress(total);
     let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); plan.workloads.len()];
@@ -146,7 +168,10 @@ pub fn run(plan: &SuitePlan) -> Result<SuiteResult, String> {
         .zip(outcomes)
         .map(|(wl, runs)| WorkloadResult { name: wl.name.clone(), cmd: wl.cmd.clone(), stats: summarize(&names, &runs), outcomes: runs })
         .collect();
-    Ok(assemble(plan.suite, names, plan.runs, plan.interval, workloads))
+    let mut r = assemble(plan.suite, names, plan.runs, plan.interval, workloads);
+    r.machine = Some(machine);
+    r.load_avg_end = Some(crate::report::load_avg());
+    Ok(r)
 }
 
 fn progress(total: u64) -> indicatif::ProgressBar {
@@ -270,12 +295,19 @@ pub fn assemble(suite: &str, configs: Vec<String>, runs: usize, interval: Durati
         })
         .collect();
     let all_identical = workloads.iter().all(|w| w.stats.iter().all(|s| s.identical));
-    SuiteResult { suite: suite.to_string(), configs, runs, interval_ms: interval.as_millis() as u64, workloads, geomeans, all_identical }
+    let mut r = SuiteResult { suite: suite.to_string(), configs, runs, interval_ms: interval.as_millis() as u64, workloads, geomeans, all_identical, machine: None, load_avg_end: None, compass: None };
+    r.compass = crate::compass::of(&r);
+    r
 }
 
 /// The suite's markdown: one table per quantity, workloads down, configurations across.
 pub fn markdown(r: &SuiteResult) -> String {
-    let mut out = format!(
+    let mut out = match (&r.machine, r.load_avg_end) {
+        (Some(m), Some(end)) => format!("{} Load average {end:.2} at the end.\n\n", m.line()),
+        (Some(m), None) => format!("{}\n\n", m.line()),
+        _ => String::new(),
+    };
+    out += &format!(
         "Suite `{}`: {} workloads x {} configurations x {} runs, interleaved; footprint sampled every {} ms. \
          First column: plain's median [min-max]; others: median ratio to plain's median [min-max of the ratio]. \
          Last row: geometric mean of the median ratios.\n\n",
@@ -314,6 +346,7 @@ pub fn markdown(r: &SuiteResult) -> String {
         }
         out += "\n\n";
     }
+    out += &crate::compass::markdown(r);
     out += &engine_table(r);
     out += &if r.all_identical {
         "Outputs: every run of every workload printed exactly what plain printed.\n".to_string()
@@ -359,6 +392,15 @@ fn engine_table(r: &SuiteResult) -> String {
 
 fn fallback_count(total: &serde_json::Value) -> u64 {
     total["fallbacks"].as_object().map(|m| m.values().filter_map(|v| v.as_u64()).sum()).unwrap_or(0)
+}
+
+/// A suite result written by `publish`, for drawing its tables and charts
+/// again without running it again.
+pub fn load(path: &Path) -> Result<SuiteResult, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut r: SuiteResult = serde_json::from_str(&text).map_err(|e| format!("{}: not a suite result: {e}", path.display()))?;
+    r.compass = crate::compass::of(&r);
+    Ok(r)
 }
 
 /// Writes JSON, markdown and charts for the suite into `dir`; returns the
@@ -518,5 +560,51 @@ mod tests {
         assert!((r.geomeans[1].average_ratio - 0.5).abs() < 1e-12);
         let md = markdown(&r);
         assert!(md.contains("| **geomean** | | **0.500** |"), "{md}");
+    }
+
+    #[test]
+    fn compass_compares_pagefold_with_aggressive_ksm_in_footprint_and_total_cpu() {
+        let configs: Vec<String> = vec!["plain".into(), "pagefold".into(), "ksm-10000".into()];
+        let w = |n: &str, pf: u64, ksm: u64| WorkloadResult {
+            name: n.into(),
+            cmd: vec![],
+            // CPU: plain 10 s, pagefold 11 s, KSM 10 s + ksmd 0.5 s.
+            stats: summarize(&configs, &[outcome("plain", 100, 10.0, ""), outcome("pagefold", pf, 11.0, ""), outcome("ksm-10000", ksm, 10.0, "")]),
+            outcomes: vec![],
+        };
+        let r = assemble("t", configs.clone(), 1, Duration::from_millis(50), vec![w("a", 40, 80), w("b", 90, 45)]);
+        let c = r.compass.clone().expect("both configurations ran");
+        assert!((c.footprint_vs_ksm - (0.5f64 * 2.0).sqrt()).abs() < 1e-12, "geomean of 40/80 and 90/45");
+        assert_eq!((c.workloads_below_ksm, c.workloads), (1, 2));
+        assert!((c.pagefold_cpu_s - 22.0).abs() < 1e-12 && (c.ksm_cpu_s - 21.0).abs() < 1e-12);
+        assert!((c.extra_cpu_vs_ksm.unwrap() - 2.0).abs() < 1e-12, "2 s extra against ksmd's 1 s");
+        assert!(!c.footprint_met && !c.cpu_met);
+        assert!(markdown(&r).contains("**Compass**"));
+        let without = assemble("t", configs[..2].to_vec(), 1, Duration::from_millis(50), vec![]);
+        assert!(without.compass.is_none() && !markdown(&without).contains("Compass"));
+    }
+
+    #[test]
+    fn a_published_result_loads_back_to_the_same_tables() {
+        let configs: Vec<String> = vec!["plain".into(), "pagefold".into(), "ksm-10000".into()];
+        let mut missing = outcome("ksm-10000", 1, 1.0, "");
+        missing.config = "nobody".into(); // ksm-10000 has no run: NaN medians, null in JSON
+        let w = WorkloadResult {
+            name: "w".into(),
+            cmd: vec!["x".into()],
+            stats: summarize(&configs, &[outcome("plain", 100, 2.0, "a"), outcome("pagefold", 30, 3.0, "a"), missing]),
+            outcomes: vec![outcome("plain", 100, 2.0, "a")],
+        };
+        let r = assemble("roundtrip", configs, 1, Duration::from_millis(50), vec![w]);
+        let dir = std::env::temp_dir().join(format!("pagefold-suite-load-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("roundtrip.json");
+        std::fs::write(&path, serde_json::to_string(&r).unwrap()).unwrap();
+        let back = load(&path).unwrap();
+        assert_eq!(markdown(&back), markdown(&r));
+        assert!(back.workloads[0].stats[2].average_mib.median.is_nan());
+        std::fs::write(&path, "{}").unwrap();
+        assert!(load(&path).unwrap_err().contains("not a suite result"));
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -175,6 +175,7 @@ impl pf_config {
             volatile_check: self.volatile_check != 0,
             // A C caller's free gives memory back; recycling is the preload's.
             recycle_bytes: 0,
+            recycle_age: Config::default().recycle_age,
             evict: true,
             evict_store_bytes: u64::MAX,
             inject: Inject {

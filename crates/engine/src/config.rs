@@ -40,6 +40,8 @@ pub struct Config {
     /// by default: a library caller expects `free` to give memory back; the
     /// preload turns it on, as glibc's heap keeps freed chunks.
     pub recycle_bytes: usize,
+    /// How long a recycled block waits for reuse before it is given back.
+    pub recycle_age: Duration,
     /// Allow `Engine::evict` (pages to the page store, restored on touch).
     /// Nothing calls it unless the program or a policy does.
     pub evict: bool,
@@ -80,6 +82,7 @@ impl Default for Config {
             volatile_check: true,
             pin_grace: Duration::from_micros(1000),
             recycle_bytes: 0,
+            recycle_age: Duration::from_millis(250),
             evict: true,
             evict_store_bytes: u64::MAX,
             inject: Inject::default(),
@@ -92,9 +95,9 @@ impl Config {
     /// `PAGEFOLD_FRAMES`, `PAGEFOLD_COPY`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction),
-    /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_EVICT` (0/1), `PAGEFOLD_EVICT_STORE_MB`;
-    /// fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`, `PAGEFOLD_INJECT_FAIL_UFFD`,
-    /// `PAGEFOLD_INJECT_FAIL_UFFD_MISSING` (0/1), `PAGEFOLD_INJECT_MMAP_AFTER`,
+    /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
+    /// `PAGEFOLD_EVICT_STORE_MB`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
+    /// `PAGEFOLD_INJECT_FAIL_UFFD`, `PAGEFOLD_INJECT_FAIL_UFFD_MISSING` (0/1), `PAGEFOLD_INJECT_MMAP_AFTER`,
     /// `PAGEFOLD_INJECT_MAX_MAP_COUNT`.
     /// Unparsable values keep the default; the preload cannot report errors.
     pub fn from_env() -> Config {
@@ -128,6 +131,9 @@ impl Config {
         }
         if let Some(v) = num("PAGEFOLD_EVICT_STORE_MB") {
             c.evict_store_bytes = v.saturating_mul(1 << 20);
+        }
+        if let Some(v) = num("PAGEFOLD_RECYCLE_MS") {
+            c.recycle_age = Duration::from_millis(v);
         }
         if let Some(v) = num("PAGEFOLD_PIN_GRACE_US") {
             c.pin_grace = Duration::from_micros(v);

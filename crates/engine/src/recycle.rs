@@ -13,11 +13,13 @@
 //!
 //! Recycled blocks are not blocks: no scan, copy or lookup sees them. They
 //! are released for good when the budget overflows (oldest first), when they
-//! waited longer than MAX_AGE (checked on every allocation and free, and by
-//! each scan for a program that stopped allocating), and before fork (a
-//! recycled block maps shared frames the child would inherit).
+//! waited longer than `Config::recycle_age` (checked on every allocation and
+//! free, and by each scan for a program that stopped allocating), and before
+//! fork (a recycled block maps shared frames the child would inherit). The
+//! age is short by default (250 ms): an interpreter allocates again right
+//! after its collector frees, and memory idle longer should go back.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::engine::State;
 use crate::space::{Block, Page};
@@ -27,10 +29,6 @@ pub(crate) struct Recycled {
     pub block: Block,
     pub freed_at: Instant,
 }
-
-/// How long a freed block waits for reuse: an interpreter allocates again
-/// right after its collector frees; memory idle longer goes back.
-const MAX_AGE: Duration = Duration::from_millis(250);
 
 impl State {
     /// Keeps `block` for reuse if it may be; otherwise gives it back.
@@ -91,7 +89,7 @@ impl State {
         tail
     }
 
-    /// Releases recycled blocks older than MAX_AGE (oldest first in the list,
+    /// Releases recycled blocks older than the configured age (oldest first in the list,
     /// so this usually looks at one entry). Scans call it too, for a program
     /// that stopped allocating.
     pub(crate) fn expire_recycled(&mut self) {
@@ -99,7 +97,8 @@ impl State {
             return;
         }
         let now = Instant::now();
-        while self.recycled.first().is_some_and(|r| now.duration_since(r.freed_at) > MAX_AGE) {
+        let max_age = self.cfg.recycle_age;
+        while self.recycled.first().is_some_and(|r| now.duration_since(r.freed_at) > max_age) {
             let old = self.recycled.remove(0);
             self.release_recycled(old.block);
         }

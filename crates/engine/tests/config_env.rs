@@ -17,3 +17,14 @@ fn config_reads_fault_injection_from_the_environment() {
     assert_eq!((c.inject.fail_mmap_after, c.inject.max_map_count), (Some(7), Some(5000)));
     assert!(!Config::from_env().inject.fail_memfd);
 }
+
+#[test]
+fn config_reads_recycling_from_the_environment() {
+    std::env::set_var("PAGEFOLD_RECYCLE_MB", "64");
+    std::env::set_var("PAGEFOLD_RECYCLE_MS", "2000");
+    let c = Config::from_env();
+    std::env::remove_var("PAGEFOLD_RECYCLE_MB");
+    std::env::remove_var("PAGEFOLD_RECYCLE_MS");
+    assert_eq!((c.recycle_bytes, c.recycle_age), (64 << 20, std::time::Duration::from_secs(2)));
+    assert_eq!(Config::from_env().recycle_age, std::time::Duration::from_millis(250));
+}

@@ -61,6 +61,23 @@ fn a_larger_block_is_split_and_its_tail_stays_recycled() {
 }
 
 #[test]
+fn the_age_limit_is_configurable() {
+    let e = Engine::new(Config { recycle_bytes: 32 << 20, recycle_age: std::time::Duration::from_secs(60), ..Config::default() });
+    let a = e.alloc(8 * PAGE, Hint::Uninit);
+    fill(a, 8 * PAGE, 1);
+    unsafe { e.free(a) };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    e.scan();
+    assert_eq!(e.stats().recycled_bytes, 8 * PAGE as u64, "kept past the default 250 ms");
+    let e = Engine::new(Config { recycle_bytes: 32 << 20, recycle_age: std::time::Duration::ZERO, ..Config::default() });
+    let a = e.alloc(8 * PAGE, Hint::Uninit);
+    unsafe { e.free(a) };
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    e.scan();
+    assert_eq!(e.stats().recycled_bytes, 0, "age 0: given back at the next check");
+}
+
+#[test]
 fn blocks_idle_longer_than_the_age_limit_are_released() {
     let e = engine(32);
     let a = e.alloc(8 * PAGE, Hint::Uninit);
