@@ -93,7 +93,7 @@ impl Engine {
         let mut rep = EvictReport::default();
         let bases = {
             let mut st = self.inner.lock();
-            if !st.cfg.evict {
+            if !st.cfg.evict || len == 0 {
                 return rep;
             }
             if !st.fault_thread_ready() {

@@ -854,3 +854,78 @@ fn kernel_io_while_another_thread_evicts() {
         }
     });
 }
+
+static HANDLER_PAGES: AtomicU64 = AtomicU64::new(0);
+static HANDLER_NEXT: AtomicU64 = AtomicU64::new(0);
+static HANDLER_BAD: AtomicU64 = AtomicU64::new(0);
+const HANDLER_N: u64 = 256;
+
+extern "C" fn touch_evicted_page(_: libc::c_int) {
+    let k = HANDLER_NEXT.fetch_add(1, Ordering::Relaxed);
+    if k >= HANDLER_N {
+        return;
+    }
+    let base = HANDLER_PAGES.load(Ordering::Relaxed) as *const u8;
+    // Byte 100 of page k holds pattern(k)[100].
+    let got = unsafe { base.add(k as usize * PAGE + 100).read_volatile() };
+    let want = ((((100 / 16) ^ k as usize) as u8).wrapping_mul(3)) | 1;
+    if got != want {
+        HANDLER_BAD.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A signal handler touches evicted pages while its thread is inside the
+/// engine, holding the engine's lock (a copy reading evicted pages plainly
+/// under it). The fault thread must restore them without that lock: if it
+/// needed it, this test would hang.
+#[test]
+fn signal_handler_touches_evicted_pages_while_its_thread_holds_the_engine_lock() {
+    let _g = serial();
+    with_deadline("signal_handler_touches_evicted_pages", Duration::from_secs(60), || {
+        let n = 4096;
+        let b = Blk::evicted(Kind::Owned, n);
+        let other = b.e.alloc(HANDLER_N as usize * PAGE, Hint::None);
+        let content: Vec<u8> = (0..HANDLER_N as usize).flat_map(pattern).collect();
+        unsafe { std::ptr::copy_nonoverlapping(content.as_ptr(), other, content.len()) };
+        assert_eq!(b.e.evict(other, content.len()).evicted, HANDLER_N);
+        HANDLER_PAGES.store(other as u64, Ordering::Relaxed);
+        HANDLER_NEXT.store(0, Ordering::Relaxed);
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = touch_evicted_page as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut());
+        }
+        let dst = b.e.alloc(n * PAGE, Hint::None);
+        let me = unsafe { libc::pthread_self() };
+        let stop = Arc::new(AtomicBool::new(false));
+        let kicker = {
+            let stop = stop.clone();
+            let me = me as usize;
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    unsafe { libc::pthread_kill(me as libc::pthread_t, libc::SIGUSR2) };
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            })
+        };
+        // Copies from the evicted block until the handler has touched every page.
+        let mut rounds = 0;
+        while HANDLER_NEXT.load(Ordering::Relaxed) < HANDLER_N && rounds < 50 {
+            unsafe { b.e.copy(dst, b.ptr, n * PAGE) };
+            assert!(bytes(dst, n * PAGE) == &b.want[..], "copy of an evicted block");
+            b.e.evict(b.ptr, n * PAGE);
+            rounds += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        kicker.join().unwrap();
+        unsafe { libc::signal(libc::SIGUSR2, libc::SIG_DFL) };
+        eprintln!("{rounds} copies of the evicted block; the handler touched {} evicted pages", HANDLER_NEXT.load(Ordering::Relaxed).min(HANDLER_N));
+        assert!(HANDLER_NEXT.load(Ordering::Relaxed) >= HANDLER_N, "the handler ran too rarely");
+        assert_eq!(HANDLER_BAD.load(Ordering::Relaxed), 0, "a signal handler read wrong bytes from an evicted page");
+        for p in [dst, other] {
+            assert!(unsafe { b.e.free(p) });
+        }
+        b.finish("signal handler");
+    });
+}
