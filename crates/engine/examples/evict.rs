@@ -13,7 +13,8 @@
 //! First it probes what the mechanism rests on: how registering part of a
 //! mapping with userfaultfd changes the mapping count, and what a MISSING
 //! fault answered by another thread costs on anonymous memory, on a shared
-//! memfd mapping (owned pages) and on a private one (copies), without compression.
+//! memfd mapping (owned pages) and on a private one (copies), without
+//! compression; and what SIGBUS mode does to a system call touching a missing page.
 
 use std::time::{Duration, Instant};
 
@@ -235,6 +236,49 @@ fn probe_fault_paths(n: usize) {
     println!();
 }
 
+/// Why not SIGBUS mode: with UFFD_FEATURE_SIGBUS no thread waits, and the
+/// kernel touching a missing page inside a system call gets EFAULT.
+fn probe_sigbus_mode() {
+    #[repr(C)]
+    struct Api {
+        api: u64,
+        features: u64,
+        ioctls: u64,
+    }
+    #[repr(C)]
+    struct Register {
+        start: u64,
+        len: u64,
+        mode: u64,
+        ioctls: u64,
+    }
+    const FEATURE_SIGBUS: u64 = 1 << 7;
+    let ioc = |nr: u64, size: u64| (3u64 << 30) | (size << 16) | (0xAA << 8) | nr;
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) } as i32;
+    let mut api = Api { api: 0xAA, features: FEATURE_SIGBUS, ioctls: 0 };
+    if fd < 0 || unsafe { libc::ioctl(fd, ioc(0x3F, 24) as _, &mut api) } != 0 {
+        println!("SIGBUS mode unavailable\n");
+        return;
+    }
+    let p = map(4 * PAGE, -1, false);
+    let mut reg = Register { start: p as u64, len: 4 * PAGE as u64, mode: 1, ioctls: 0 };
+    assert_eq!(unsafe { libc::ioctl(fd, ioc(0x00, 32) as _, &mut reg) }, 0);
+    let mut fds = [0i32; 2];
+    unsafe { libc::pipe(fds.as_mut_ptr()) };
+    let buf = [1u8; PAGE];
+    let outcome = |r: isize| if r < 0 { format!("{}", std::io::Error::last_os_error()) } else { format!("{r} bytes") };
+    unsafe { libc::write(fds[1], buf.as_ptr().cast(), PAGE) };
+    let read = outcome(unsafe { libc::read(fds[0], p.cast(), PAGE) });
+    let write = outcome(unsafe { libc::write(fds[1], p.add(PAGE).cast(), PAGE) });
+    println!("userfaultfd SIGBUS mode, missing anonymous page: read(2) into it: {read}; write(2) from it: {write}\n");
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+        libc::close(fd);
+        libc::munmap(p.cast(), 4 * PAGE);
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
@@ -245,6 +289,7 @@ fn main() {
     let n = args.first().copied().unwrap_or(16_384);
     let runs = args.get(1).copied().unwrap_or(5);
     let content: Vec<u8> = (0..n).flat_map(text_page).collect();
+    probe_sigbus_mode();
     probe_registration();
     probe_fault_paths(n);
 
