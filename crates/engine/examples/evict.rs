@@ -270,7 +270,21 @@ fn probe_sigbus_mode() {
     unsafe { libc::write(fds[1], buf.as_ptr().cast(), PAGE) };
     let read = outcome(unsafe { libc::read(fds[0], p.cast(), PAGE) });
     let write = outcome(unsafe { libc::write(fds[1], p.add(PAGE).cast(), PAGE) });
-    println!("userfaultfd SIGBUS mode, missing anonymous page: read(2) into it: {read}; write(2) from it: {write}\n");
+    let mut s = [0i32; 2];
+    unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, s.as_mut_ptr()) };
+    let send = outcome(unsafe { libc::send(s[0], p.add(2 * PAGE).cast(), PAGE, 0) });
+    let mut out = [0u8; PAGE];
+    let local = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: PAGE };
+    let remote = libc::iovec { iov_base: unsafe { p.add(3 * PAGE) }.cast(), iov_len: PAGE };
+    let vm = outcome(unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) });
+    println!(
+        "userfaultfd SIGBUS mode, missing anonymous pages: read(2) into one: {read}; write(2) from one: {write}; \
+         send(2) from one: {send}; process_vm_readv from one: {vm}\n"
+    );
+    unsafe {
+        libc::close(s[0]);
+        libc::close(s[1]);
+    }
     unsafe {
         libc::close(fds[0]);
         libc::close(fds[1]);
