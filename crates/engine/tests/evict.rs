@@ -892,7 +892,7 @@ fn signal_handler_touches_evicted_pages_while_its_thread_holds_the_engine_lock()
         HANDLER_NEXT.store(0, Ordering::Relaxed);
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = touch_evicted_page as usize;
+            sa.sa_sigaction = touch_evicted_page as extern "C" fn(libc::c_int) as usize;
             sa.sa_flags = libc::SA_RESTART;
             libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut());
         }
