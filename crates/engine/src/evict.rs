@@ -307,15 +307,18 @@ impl State {
                 let mut t = ev.lock();
                 run.iter().for_each(|p| t.insert(self.blocks[&base].page_addr(p.k) as usize, p.handle));
             }
-            if self.arm(base, a, n) && self.free_run(base, &run) {
-                self.mark_evicted(base, &run);
-                rep.evicted += n as u64;
-                self.stats.evicted += n as u64;
-            } else {
+            if !self.arm(base, a, n) {
                 // Still in memory and right; the chunk's end unregisters the run.
                 let mut t = ev.lock();
                 run.iter().for_each(|p| t.unrecord(self.blocks[&base].page_addr(p.k) as usize));
+                continue;
             }
+            // Evicted even if freeing failed (part of) the run: a page still
+            // present reads what was stored, and one freed faults and is restored.
+            self.free_run(base, &run);
+            self.mark_evicted(base, &run);
+            rep.evicted += n as u64;
+            self.stats.evicted += n as u64;
         }
     }
 
@@ -326,13 +329,13 @@ impl State {
     }
 
     /// Frees the memory of a run of stored pages freed the same way.
-    fn free_run(&mut self, base: usize, run: &[Taken]) -> bool {
+    fn free_run(&mut self, base: usize, run: &[Taken]) {
         let addr = self.blocks[&base].page_addr(run[0].k);
         let n = run.len();
-        match run[0].punch {
-            Some(f) => sys::punch(self.pools[f.pool()].fd, f.slot(), n as u64).is_ok(),
-            None => sys::madvise(addr, n * PAGE, libc::MADV_DONTNEED).is_ok(),
-        }
+        let _ = match run[0].punch {
+            Some(f) => sys::punch(self.pools[f.pool()].fd, f.slot(), n as u64),
+            None => sys::madvise(addr, n * PAGE, libc::MADV_DONTNEED),
+        };
     }
 
     /// Page states, frame references and mapping count after a run was evicted.
