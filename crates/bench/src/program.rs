@@ -124,8 +124,17 @@ pub struct Outcome {
 /// Runs the program once under `config`. KSM configurations need `ksm` (the
 /// caller holds the guard across runs so the knobs are restored once, at the end).
 pub fn run(inv: &Invocation, config: &Config, ksm: Option<&KsmGuard>) -> Result<Outcome, String> {
+    run_in(inv, config, ksm, None)
+}
+
+/// `run`, with the program put into the cgroup whose cgroup.procs file is
+/// `cgroup` before it executes (see `cgroup::join_from_child`).
+pub fn run_in(inv: &Invocation, config: &Config, ksm: Option<&KsmGuard>, cgroup: Option<&std::ffi::CStr>) -> Result<Outcome, String> {
     let reports = tempdir()?;
     let mut cmd = command(inv, &config.setup, &reports);
+    if let Some(procs) = cgroup.map(|c| c.to_owned()) {
+        unsafe { cmd.pre_exec(move || crate::cgroup::join_from_child(&procs)) };
+    }
     let ksmd_before = match &config.setup {
         Setup::Ksm { pages_to_scan, sleep_ms } => {
             let guard = ksm.ok_or("a KSM configuration needs root and the KSM guard")?;
