@@ -103,6 +103,11 @@ impl MemoryCgroup {
         text.split_whitespace().filter_map(|p| p.parse().ok()).collect()
     }
 
+    /// SIGKILLs every process in the group now (without waiting for them).
+    pub fn kill_members(&self) {
+        kill_members(&self.procs);
+    }
+
     /// Swap in use by the group now (memory.stat `swap`), if accounted.
     pub fn swap_bytes(&self) -> Option<u64> {
         self.stat("swap")

@@ -6,10 +6,11 @@
 //! next to the footprint and the swap traffic.
 //!
 //! For each workload the limit is `--limit-fraction` of plain's peak
-//! footprint, measured by an unconstrained plain run in the same invocation
-//! (the first run of the `none` device when plain is among the
-//! configurations, else a reference run of its own). Then, repetition by
-//! repetition, every configuration runs with each device, interleaved:
+//! footprint, measured by a reference run of plain without a limit made
+//! first in the same invocation. It is not counted among the `none` runs: it
+//! is also the workload's first run, with a cold page cache (passbyvalue_lm
+//! took twice as long in it). Then, repetition by repetition, every
+//! configuration runs with each device, interleaved:
 //! `none` (no limit), `swapfile` (a swap file on disk), `zram` (compressed
 //! swap in RAM). Each run gets a fresh memory cgroup (see `cgroup`) and each
 //! device is set up for one workload's configurations and removed before the
@@ -132,8 +133,8 @@ pub struct LimitPlan<'a> {
 #[derive(Clone, Debug, Serialize)]
 pub struct LimitedRun {
     pub device: Device,
-    /// The unconstrained plain run that set the limit, when it is not a
-    /// run of the `none` device.
+    /// The unconstrained plain run made first, which set the limit (not
+    /// counted among the `none` runs).
     pub reference: bool,
     pub rep: usize,
     pub limit_bytes: Option<u64>,
@@ -277,8 +278,7 @@ pub fn run_suite(a: &crate::Args, ps: ProgramSuite) -> anyhow::Result<bool> {
     Ok(result.workloads.iter().flat_map(|w| &w.runs).all(|r| !r.verdict.is_error()))
 }
 
-/// Moves plain to the front: its first unconstrained run sets the limit and
-/// every ratio is to it.
+/// Moves plain to the front: every ratio is to it, and the tables show it first.
 pub fn plain_first(configs: &mut [Config]) {
     if let Some(i) = configs.iter().position(|c| c.name == "plain") {
         configs[..=i].rotate_right(1);
@@ -299,7 +299,7 @@ pub fn preflight(plan: &LimitPlan) -> Result<(), String> {
         swap::check_swap_dir(plan.swap_dir)?;
     }
     if plan.devices.contains(&Device::Zram) {
-        swap::check_zram(plan.zram_algorithm)?;
+        swap::check_zram_algorithm(plan.zram_algorithm)?;
     }
     Ok(())
 }
@@ -315,6 +315,9 @@ pub fn run(plan: &LimitPlan) -> Result<LimitResult, String> {
     swept.extend(lock.as_ref().map(swap::sweep_leftovers).unwrap_or_default());
     for s in &swept {
         eprintln!("bench: removed a leftover of a killed harness: {s}");
+    }
+    if let (Some(lock), true) = (&lock, plan.devices.contains(&Device::Zram)) {
+        swap::check_zram_free(lock)?;
     }
     let foreign_swaps = swap::foreign_swaps();
     for s in &foreign_swaps {
@@ -347,15 +350,9 @@ pub fn run(plan: &LimitPlan) -> Result<LimitResult, String> {
     })
 }
 
+/// Every run: the reference run of each workload, then the grid.
 fn total_runs(plan: &LimitPlan) -> u64 {
-    let reference = if needs_reference_run(plan) { plan.workloads.len() } else { 0 };
-    (plan.runs * plan.workloads.len() * plan.devices.len() * plan.configs.len() + reference) as u64
-}
-
-/// Whether the limit needs a plain run of its own: the first run of a
-/// workload is not plain without a limit.
-fn needs_reference_run(plan: &LimitPlan) -> bool {
-    !(plan.devices.first() == Some(&Device::None) && plan.configs.first().is_some_and(|c| c.name == "plain"))
+    (plan.workloads.len() * (1 + plan.runs * plan.devices.len() * plan.configs.len())) as u64
 }
 
 struct Runner<'a> {
@@ -369,7 +366,7 @@ struct Runner<'a> {
 impl Runner<'_> {
     /// One repetition of one workload: every device, every configuration.
     fn workload(&mut self, rep: usize, w: usize, wl: &Workload) -> Result<(), String> {
-        if rep == 0 && needs_reference_run(self.plan) {
+        if rep == 0 {
             let plain = program::parse_config("plain")?;
             let run = self.run_one(rep, wl, &plain, Device::None, None, None)?;
             self.start_workload(wl, LimitedRun { reference: true, ..run })?;
@@ -379,11 +376,7 @@ impl Runner<'_> {
             let dev = self.swap_device(device, w)?;
             for cfg in self.plan.configs {
                 let run = self.run_one(rep, wl, cfg, device, limit, dev.as_ref())?;
-                if self.workloads.len() == w {
-                    self.start_workload(wl, run)?;
-                } else {
-                    self.workloads[w].runs.push(run);
-                }
+                self.workloads[w].runs.push(run);
             }
             if let Some(d) = dev {
                 d.remove()?;
@@ -392,7 +385,7 @@ impl Runner<'_> {
         Ok(())
     }
 
-    /// Records the workload with the limit its first (unconstrained plain) run sets.
+    /// Records the workload with the limit its reference run sets.
     fn start_workload(&mut self, wl: &Workload, first: LimitedRun) -> Result<(), String> {
         if first.verdict != Verdict::Ok {
             return Err(format!("{}: plain failed without a limit ({}), so no limit can be derived", wl.name, first.verdict.label()));
@@ -435,7 +428,7 @@ impl Runner<'_> {
         let stop = AtomicBool::new(false);
         let (outcome, peak_swap_bytes) = std::thread::scope(|s| {
             let poller = s.spawn(|| peak_swap(&group, dev, self.plan.interval, &stop));
-            let outcome = program::run_in(&inv, cfg, self.ksm, Some(group.procs_file()));
+            let outcome = program::run_in(&inv, cfg, self.ksm, Some(&group));
             stop.store(true, SeqCst);
             (outcome, poller.join().unwrap_or(0))
         });

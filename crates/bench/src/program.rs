@@ -23,6 +23,7 @@ use pagefold_measure::{Sampler, Series};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::cgroup::MemoryCgroup;
 use crate::ksm::KsmGuard;
 
 const PR_SET_MEMORY_MERGE: libc::c_int = 67;
@@ -127,12 +128,13 @@ pub fn run(inv: &Invocation, config: &Config, ksm: Option<&KsmGuard>) -> Result<
     run_in(inv, config, ksm, None)
 }
 
-/// `run`, with the program put into the cgroup whose cgroup.procs file is
-/// `cgroup` before it executes (see `cgroup::join_from_child`).
-pub fn run_in(inv: &Invocation, config: &Config, ksm: Option<&KsmGuard>, cgroup: Option<&std::ffi::CStr>) -> Result<Outcome, String> {
+/// `run`, with the program put into `cgroup` before it executes. What is
+/// left in the group when the program has exited is killed, so a process
+/// that left its process group cannot hold the output pipes open.
+pub fn run_in(inv: &Invocation, config: &Config, ksm: Option<&KsmGuard>, cgroup: Option<&MemoryCgroup>) -> Result<Outcome, String> {
     let reports = tempdir()?;
     let mut cmd = command(inv, &config.setup, &reports);
-    if let Some(procs) = cgroup.map(|c| c.to_owned()) {
+    if let Some(procs) = cgroup.map(|g| g.procs_file().to_owned()) {
         unsafe { cmd.pre_exec(move || crate::cgroup::join_from_child(&procs)) };
     }
     let ksmd_before = match &config.setup {
@@ -143,7 +145,7 @@ pub fn run_in(inv: &Invocation, config: &Config, ksm: Option<&KsmGuard>, cgroup:
         }
         _ => None,
     };
-    let result = run_command(&mut cmd, inv);
+    let result = run_command(&mut cmd, inv, &|| cgroup.iter().for_each(|g| g.kill_members()));
     if let (Setup::Ksm { .. }, Some(guard)) = (&config.setup, ksm) {
         // ksmd must not keep spending CPU during the next configuration's run.
         let _ = guard.set("run", "0");
@@ -221,7 +223,9 @@ struct Finished {
     timed_out: bool,
 }
 
-fn run_command(cmd: &mut Command, inv: &Invocation) -> Result<Finished, String> {
+/// Runs the command to its end; `after_exit` runs once the program has exited,
+/// before its output pipes are drained.
+fn run_command(cmd: &mut Command, inv: &Invocation, after_exit: &dyn Fn()) -> Result<Finished, String> {
     let t0 = Instant::now();
     let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", inv.cmd[0]))?;
     let pid = child.id();
@@ -246,6 +250,7 @@ fn run_command(cmd: &mut Command, inv: &Invocation) -> Result<Finished, String> 
     let watchdog = inv.timeout.map(|limit| Watchdog::start(pid, limit));
     let waited = wait_with_rusage(pid);
     let wall = t0.elapsed();
+    after_exit();
     let timed_out = watchdog.is_some_and(Watchdog::stop);
     let series = sampler.stop();
     if let Some(f) = feeder {

@@ -314,26 +314,31 @@ fn zram_algorithms(sysfs: &Path) -> Vec<String> {
     text.split_whitespace().map(|w| w.trim_matches(|c| c == '[' || c == ']').to_string()).collect()
 }
 
-/// Fails unless a free zram device offering `algorithm` exists.
-pub fn check_zram(algorithm: &str) -> Result<(), String> {
-    let devices = zram_devices();
-    let Some(free) = devices.iter().find(|d| zram_free(d)) else {
-        return Err(match devices.is_empty() {
-            true => "no zram device (load the zram module)".into(),
-            false => "no free zram device (every /sys/block/zram* has a disksize)".into(),
-        });
+/// Fails unless zram offers `algorithm` (every device offers the same list).
+pub fn check_zram_algorithm(algorithm: &str) -> Result<(), String> {
+    let Some(device) = zram_devices().into_iter().next() else {
+        return Err("no zram device (load the zram module)".into());
     };
-    let offered = zram_algorithms(free);
+    let offered = zram_algorithms(&device);
     if !offered.iter().any(|a| a == algorithm) {
         return Err(format!("zram offers no algorithm '{algorithm}' (offered: {})", offered.join(", ")));
     }
     Ok(())
 }
 
+/// Fails unless a zram device is free (no disksize). Check with the lock
+/// held: our own devices come and go.
+pub fn check_zram_free(_lock: &SwapLock) -> Result<(), String> {
+    match zram_devices().iter().any(|d| zram_free(d)) {
+        true => Ok(()),
+        false => Err("no free zram device (every /sys/block/zram* has a disksize, and not from us)".into()),
+    }
+}
+
 /// Sets up the first free zram device: the write of disksize is the claim
 /// (the kernel refuses it with EBUSY on a device in use).
 fn claim_zram(size: u64, algorithm: &str) -> Result<PathBuf, String> {
-    check_zram(algorithm)?;
+    check_zram_algorithm(algorithm)?;
     for sysfs in zram_devices().into_iter().filter(|d| zram_free(d)) {
         if std::fs::write(sysfs.join("comp_algorithm"), algorithm).is_err() {
             continue;
@@ -504,7 +509,7 @@ pub(crate) mod tests {
             return;
         }
         let lock = lock();
-        if let Err(why) = check_zram("lz4") {
+        if let Err(why) = check_zram_algorithm("lz4").and_then(|()| check_zram_free(&lock)) {
             return eprintln!("skipped: {why}");
         }
         let dev = SwapDevice::zram(&lock, 32 << 20, "lz4").unwrap();

@@ -245,10 +245,10 @@ mod tests {
     #[test]
     fn a_panic_runs_the_panicking_threads_teardowns_once() {
         let (path, runs, action) = marker("panic");
-        let outcome = std::panic::catch_unwind(|| {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _r = register(action).unwrap();
             panic!("deliberate panic with a teardown registered");
-        });
+        }));
         assert!(outcome.is_err());
         assert!(!path.exists());
         assert_eq!(runs.load(SeqCst), 1, "the hook ran it; the drop while unwinding did not again");
