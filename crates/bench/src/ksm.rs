@@ -47,7 +47,7 @@ static GUARD_LOCK: Mutex<()> = Mutex::new(());
 /// Holds the KSM knobs as they were; restores them when it goes away.
 pub struct KsmGuard {
     saved: Arc<Saved>,
-    /// Restores the knobs when dropped (first field: drops before the locks).
+    /// Restores the knobs when dropped (before the locks below are released).
     _restore: Registration,
     /// Holds the flock on LOCK_FILE (None if it could not be had); closed on drop.
     _file_lock: Option<std::fs::File>,
