@@ -230,8 +230,10 @@ fn sigterm_or_a_panic_mid_run_tears_down_the_cgroup_and_the_swap_devices() {
     }
 }
 
-/// Not a test on its own: the child of the test above.
+/// Not a test on its own: the child of the test above. Its python child is
+/// never waited for: this process dies first, and the cgroup teardown kills it.
 #[test]
+#[allow(clippy::zombie_processes)]
 fn child_helper() {
     let Ok(spec) = std::env::var("PAGEFOLD_LIMIT_CHILD") else { return };
     let dir = PathBuf::from(std::env::var("PAGEFOLD_LIMIT_DIR").unwrap());
