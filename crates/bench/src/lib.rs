@@ -11,9 +11,13 @@
 //! (the 1 GiB fold against kernel KSM, see `fold` and `kernel_ksm`), and the
 //! workload suites `r` and `python`: real programs (see `workloads`) run
 //! under each configuration (see `program`), interleaved and summarised as
-//! ratios to plain (see `suite`), drawn (see `plot`).
+//! ratios to plain (see `suite`), drawn (see `plot`); with `--limit`, the
+//! same programs under a memory limit with swap (see `constrained`).
 
+pub mod cgroup;
 pub mod compass;
+pub mod constrained;
+pub mod constrained_report;
 pub mod fold;
 pub mod kernel_ksm;
 pub mod ksm;
@@ -23,6 +27,8 @@ pub mod plot;
 pub mod program;
 pub mod report;
 pub mod suite;
+pub mod swap;
+pub mod teardown;
 pub mod timing;
 pub mod workloads;
 
@@ -96,6 +102,8 @@ pub struct Args {
     /// Markdown file whose generated sections (one per workload suite) are rewritten; "-" leaves it alone.
     #[arg(long, default_value = "docs/RESULTS.md")]
     pub results_doc: PathBuf,
+    #[command(flatten)]
+    pub limits: constrained::LimitArgs,
 }
 
 /// How much to measure.
@@ -161,6 +169,9 @@ fn run_suites(a: &Args) -> anyhow::Result<bool> {
 
 /// Runs one workload suite and publishes it; false if an output differed.
 fn program_suite(a: &Args, ps: ProgramSuite) -> anyhow::Result<bool> {
+    if !a.limits.limit.is_empty() {
+        return constrained::run_suite(a, ps);
+    }
     let configs = a.configs.iter().map(|c| program::parse_config(c)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
     let workloads = workloads::discover(ps, &a.workloads, &a.only).map_err(anyhow::Error::msg)?;
     let preload = program::find_preload(a.preload.as_deref()).map_err(anyhow::Error::msg)?;
