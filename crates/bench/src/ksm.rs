@@ -1,28 +1,25 @@
 //! Kernel KSM guard: the fold suite turns the kernel's KSM on and changes how
 //! fast it scans, and those knobs under /sys/kernel/mm/ksm are global to the
 //! machine. A `KsmGuard` saves every writable knob when it is taken and puts
-//! back whatever changed, on every way out of the process we can catch: when
-//! the guard is dropped (also while unwinding from a panic), from a panic hook
-//! (the release profile aborts on panic, so no Drop runs there), and from a
-//! SIGINT/SIGTERM handler that restores and then dies of the same signal.
+//! back whatever changed, on every way out of the process we can catch (see
+//! `teardown`: drop, panic hook, SIGINT/SIGTERM/SIGHUP).
 //!
 //! Other processes may drive KSM too (the demo, another benchmark): a guard
 //! also holds an flock on LOCK_FILE, so cooperating processes take turns;
 //! the fold suite additionally checks the knobs on every poll and reports a
 //! run whose knobs someone else changed.
 //!
-//! The restore path runs inside a signal handler, so it uses only open, read,
+//! The restore may run inside a signal handler, so it uses only open, read,
 //! write and close on data prepared when the guard was taken: no allocation,
 //! no locks. Guards in one process are serialised by a mutex (tests run in
-//! threads); the saved values of the active guard are reachable from the
-//! handlers through an atomic pointer.
+//! threads).
 
 use std::ffi::CString;
 use std::io;
 use std::path::Path;
-use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Mutex, MutexGuard, Once};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::teardown::{self, Failure, Registration, Teardown};
 
 /// Where the kernel exposes KSM.
 pub const KSM_DIR: &str = "/sys/kernel/mm/ksm";
@@ -44,20 +41,27 @@ struct Saved {
     knobs: Vec<Knob>,
 }
 
-/// The saved knobs of the guard alive now, for the panic hook and signal handler.
-static ACTIVE: AtomicPtr<Saved> = AtomicPtr::new(null_mut());
 /// One guard at a time per process.
 static GUARD_LOCK: Mutex<()> = Mutex::new(());
-static PANIC_HOOK: Once = Once::new();
 
 /// Holds the KSM knobs as they were; restores them when it goes away.
 pub struct KsmGuard {
-    saved: *mut Saved,
+    saved: Arc<Saved>,
+    /// Restores the knobs when dropped (before the locks below are released).
+    _restore: Registration,
     /// Holds the flock on LOCK_FILE (None if it could not be had); closed on drop.
     _file_lock: Option<std::fs::File>,
-    old_sigint: libc::sigaction,
-    old_sigterm: libc::sigaction,
     _lock: MutexGuard<'static, ()>,
+}
+
+/// The teardown: the saved knobs, shared with the guard.
+struct Restore(Arc<Saved>);
+
+impl Teardown for Restore {
+    fn teardown(&self) -> Result<(), Failure> {
+        restore(&self.0);
+        Ok(())
+    }
 }
 
 impl KsmGuard {
@@ -73,18 +77,15 @@ impl KsmGuard {
         let lock = lock_guards();
         let file_lock = lock_across_processes();
         let knobs = save_knobs().map_err(|e| format!("reading {KSM_DIR}: {e}"))?;
-        let saved = Box::into_raw(Box::new(Saved { knobs }));
-        ACTIVE.store(saved, Ordering::SeqCst);
-        install_panic_hook();
-        let (old_sigint, old_sigterm) = unsafe { (install_handler(libc::SIGINT), install_handler(libc::SIGTERM)) };
-        Ok(KsmGuard { saved, _file_lock: file_lock, old_sigint, old_sigterm, _lock: lock })
+        let saved = Arc::new(Saved { knobs });
+        let restore = teardown::register(Box::new(Restore(saved.clone())))?;
+        Ok(KsmGuard { saved, _restore: restore, _file_lock: file_lock, _lock: lock })
     }
 
     /// Writes a knob. Only knobs saved by this guard can be written, so every
     /// change is undone.
     pub fn set(&self, name: &str, value: &str) -> io::Result<()> {
-        let saved = unsafe { &*self.saved };
-        if !saved.knobs.iter().any(|k| k.name == name) {
+        if !self.saved.knobs.iter().any(|k| k.name == name) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{name} is not a saved KSM knob")));
         }
         std::fs::write(Path::new(KSM_DIR).join(name), value)
@@ -92,19 +93,7 @@ impl KsmGuard {
 
     /// The names of the knobs this guard will restore.
     pub fn saved_knobs(&self) -> Vec<String> {
-        unsafe { &*self.saved }.knobs.iter().map(|k| k.name.clone()).collect()
-    }
-}
-
-impl Drop for KsmGuard {
-    fn drop(&mut self) {
-        unsafe {
-            restore(&*self.saved);
-            ACTIVE.store(null_mut(), Ordering::SeqCst);
-            libc::sigaction(libc::SIGINT, &self.old_sigint, null_mut());
-            libc::sigaction(libc::SIGTERM, &self.old_sigterm, null_mut());
-            drop(Box::from_raw(self.saved));
-        }
+        self.saved.knobs.iter().map(|k| k.name.clone()).collect()
     }
 }
 
@@ -202,42 +191,6 @@ unsafe fn write_raw(path: &CString, value: &[u8]) {
         libc::write(fd, value.as_ptr().cast(), value.len());
         libc::close(fd);
     }
-}
-
-fn restore_active() {
-    let saved = ACTIVE.load(Ordering::SeqCst);
-    if !saved.is_null() {
-        restore(unsafe { &*saved });
-    }
-}
-
-/// Chains a hook in front of the existing one: with panic=abort no Drop runs,
-/// so the hook is the last chance to put the knobs back.
-fn install_panic_hook() {
-    PANIC_HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            restore_active();
-            previous(info);
-        }));
-    });
-}
-
-extern "C" fn on_fatal_signal(sig: libc::c_int) {
-    restore_active();
-    unsafe {
-        libc::signal(sig, libc::SIG_DFL);
-        libc::raise(sig);
-    }
-}
-
-unsafe fn install_handler(sig: libc::c_int) -> libc::sigaction {
-    let mut action: libc::sigaction = std::mem::zeroed();
-    action.sa_sigaction = on_fatal_signal as extern "C" fn(libc::c_int) as usize;
-    libc::sigemptyset(&mut action.sa_mask);
-    let mut old: libc::sigaction = std::mem::zeroed();
-    libc::sigaction(sig, &action, &mut old);
-    old
 }
 
 #[cfg(test)]

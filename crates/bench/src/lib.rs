@@ -13,9 +13,13 @@
 //! `workloads`; the synthetic ones are pagefold-synth's subcommands, which
 //! need neither R nor Python) run under each configuration (see `program`),
 //! interleaved and summarised as ratios to plain (see `suite`), drawn (see
-//! `plot`).
+//! `plot`); with `--limit`, the same programs under a memory limit with swap
+//! (see `constrained`).
 
+pub mod cgroup;
 pub mod compass;
+pub mod constrained;
+pub mod constrained_report;
 pub mod fold;
 pub mod kernel_ksm;
 pub mod ksm;
@@ -25,6 +29,8 @@ pub mod plot;
 pub mod program;
 pub mod report;
 pub mod suite;
+pub mod swap;
+pub mod teardown;
 pub mod timing;
 pub mod workloads;
 
@@ -107,6 +113,8 @@ pub struct Args {
     /// Markdown file whose generated sections (one per workload suite) are rewritten; "-" leaves it alone.
     #[arg(long, default_value = "docs/RESULTS.md")]
     pub results_doc: PathBuf,
+    #[command(flatten)]
+    pub limits: constrained::LimitArgs,
 }
 
 /// How much to measure.
@@ -188,14 +196,22 @@ fn preflight(a: &Args, has: &dyn Fn(Suite) -> bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs one workload suite and publishes it; false if an output differed.
-fn program_suite(a: &Args, ps: ProgramSuite) -> anyhow::Result<bool> {
-    let configs = a.configs.iter().map(|c| program::parse_config(c)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
-    let workloads = match ps {
+/// The programs of a workload suite as the arguments choose them: scripts
+/// under `--workloads`, or pagefold-synth's subcommands (small with `--quick`).
+pub(crate) fn suite_workloads(a: &Args, ps: ProgramSuite) -> Result<Vec<workloads::Workload>, String> {
+    match ps {
         ProgramSuite::Synthetic => workloads::find_synth(a.synth.as_deref()).and_then(|synth| workloads::discover_synthetic(&synth, a.quick, &a.only)),
         _ => workloads::discover(ps, &a.workloads, &a.only),
     }
-    .map_err(anyhow::Error::msg)?;
+}
+
+/// Runs one workload suite and publishes it; false if an output differed.
+fn program_suite(a: &Args, ps: ProgramSuite) -> anyhow::Result<bool> {
+    if !a.limits.limit.is_empty() {
+        return constrained::run_suite(a, ps);
+    }
+    let configs = a.configs.iter().map(|c| program::parse_config(c)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+    let workloads = suite_workloads(a, ps).map_err(anyhow::Error::msg)?;
     let preload = program::find_preload(a.preload.as_deref()).map_err(anyhow::Error::msg)?;
     let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 }).max(1);
     let plan = suite::SuitePlan {

@@ -102,7 +102,10 @@ fn draw_bars(path: &Path, b: &Bars) -> Res {
         .filter(|v| v.is_finite())
         .fold(1.2, f64::max)
         * 1.1;
-    let root = BitMapBackend::new(path, (W.max(90 * nw as u32), H)).into_drawing_area();
+    // Wide enough that the group labels (about 8 px a character) do not overlap.
+    let longest = b.workloads.iter().map(|n| n.chars().count()).max().unwrap_or(0) as u32;
+    let group_px = 90.max(longest * 8 + 12);
+    let root = BitMapBackend::new(path, (W.max(group_px * nw as u32), H)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(b.title, (FONT, 20))

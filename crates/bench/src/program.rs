@@ -23,6 +23,7 @@ use pagefold_measure::{Sampler, Series};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::cgroup::MemoryCgroup;
 use crate::ksm::KsmGuard;
 
 const PR_SET_MEMORY_MERGE: libc::c_int = 67;
@@ -141,8 +142,18 @@ pub struct Outcome {
 /// Runs the program once under `config`. KSM configurations need `ksm` (the
 /// caller holds the guard across runs so the knobs are restored once, at the end).
 pub fn run(inv: &Invocation, config: &Config, ksm: Option<&KsmGuard>) -> Result<Outcome, String> {
+    run_in(inv, config, ksm, None)
+}
+
+/// `run`, with the program put into `cgroup` before it executes. What is
+/// left in the group when the program has exited is killed, so a process
+/// that left its process group cannot hold the output pipes open.
+pub fn run_in(inv: &Invocation, config: &Config, ksm: Option<&KsmGuard>, cgroup: Option<&MemoryCgroup>) -> Result<Outcome, String> {
     let reports = tempdir()?;
     let mut cmd = command(inv, &config.setup, &reports);
+    if let Some(procs) = cgroup.map(|g| g.procs_file().to_owned()) {
+        unsafe { cmd.pre_exec(move || crate::cgroup::join_from_child(&procs)) };
+    }
     let ksmd_before = match &config.setup {
         Setup::Ksm { pages_to_scan, sleep_ms } => {
             let guard = ksm.ok_or("a KSM configuration needs root and the KSM guard")?;
@@ -151,7 +162,7 @@ pub fn run(inv: &Invocation, config: &Config, ksm: Option<&KsmGuard>) -> Result<
         }
         _ => None,
     };
-    let result = run_command(&mut cmd, inv);
+    let result = run_command(&mut cmd, inv, &|| cgroup.iter().for_each(|g| g.kill_members()));
     if let (Setup::Ksm { .. }, Some(guard)) = (&config.setup, ksm) {
         // ksmd must not keep spending CPU during the next configuration's run.
         let _ = guard.set("run", "0");
@@ -229,7 +240,9 @@ struct Finished {
     timed_out: bool,
 }
 
-fn run_command(cmd: &mut Command, inv: &Invocation) -> Result<Finished, String> {
+/// Runs the command to its end; `after_exit` runs once the program has exited,
+/// before its output pipes are drained.
+fn run_command(cmd: &mut Command, inv: &Invocation, after_exit: &dyn Fn()) -> Result<Finished, String> {
     let t0 = Instant::now();
     let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", inv.cmd[0]))?;
     let pid = child.id();
@@ -254,6 +267,7 @@ fn run_command(cmd: &mut Command, inv: &Invocation) -> Result<Finished, String> 
     let watchdog = inv.timeout.map(|limit| Watchdog::start(pid, limit));
     let waited = wait_with_rusage(pid);
     let wall = t0.elapsed();
+    after_exit();
     let timed_out = watchdog.is_some_and(Watchdog::stop);
     let series = sampler.stop();
     if let Some(f) = feeder {

@@ -174,7 +174,7 @@ pub fn run(plan: &SuitePlan) -> Result<SuiteResult, String> {
     Ok(r)
 }
 
-fn progress(total: u64) -> indicatif::ProgressBar {
+pub(crate) fn progress(total: u64) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(total);
     let style = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} runs, ETA {eta} {msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
     bar.set_style(style);
@@ -182,7 +182,7 @@ fn progress(total: u64) -> indicatif::ProgressBar {
 }
 
 /// A line above the progress bar, or on stderr when there is no bar (not a terminal).
-fn log(bar: &indicatif::ProgressBar, line: String) {
+pub(crate) fn log(bar: &indicatif::ProgressBar, line: String) {
     if bar.is_hidden() {
         eprintln!("{line}");
     } else {
@@ -204,7 +204,7 @@ fn run_line(workload: &str, rep: usize, o: &Outcome) -> String {
     )
 }
 
-fn failure_tail(o: &Outcome) -> String {
+pub(crate) fn failure_tail(o: &Outcome) -> String {
     let err = String::from_utf8_lossy(o.stderr.as_deref().unwrap_or_default()).into_owned();
     let lines: Vec<&str> = err.lines().rev().take(5).collect();
     let tail: Vec<&str> = lines.into_iter().rev().collect();

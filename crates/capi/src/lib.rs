@@ -173,11 +173,16 @@ impl pf_config {
             scan_cpu_budget: budget,
             pin_grace: Duration::from_micros(self.pin_grace_us),
             volatile_check: self.volatile_check != 0,
+            smart_scan: Config::default().smart_scan,
             // A C caller's free gives memory back; recycling is the preload's.
             recycle_bytes: 0,
+            recycle_age: Config::default().recycle_age,
+            evict: true,
+            evict_store_bytes: u64::MAX,
             inject: Inject {
                 fail_memfd: self.inject_fail_memfd != 0,
                 fail_uffd: self.inject_fail_uffd != 0,
+                fail_uffd_missing: false,
                 fail_mmap_after: (self.inject_fail_mmap_after >= 0).then_some(self.inject_fail_mmap_after as u64),
                 max_map_count: (self.inject_max_map_count > 0).then_some(self.inject_max_map_count as usize),
             },

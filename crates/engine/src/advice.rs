@@ -21,6 +21,10 @@
 //! whose protection or flags the program changes is *exempted* first: its
 //! content moves onto one plain anonymous mapping (writers sleep under write
 //! protection meanwhile), and the engine never scans, remaps or shares it again.
+//!
+//! Evicted pages (evict.rs): a discard remaps them onto fresh frames (their
+//! stored copies are dropped, nothing is restored); shrinking drops those cut
+//! off; exempting restores them first, since the block leaves the engine's hands.
 
 use crate::engine::{Engine, State};
 use crate::frames::FrameId;
@@ -211,11 +215,12 @@ impl State {
             self.pools[first.pool()].map(first.slot() + k);
         }
         let old: Vec<Page> = self.blocks[&base].pages[i..i + n].to_vec();
+        self.forget_evicted(&self.blocks[&base], i, n);
         self.drop_pages(&old);
         let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
         let before = block.boundaries(i, n);
         for k in 0..n {
-            block.pages[i + k] = Page::Owned(first.offset(k as u64));
+            block.set(i + k, Page::Owned(first.offset(k as u64)));
             block.seen[i + k] = 0;
         }
         let after = block.boundaries(i, n);
@@ -235,7 +240,9 @@ impl State {
         }
         block.exempt = true;
         self.stats.exempted += 1;
-        if block.pages.iter().all(|p| *p == Page::Anon) {
+        let n = block.pages.len();
+        self.restore_evicted(base, 0, n);
+        if self.blocks[&base].pages.iter().all(|p| *p == Page::Anon) {
             return;
         }
         if !self.move_block_to_anon(base) {
@@ -311,8 +318,11 @@ impl State {
 
     /// Bookkeeping after a whole block became one anonymous mapping.
     fn record_anon(&mut self, base: usize) {
+        let n = self.blocks[&base].pages.len();
+        self.forget_evicted(&self.blocks[&base], 0, n);
         let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
         let old = std::mem::replace(&mut block.pages, vec![Page::Anon; block.seen.len()]);
+        block.evicted = 0;
         let before = std::mem::replace(&mut block.vmas, 1);
         self.vmas = self.vmas + 1 - before;
         self.remaps_since_count += 1;
@@ -330,9 +340,9 @@ impl State {
         if sys::try_unmap(block.page_addr(keep), (n - keep) * PAGE).is_err() {
             return false;
         }
+        self.forget_evicted(&self.blocks[&base], keep, n - keep);
         let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
-        let old = block.pages.split_off(keep);
-        block.seen.truncate(keep);
+        let old = block.cut(keep);
         let before = std::mem::replace(&mut block.vmas, 0);
         block.vmas = block.count_vmas();
         self.vmas = self.vmas + block.vmas - before;

@@ -46,6 +46,11 @@ pub struct Config {
     pub recycle_bytes: usize,
     /// How long a recycled block waits for reuse before it is given back.
     pub recycle_age: Duration,
+    /// Allow `Engine::evict` (pages to the page store, restored on touch).
+    /// Nothing calls it unless the program or a policy does.
+    pub evict: bool,
+    /// Capacity in bytes of the built-in compressed page store.
+    pub evict_store_bytes: u64,
     /// Fault injection, for tests.
     pub inject: Inject,
 }
@@ -58,6 +63,8 @@ pub struct Inject {
     pub fail_memfd: bool,
     /// userfaultfd fails: scans skip everything that needs write protection.
     pub fail_uffd: bool,
+    /// userfaultfd works for write protection but not MISSING mode: eviction is refused.
+    pub fail_uffd_missing: bool,
     /// Every engine mmap after this many succeeds fails with ENOMEM.
     pub fail_mmap_after: Option<u64>,
     /// Pretend vm.max_map_count is this value.
@@ -81,6 +88,8 @@ impl Default for Config {
             pin_grace: Duration::from_micros(1000),
             recycle_bytes: 0,
             recycle_age: Duration::from_millis(250),
+            evict: true,
+            evict_store_bytes: u64::MAX,
             inject: Inject::default(),
         }
     }
@@ -91,8 +100,9 @@ impl Config {
     /// `PAGEFOLD_FRAMES`, `PAGEFOLD_COPY`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction),
-    /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
-    /// `PAGEFOLD_INJECT_FAIL_UFFD` (0/1), `PAGEFOLD_INJECT_MMAP_AFTER`,
+    /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
+    /// `PAGEFOLD_EVICT_STORE_MB`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
+    /// `PAGEFOLD_INJECT_FAIL_UFFD`, `PAGEFOLD_INJECT_FAIL_UFFD_MISSING` (0/1), `PAGEFOLD_INJECT_MMAP_AFTER`,
     /// `PAGEFOLD_INJECT_MAX_MAP_COUNT`.
     /// Unparsable values keep the default; the preload cannot report errors.
     pub fn from_env() -> Config {
@@ -108,6 +118,7 @@ impl Config {
         flag("PAGEFOLD_MERGE", &mut c.merge);
         flag("PAGEFOLD_VOLATILE_CHECK", &mut c.volatile_check);
         flag("PAGEFOLD_SMART_SCAN", &mut c.smart_scan);
+        flag("PAGEFOLD_EVICT", &mut c.evict);
         let num = |name: &str| std::env::var(name).ok().and_then(|s| s.trim().parse::<u64>().ok());
         if let Some(v) = num("PAGEFOLD_VMA_BUDGET") {
             c.vma_budget = v as usize;
@@ -123,6 +134,9 @@ impl Config {
         }
         if let Some(v) = num("PAGEFOLD_RECYCLE_MB") {
             c.recycle_bytes = (v as usize) << 20;
+        }
+        if let Some(v) = num("PAGEFOLD_EVICT_STORE_MB") {
+            c.evict_store_bytes = v.saturating_mul(1 << 20);
         }
         if let Some(v) = num("PAGEFOLD_RECYCLE_MS") {
             c.recycle_age = Duration::from_millis(v);
@@ -144,6 +158,7 @@ impl Inject {
     /// Forced failures from the environment, so that programs run under the
     /// preload (which cannot be given a Config) can be made to take every
     /// fallback path: `PAGEFOLD_INJECT_FAIL_MEMFD=1`, `PAGEFOLD_INJECT_FAIL_UFFD=1`,
+    /// `PAGEFOLD_INJECT_FAIL_UFFD_MISSING=1`,
     /// `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
     pub fn from_env() -> Inject {
         let num = |name: &str| std::env::var(name).ok().and_then(|s| s.trim().parse::<u64>().ok());
@@ -151,6 +166,7 @@ impl Inject {
         Inject {
             fail_memfd: on("PAGEFOLD_INJECT_FAIL_MEMFD"),
             fail_uffd: on("PAGEFOLD_INJECT_FAIL_UFFD"),
+            fail_uffd_missing: on("PAGEFOLD_INJECT_FAIL_UFFD_MISSING"),
             fail_mmap_after: num("PAGEFOLD_INJECT_MMAP_AFTER"),
             max_map_count: num("PAGEFOLD_INJECT_MAX_MAP_COUNT").map(|v| v as usize),
         }

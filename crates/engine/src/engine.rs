@@ -11,10 +11,11 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use crate::config::Config;
+use crate::fault::Evictions;
 use crate::frames::{FrameId, Pool};
 use crate::index::ContentIndex;
 use crate::protect::Protector;
-use crate::space::{runs, Block, Page};
+use crate::space::{runs, Block, Page, Restores};
 use crate::stats::Stats;
 use crate::{fork, sys, PAGE};
 
@@ -68,7 +69,12 @@ pub(crate) struct State {
     /// Freed blocks kept for reuse, oldest first, and their total length (recycle.rs).
     pub recycled: Vec<crate::recycle::Recycled>,
     pub recycled_bytes: usize,
-    pub protector: Option<Protector>,
+    /// The engine's userfaultfd (shared with the fault thread).
+    pub protector: Option<Arc<Protector>>,
+    /// Evicted pages and their store (evict.rs, fault.rs); made on first use.
+    pub evictions: Option<Arc<Evictions>>,
+    /// The thread restoring evicted pages, once eviction was used.
+    pub fault_thread: Option<std::thread::JoinHandle<()>>,
     pub pagemap: Option<sys::Pagemap>,
     /// Frozen frames by content (kernel KSM's stable tree).
     pub stable: ContentIndex<FrameId>,
@@ -205,6 +211,10 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.bg_stop.store(true, Ordering::SeqCst);
+        // The fault thread stays while anything is still evicted.
+        if let Some(ev) = &self.state.get_mut().unwrap_or_else(|e| e.into_inner()).evictions {
+            ev.stop.store(true, Ordering::SeqCst);
+        }
     }
 }
 
@@ -220,7 +230,7 @@ impl State {
                 Vec::new()
             }
         };
-        let protector = if cfg.inject.fail_uffd { None } else { Protector::open().ok() };
+        let protector = State::open_protector(&cfg);
         let max_map = cfg.inject.max_map_count.unwrap_or_else(sys::max_map_count);
         State {
             pools,
@@ -228,6 +238,8 @@ impl State {
             recycled: Vec::new(),
             recycled_bytes: 0,
             protector,
+            evictions: None,
+            fault_thread: None,
             pagemap: sys::Pagemap::open().ok(),
             stable: ContentIndex::default(),
             vmas: 0,
@@ -238,6 +250,14 @@ impl State {
             stats,
             cfg,
         }
+    }
+
+    /// The userfaultfd, with MISSING mode unless injected away.
+    pub fn open_protector(cfg: &Config) -> Option<Arc<Protector>> {
+        if cfg.inject.fail_uffd {
+            return None;
+        }
+        Protector::open_with(!cfg.inject.fail_uffd_missing).ok().map(Arc::new)
     }
 
     pub fn open_pool(cfg: &Config) -> std::io::Result<Pool> {
@@ -337,6 +357,7 @@ impl State {
     /// Unmaps a block and lets go of its frames.
     pub(crate) fn release_block(&mut self, block: Block) {
         sys::unmap(block.base, block.len());
+        self.forget_evicted(&block, 0, block.pages.len());
         self.vmas -= block.vmas;
         self.drop_pages(&block.pages);
     }
@@ -348,9 +369,9 @@ impl State {
         let mut reuse = Vec::new();
         for p in old {
             let (f, content) = match *p {
-                Page::Owned(f) | Page::Shared(f) => (f, true),
-                Page::Diverged(f) => (f, false),
-                Page::Anon => continue,
+                Page::Owned(f) | Page::Shared(f) | Page::Evicted(Restores::Owned(f)) => (f, true),
+                Page::Diverged(f) | Page::Evicted(Restores::Diverged(f)) => (f, false),
+                Page::Anon | Page::Evicted(Restores::Anon) => continue,
             };
             match self.pools[f.pool()].unmap(f.slot(), content) {
                 (_, true) => reuse.push(f),
@@ -434,6 +455,7 @@ impl State {
             }
         }
         let old: Vec<Page> = self.blocks[&base].pages[i..i + n].to_vec();
+        self.forget_evicted(&self.blocks[&base], i, n);
         self.drop_pages(&old);
         let addr = self.blocks[&base].page_addr(i);
         // A fresh mapping is not registered: inside a scan it must be, or
@@ -444,10 +466,11 @@ impl State {
         let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
         let before = block.boundaries(i, n);
         for k in 0..n {
-            block.pages[i + k] = match first {
+            let page = match first {
                 Some(f) => Page::Shared(f.offset(k as u64)),
                 None => Page::Anon,
             };
+            block.set(i + k, page);
         }
         let after = block.boundaries(i, n);
         block.vmas = block.vmas + after - before;
@@ -475,7 +498,7 @@ impl State {
         for (k, e) in entries.iter().enumerate() {
             if let Page::Shared(f) = block.pages[i + k] {
                 if sys::is_diverged(*e) {
-                    block.pages[i + k] = Page::Diverged(f);
+                    block.set(i + k, Page::Diverged(f));
                     released.push(f);
                 }
             }
@@ -565,6 +588,17 @@ impl State {
         s.recycled_bytes = self.recycled_bytes as u64;
         s.metadata_bytes = self.metadata_bytes() as u64;
         s.protected_scan = self.protector.is_some();
+        if let Some(ev) = &self.evictions {
+            let t = ev.lock();
+            s.evicted_now = t.evicted_now;
+            s.restored = t.counts.restored;
+            s.restored_by_engine = t.counts.restored_by_engine;
+            s.evicted_dropped = t.counts.dropped;
+            s.restore_errors = t.counts.errors;
+            s.evict_lifetime_ms_log2 = t.counts.lifetime_ms_log2;
+            s.store = t.store.bytes();
+            s.metadata_bytes += t.records_bytes() as u64;
+        }
         s.frames_active = self.current_pool().is_some();
         s
     }

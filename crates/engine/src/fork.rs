@@ -13,12 +13,18 @@
 //! belong to the parent's address space (fork leaves no range registered:
 //! scans register only while they run, under the lock). The background scanner thread does
 //! not survive fork; the child scans on demand only.
+//!
+//! Evicted pages: without UFFD_FEATURE_EVENT_FORK the child's mappings are
+//! not registered, so it would read an evicted page as zero. So prepare
+//! restores every evicted page first (the forking thread answers them itself)
+//! and holds the table lock across fork, so the fault thread is known not to
+//! hold it. The fault thread does not survive fork; the child starts its own
+//! when it evicts, on its own userfaultfd.
 
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard, Once, Weak};
 
 use crate::engine::{Inner, State};
-use crate::protect::Protector;
 use crate::space::Page;
 use crate::sys;
 
@@ -29,6 +35,8 @@ static ATFORK: Once = Once::new();
 struct Held {
     _registry: MutexGuard<'static, Vec<Weak<Inner>>>,
     engines: Vec<(Arc<Inner>, MutexGuard<'static, State>)>,
+    /// Eviction tables, locked (after their engines'), and what keeps them alive.
+    tables: Vec<(MutexGuard<'static, crate::fault::Table>, Arc<crate::fault::Evictions>)>,
 }
 
 thread_local! {
@@ -64,11 +72,18 @@ extern "C" fn prepare() {
             (inner, guard)
         })
         .collect::<Vec<_>>();
-    let mut held = Held { _registry: registry, engines };
+    let mut held = Held { _registry: registry, engines, tables: Vec::new() };
     for (_, st) in held.engines.iter_mut() {
         // A recycled block maps frames MAP_SHARED and would be the child's too.
         st.flush_recycled();
+        st.restore_all_evicted();
         st.freeze_all();
+        if let Some(ev) = st.evictions.clone() {
+            let guard = ev.raw_lock();
+            // The guard borrows from the Evictions, which `Held` keeps alive beside it.
+            let guard: MutexGuard<'static, crate::fault::Table> = unsafe { std::mem::transmute(guard) };
+            held.tables.push((guard, ev));
+        }
     }
     HELD.with(|h| *h.borrow_mut() = Some(held));
 }
@@ -88,6 +103,8 @@ fn release(in_child: bool) {
 
 fn release_locks(in_child: bool) {
     let Some(mut held) = HELD.with(|h| h.borrow_mut().take()) else { return };
+    // Tables first: the child's engine reads its own below.
+    held.tables.clear();
     for (inner, st) in held.engines.iter_mut() {
         st.retire_pools(in_child);
         if in_child {
@@ -156,6 +173,20 @@ impl State {
     /// The inherited userfaultfd and pagemap describe the parent.
     fn reopen_process_handles(&mut self) {
         self.pagemap = sys::Pagemap::open().ok();
-        self.protector = if self.cfg.inject.fail_uffd { None } else { Protector::open().ok() };
+        if let Some(thread) = self.fault_thread.take() {
+            // The fault thread is not here: its handle must not be joined or
+            // detached, and the references it held will never be dropped.
+            std::mem::forget(thread);
+            if let Some(p) = &self.protector {
+                unsafe { Arc::decrement_strong_count(Arc::as_ptr(p)) };
+            }
+            if let Some(ev) = &self.evictions {
+                unsafe { Arc::decrement_strong_count(Arc::as_ptr(ev)) };
+            }
+        }
+        if let Some(ev) = &self.evictions {
+            ev.lock().store.after_fork_in_child();
+        }
+        self.protector = State::open_protector(&self.cfg);
     }
 }

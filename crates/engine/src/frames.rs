@@ -248,6 +248,11 @@ impl Pool {
         self.refs.get(slot as usize).copied().unwrap_or(0)
     }
 
+    /// Pages mapping the slot (referencing it or diverged from it).
+    pub fn maps(&self, slot: u64) -> u32 {
+        self.maps.get(slot as usize).copied().unwrap_or(0)
+    }
+
     pub fn freeze(&mut self, slot: u64) {
         if let Some(f) = self.flags.get_mut(slot as usize) {
             *f |= FROZEN;

@@ -17,6 +17,12 @@
 //!   The engine learns of divergence lazily, from /proc/self/pagemap.
 //! - **Anon**: plain anonymous memory (a fallback, or a folded zero range).
 //!
+//! and a fifth for pages taken out of memory: **Evicted**, whose content is
+//! in a page store (LZ4-compressed in memory by default) while the page is
+//! not present and registered for userfaultfd MISSING faults; a fault thread
+//! puts the content back on any touch, including the kernel's inside a system
+//! call (evict.rs, fault.rs, store.rs).
+//!
 //! A virtual copy (`copy`) freezes the source's owned pages (remaps them
 //! `MAP_PRIVATE` in place; the content stays in the page cache) and maps the
 //! destination `MAP_PRIVATE` onto the same frames: mmapcopy without a new system
@@ -65,9 +71,15 @@ mod recycle;
 #[doc(hidden)]
 pub mod protect;
 mod fork;
+mod store;
+mod fault;
+mod evict;
 
 pub use config::{Config, Inject};
 pub use engine::{Engine, Hint, ScanReport};
+pub use evict::EvictReport;
+pub use fault::LIFETIME_BUCKETS;
+pub use store::{Handle, Lz4Store, PageStore, StoreBytes, StoreError};
 pub use stats::{Fallbacks, Stats};
 
 thread_local! {

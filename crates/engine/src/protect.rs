@@ -1,4 +1,5 @@
-//! Write protection for scans, with userfaultfd in write-protect mode.
+//! The engine's userfaultfd: write protection for scans, and MISSING mode
+//! for evicted pages (evict.rs, fault.rs).
 //!
 //! A scan must not fold or remap a page while a thread writes it: the write
 //! would land in memory that the remap then discards. Kernel KSM write-protects
@@ -13,14 +14,27 @@
 //! would cost a fault per page. mmap(MAP_FIXED) creates fresh, unregistered
 //! mappings, so a range remapped during a scan is registered again; sleepers
 //! in a replaced range are woken and fault again on the new mapping.
+//!
+//! The same descriptor serves evicted pages: a VMA can be registered with one
+//! userfaultfd only, so a range holding evicted pages is registered MISSING|WP
+//! here, and a scan's WP registration of a chunk leaves it so (registering
+//! adds modes, it never removes one). MISSING faults are read and answered by
+//! the fault thread (fault.rs); WP faults it reads too, and ignores: the scan
+//! that protected the page wakes its writers when it unprotects.
 
 use std::io;
 
 const UFFD_API: u64 = 0xAA;
+const FEATURE_MISSING_SHMEM: u64 = 1 << 5;
 const FEATURE_WP_SHMEM: u64 = 1 << 12;
 const FEATURE_WP_UNPOPULATED: u64 = 1 << 13;
+const FEATURE_POISON: u64 = 1 << 14;
+const MODE_MISSING: u64 = 1;
 const MODE_WP: u64 = 2;
 const WP_MODE_WP: u64 = 1;
+/// `uffd_msg.event` of a page fault, and its flag for a write-protect fault.
+const EVENT_PAGEFAULT: u8 = 0x12;
+const PAGEFAULT_FLAG_WP: u64 = 1 << 1;
 
 const fn iowr(nr: u64, size: u64) -> u64 {
     (3 << 30) | (size << 16) | (0xAA << 8) | nr
@@ -32,7 +46,10 @@ const UFFDIO_API: u64 = iowr(0x3F, 24);
 const UFFDIO_REGISTER: u64 = iowr(0x00, 32);
 const UFFDIO_UNREGISTER: u64 = ior(0x01, 16);
 const UFFDIO_WAKE: u64 = ior(0x02, 16);
+const UFFDIO_COPY: u64 = iowr(0x03, 40);
+const UFFDIO_ZEROPAGE: u64 = iowr(0x04, 32);
 const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, 24);
+const UFFDIO_POISON: u64 = iowr(0x08, 32);
 
 #[repr(C)]
 struct ApiArg {
@@ -56,23 +73,82 @@ struct WriteProtectArg {
     range: Range,
     mode: u64,
 }
+#[repr(C)]
+struct CopyArg {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    copied: i64,
+}
+/// UFFDIO_ZEROPAGE and UFFDIO_POISON take the same layout.
+#[repr(C)]
+struct FillArg {
+    range: Range,
+    mode: u64,
+    done: i64,
+}
+/// `struct uffd_msg`, as far as page faults go.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Msg {
+    event: u8,
+    _reserved: [u8; 7],
+    flags: u64,
+    address: u64,
+    _rest: u64,
+}
 
-/// A userfaultfd set up for write protection of anonymous and shmem memory.
+/// A page fault read from the descriptor.
+#[derive(Clone, Copy, Debug)]
+pub struct Fault {
+    pub addr: usize,
+    /// A write-protect fault (a scan's), not a missing page.
+    pub wp: bool,
+}
+
+/// A userfaultfd set up for write protection of anonymous and shmem memory
+/// and, where the kernel allows, MISSING mode on both.
 pub struct Protector {
     fd: i32,
+    /// MISSING mode is available (eviction can work).
+    pub missing: bool,
+    /// UFFDIO_POISON is available (a page whose stored copy is lost faults with SIGBUS).
+    pub poison: bool,
 }
 
 impl Protector {
-    pub fn open() -> io::Result<Protector> {
-        let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
-        let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as i32;
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
+    /// With `missing`, asks for MISSING mode on shmem and for poisoning too,
+    /// falling back to write protection alone if the kernel refuses them.
+    pub fn open_with(missing: bool) -> io::Result<Protector> {
+        let wp = FEATURE_WP_SHMEM | FEATURE_WP_UNPOPULATED;
+        let attempts: &[u64] = if missing {
+            &[wp | FEATURE_MISSING_SHMEM | FEATURE_POISON, wp | FEATURE_MISSING_SHMEM, wp]
+        } else {
+            &[wp]
+        };
+        let mut last = io::Error::from_raw_os_error(libc::EINVAL);
+        // A second UFFDIO_API on one descriptor fails: a fresh one per attempt.
+        for &features in attempts {
+            let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+            let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as i32;
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let missing = features & FEATURE_MISSING_SHMEM != 0;
+            let p = Protector { fd, missing, poison: features & FEATURE_POISON != 0 };
+            let mut api = ApiArg { api: UFFD_API, features, ioctls: 0 };
+            match p.ioctl(UFFDIO_API, &mut api) {
+                Ok(()) => return Ok(p),
+                Err(e) => last = e,
+            }
         }
-        let p = Protector { fd };
-        let mut api = ApiArg { api: UFFD_API, features: FEATURE_WP_SHMEM | FEATURE_WP_UNPOPULATED, ioctls: 0 };
-        p.ioctl(UFFDIO_API, &mut api)?;
-        Ok(p)
+        Err(last)
+    }
+
+    /// Write protection and, if available, MISSING mode.
+    pub fn open() -> io::Result<Protector> {
+        Protector::open_with(true)
     }
 
     fn ioctl<T>(&self, req: u64, arg: &mut T) -> io::Result<()> {
@@ -92,6 +168,13 @@ impl Protector {
     /// Registers `[addr, addr+len)` (whole mappings of ours) for write protection.
     pub fn register(&self, addr: *const u8, len: usize) -> io::Result<()> {
         let mut arg = RegisterArg { range: range(addr, len), mode: MODE_WP, ioctls: 0 };
+        self.ioctl(UFFDIO_REGISTER, &mut arg)
+    }
+
+    /// Registers `[addr, addr+len)` for MISSING faults and write protection
+    /// (a range holding evicted pages; see the module comment).
+    pub fn register_missing(&self, addr: *const u8, len: usize) -> io::Result<()> {
+        let mut arg = RegisterArg { range: range(addr, len), mode: MODE_MISSING | MODE_WP, ioctls: 0 };
         self.ioctl(UFFDIO_REGISTER, &mut arg)
     }
 
@@ -118,6 +201,49 @@ impl Protector {
     pub fn wake(&self, addr: *const u8, len: usize) {
         let mut arg = range(addr, len);
         let _ = self.ioctl(UFFDIO_WAKE, &mut arg);
+    }
+
+    /// Fills the missing page at `addr` with `page` and wakes its faulters.
+    /// EEXIST: the page is present already; ENOENT: the range is no longer
+    /// registered (its mapping was replaced).
+    pub fn copy(&self, addr: usize, page: &[u8; crate::PAGE]) -> io::Result<()> {
+        let mut arg = CopyArg { dst: addr as u64, src: page.as_ptr() as u64, len: crate::PAGE as u64, mode: 0, copied: 0 };
+        self.ioctl(UFFDIO_COPY, &mut arg)
+    }
+
+    /// Maps the zero page at `addr` if nothing is mapped there (EEXIST otherwise) and wakes.
+    pub fn zeropage(&self, addr: usize) -> io::Result<()> {
+        let mut arg = FillArg { range: Range { start: addr as u64, len: crate::PAGE as u64 }, mode: 0, done: 0 };
+        self.ioctl(UFFDIO_ZEROPAGE, &mut arg)
+    }
+
+    /// Marks the missing page at `addr` poisoned: its faulters get SIGBUS,
+    /// as a process does when the kernel cannot read a page back from swap.
+    pub fn poison(&self, addr: usize) -> io::Result<()> {
+        let mut arg = FillArg { range: Range { start: addr as u64, len: crate::PAGE as u64 }, mode: 0, done: 0 };
+        self.ioctl(UFFDIO_POISON, &mut arg)
+    }
+
+    /// Waits up to `timeout_ms` for faults and reads them into `out`; returns how many.
+    pub fn read_faults(&self, out: &mut [Fault], timeout_ms: i32) -> usize {
+        let mut pfd = libc::pollfd { fd: self.fd, events: libc::POLLIN, revents: 0 };
+        if unsafe { libc::poll(&mut pfd, 1, timeout_ms) } <= 0 {
+            return 0;
+        }
+        let mut msgs = [Msg::default(); 16];
+        let want = out.len().min(msgs.len()) * std::mem::size_of::<Msg>();
+        let r = unsafe { libc::read(self.fd, msgs.as_mut_ptr().cast(), want) };
+        if r <= 0 {
+            return 0;
+        }
+        let mut n = 0;
+        for m in &msgs[..r as usize / std::mem::size_of::<Msg>()] {
+            if m.event == EVENT_PAGEFAULT {
+                out[n] = Fault { addr: m.address as usize & !(crate::PAGE - 1), wp: m.flags & PAGEFAULT_FLAG_WP != 0 };
+                n += 1;
+            }
+        }
+        n
     }
 }
 

@@ -26,6 +26,12 @@
 //!    range loses fault-around; ranges remapped in steps 4-5 were registered
 //!    as they were made).
 //!
+//! Evicted pages (evict.rs) are neither folded nor merged (reading one would
+//! restore it): before its chunk is registered, pages the fault thread has
+//! restored are reconciled, and the rest are skipped; their MISSING
+//! registration survives the chunk's (registering adds modes, and step 6
+//! unregisters only the pages that are not evicted).
+//!
 //! Without userfaultfd, steps 4-5 would race with writers and are skipped;
 //! step 2 is safe on its own (divergence never reverts).
 
@@ -68,6 +74,7 @@ pub fn scan(inner: &Inner) -> ScanReport {
                 break;
             }
             let c = chunk.min(n - i);
+            st.reconcile(base, i, c);
             // A signal handler of this thread writing into the protected chunk
             // would wait for this very thread: no signals until it is unprotected.
             let mask = sys::block_signals();
@@ -118,9 +125,36 @@ impl State {
         let was = std::mem::replace(&mut self.scanning, true);
         self.register(addr, n * PAGE);
         let r = f(self);
-        self.unregister(addr, n * PAGE);
+        self.unregister_unevicted(base, i, n);
         self.scanning = was;
         r
+    }
+
+    /// Unregisters pages `[i, i+n)` of a block except evicted ones, which
+    /// must keep their MISSING registration.
+    fn unregister_unevicted(&mut self, base: usize, i: usize, n: usize) {
+        let Some(block) = self.blocks.get(&base) else { return };
+        if block.evicted == 0 {
+            return self.unregister(block.page_addr(i), n * PAGE);
+        }
+        let mut plain = Vec::new();
+        let mut k = i;
+        while k < i + n {
+            let evicted = block.pages[k].is_evicted();
+            let end = (k..i + n).find(|&j| block.pages[j].is_evicted() != evicted).unwrap_or(i + n);
+            if !evicted {
+                plain.push((block.page_addr(k), (end - k) * PAGE));
+            }
+            k = end;
+        }
+        let addr = block.page_addr(i);
+        for (a, len) in plain {
+            self.unregister(a, len);
+        }
+        // Unregistering wakes only MISSING sleepers: wake write-protect ones too.
+        if let Some(p) = &self.protector {
+            p.wake(addr, n * PAGE);
+        }
     }
 
     fn scan_chunk(&mut self, base: usize, i: usize, c: usize, unstable: &mut Unstable, rep: &mut ScanReport) {
@@ -142,7 +176,11 @@ impl State {
         rep.diverged_released += self.refresh_divergence(base, i, c);
         let mut resident = vec![0u8; c];
         if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
-            let looked: Vec<usize> = due.into_iter().filter(|&k| resident[k - i] & 1 != 0 && !self.already_indexed(base, k)).collect();
+            let looked: Vec<usize> = due
+                .into_iter()
+                .filter(|&k| resident[k - i] & 1 != 0 && !self.blocks[&base].pages[k].is_evicted())
+                .filter(|&k| !self.already_indexed(base, k))
+                .collect();
             let (zero, nonzero): (Vec<usize>, Vec<usize>) = looked.iter().partition(|&&k| sys::is_zero(self.fold_content(base, k)));
             rep.pages_scanned += looked.len() as u64;
             let zero = self.settled(base, zero, true, rep);
@@ -274,6 +312,7 @@ impl State {
                     let pool = &self.pools[f.pool()];
                     !pool.retired && sys::punch(pool.fd, f.slot(), n as u64).is_ok()
                 }
+                Page::Evicted(_) => false,
             };
             if folded {
                 rep.zero_folded += n as u64;
@@ -311,7 +350,10 @@ impl State {
             // A page seen earlier in this scan may have been freed, cut off or
             // exempted (and protected) since, between two chunks.
             let page_content = |(qb, qi): (usize, usize)| {
-                self.blocks.get(&qb).filter(|b| !b.exempt && qi < b.pages.len()).map(|b| b.page_addr(qi) as *const u8)
+                self.blocks
+                    .get(&qb)
+                    .filter(|b| !b.exempt && qi < b.pages.len() && !b.pages[qi].is_evicted())
+                    .map(|b| b.page_addr(qi) as *const u8)
             };
             match unstable.find(ptr, page_content) {
                 Some((qb, qi)) if (qb, qi) != (base, k) => {
@@ -340,7 +382,7 @@ impl State {
     /// still equals the page at `ptr`. Pages outside the protected chunk are
     /// protected for the comparison.
     fn promote(&mut self, qb: usize, qi: usize, ptr: *const u8, chunk: &std::ops::Range<usize>, base: usize) -> Option<FrameId> {
-        let qaddr = self.blocks.get(&qb).filter(|b| !b.exempt && qi < b.pages.len())?.page_addr(qi);
+        let qaddr = self.blocks.get(&qb).filter(|b| !b.exempt && qi < b.pages.len() && !b.pages[qi].is_evicted())?.page_addr(qi);
         if qb == base && chunk.contains(&qi) {
             return self.frame_for(qb, qi, ptr);
         }
@@ -375,6 +417,7 @@ impl State {
                 matches!(self.blocks[&qb].pages[qi], Page::Shared(_)).then_some(f)
             }
             Page::Anon | Page::Diverged(_) => self.materialize(qb, qi),
+            Page::Evicted(_) => None,
         }
     }
 

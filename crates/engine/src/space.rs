@@ -18,14 +18,40 @@ pub enum Page {
     Shared(FrameId),
     /// Mapped private at this frame but holding its own copy: the frame is no longer referenced.
     Diverged(FrameId),
+    /// Evicted (evict.rs): the content is in the page store, the memory is
+    /// free, the range is registered for MISSING faults. The fault thread may
+    /// have restored it already; the engine learns that when it reconciles.
+    Evicted(Restores),
 }
 
-/// How a page is mapped, as far as merging neighbouring VMAs is concerned.
+/// What an evicted page is once restored; it stays mapped as that meanwhile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Restores {
+    Anon,
+    /// Its own frame, mapped shared and punched; restored into the frame.
+    Owned(FrameId),
+    /// Mapped private at a frame no other page maps (a hole); restored as
+    /// the page's own anonymous copy.
+    Diverged(FrameId),
+}
+
+impl Restores {
+    pub fn page(self) -> Page {
+        match self {
+            Restores::Anon => Page::Anon,
+            Restores::Owned(f) => Page::Owned(f),
+            Restores::Diverged(f) => Page::Diverged(f),
+        }
+    }
+}
+
+/// How a page is mapped, as far as merging neighbouring VMAs is concerned
+/// (the bool: registered for MISSING faults, which splits a VMA too).
 #[derive(PartialEq, Eq)]
 enum MapKind {
-    Anon,
-    SharedFile(FrameId),
-    PrivateFile(FrameId),
+    Anon(bool),
+    SharedFile(FrameId, bool),
+    PrivateFile(FrameId, bool),
 }
 
 impl Page {
@@ -36,11 +62,18 @@ impl Page {
         }
     }
 
+    pub fn is_evicted(self) -> bool {
+        matches!(self, Page::Evicted(_))
+    }
+
     fn map_kind(self) -> MapKind {
         match self {
-            Page::Anon => MapKind::Anon,
-            Page::Owned(f) => MapKind::SharedFile(f),
-            Page::Shared(f) | Page::Diverged(f) => MapKind::PrivateFile(f),
+            Page::Anon => MapKind::Anon(false),
+            Page::Owned(f) => MapKind::SharedFile(f, false),
+            Page::Shared(f) | Page::Diverged(f) => MapKind::PrivateFile(f, false),
+            Page::Evicted(Restores::Anon) => MapKind::Anon(true),
+            Page::Evicted(Restores::Owned(f)) => MapKind::SharedFile(f, true),
+            Page::Evicted(Restores::Diverged(f)) => MapKind::PrivateFile(f, true),
         }
     }
 }
@@ -48,9 +81,9 @@ impl Page {
 /// True if `b` directly after `a` continues `a`'s mapping.
 pub fn continues(a: Page, b: Page) -> bool {
     match (a.map_kind(), b.map_kind()) {
-        (MapKind::Anon, MapKind::Anon) => true,
-        (MapKind::SharedFile(x), MapKind::SharedFile(y)) | (MapKind::PrivateFile(x), MapKind::PrivateFile(y)) => {
-            x.pool() == y.pool() && y.0 == x.0 + 1
+        (MapKind::Anon(x), MapKind::Anon(y)) => x == y,
+        (MapKind::SharedFile(x, xa), MapKind::SharedFile(y, ya)) | (MapKind::PrivateFile(x, xa), MapKind::PrivateFile(y, ya)) => {
+            xa == ya && x.pool() == y.pool() && y.0 == x.0 + 1
         }
         _ => false,
     }
@@ -70,6 +103,8 @@ pub struct Block {
     /// The program changed the block's protection or per-mapping advice: the
     /// engine no longer scans, remaps or shares it (see advice.rs).
     pub exempt: bool,
+    /// Pages in state `Evicted` (a quick "nothing to reconcile" test).
+    pub evicted: usize,
 }
 
 unsafe impl Send for Block {}
@@ -77,9 +112,24 @@ unsafe impl Send for Block {}
 impl Block {
     pub fn new(base: *mut u8, pages: Vec<Page>) -> Block {
         let seen = vec![0; pages.len()];
-        let mut b = Block { base, pages, vmas: 0, seen, exempt: false };
+        let evicted = pages.iter().filter(|p| p.is_evicted()).count();
+        let mut b = Block { base, pages, vmas: 0, seen, exempt: false, evicted };
         b.vmas = b.count_vmas();
         b
+    }
+
+    /// Sets page `k`'s state, keeping the evicted count.
+    pub fn set(&mut self, k: usize, page: Page) {
+        self.evicted = self.evicted + page.is_evicted() as usize - self.pages[k].is_evicted() as usize;
+        self.pages[k] = page;
+    }
+
+    /// Cuts the pages from `k` on off the block; returns them.
+    pub fn cut(&mut self, k: usize) -> Vec<Page> {
+        let tail = self.pages.split_off(k);
+        self.seen.truncate(k);
+        self.evicted -= tail.iter().filter(|p| p.is_evicted()).count();
+        tail
     }
 
     pub fn len(&self) -> usize {

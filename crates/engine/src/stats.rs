@@ -16,6 +16,8 @@ pub struct Fallbacks {
     pub uffd: u64,
     /// The frame pool could not grow.
     pub frames: u64,
+    /// An eviction was refused: no userfaultfd MISSING mode, or no fault thread.
+    pub evict: u64,
 }
 
 /// A snapshot of the engine's state and history.
@@ -65,4 +67,23 @@ pub struct Stats {
     pub protected_scan: bool,
     /// Whether blocks are served from memfd frames (false: degraded to plain memory).
     pub frames_active: bool,
+    /// Total pages evicted to the page store (evict.rs).
+    pub evicted: u64,
+    /// Pages evicted now (their content in the store, their memory free).
+    pub evicted_now: u64,
+    /// Total evicted pages restored because something touched them.
+    pub restored: u64,
+    /// Total evicted pages the engine restored itself (before fork, exempting a block).
+    pub restored_by_engine: u64,
+    /// Total evicted pages freed or overwritten before anything touched them.
+    pub evicted_dropped: u64,
+    /// Total pages the store refused to take (incompressible, full): left in memory.
+    pub evict_refused: u64,
+    /// Restores that went wrong (page found present, stored copy lost); 0 unless a bug.
+    pub restore_errors: u64,
+    /// What the page store holds now: pages, payload bytes, overhead bytes.
+    pub store: crate::store::StoreBytes,
+    /// Time from eviction to the touch that restored the page: bucket 0 under
+    /// 1 ms, bucket b from 2^(b-1) to 2^b ms, the last one open (DE's Figure 4).
+    pub evict_lifetime_ms_log2: [u64; crate::fault::LIFETIME_BUCKETS],
 }

@@ -11,6 +11,11 @@
 //! Workers write the same few page patterns, and zero whole pages, so the
 //! scanner always has pages to merge (across threads too) and to fold.
 //!
+//! The eviction variants (`shadow_evict*`) mix in `Engine::evict` of random
+//! page ranges by the workers and of all engine memory by the background
+//! thread between its scans, so pages leave memory and come back (on a touch,
+//! a copy, a system call of the scanner...) under every other operation.
+//!
 //! Scale and reproduce with the environment:
 //! - `PAGEFOLD_SHADOW_OPS`: operations per test (split over the workers);
 //!   default 6000, sized for CI in a debug build. Long run for the docs:
@@ -131,6 +136,11 @@ enum Op {
     Exempt {
         blk: u64,
     },
+    Evict {
+        blk: u64,
+        page: usize,
+        n: usize,
+    },
     Scan,
 }
 
@@ -149,6 +159,7 @@ impl Op {
             | Op::BogusFree { blk }
             | Op::Discard { blk, .. }
             | Op::Shrink { blk, .. }
+            | Op::Evict { blk, .. }
             | Op::Exempt { blk } => blk == id,
             Op::DupPage { src, dst, .. } | Op::Copy { src, dst, .. } => src == id || dst == id,
             Op::Scan => false,
@@ -171,6 +182,8 @@ struct Opts {
     ops: u64,
     /// A thread calling engine.scan() in a loop (else rely on cfg.scan_interval).
     scanner_thread: bool,
+    /// Workers evict random ranges, and the scanner thread evicts all engine memory between scans.
+    evict: bool,
     seed: u64,
 }
 
@@ -187,6 +200,7 @@ impl Opts {
             threads: env_u64("PAGEFOLD_SHADOW_THREADS").unwrap_or(3).max(1) as usize,
             ops: env_u64("PAGEFOLD_SHADOW_OPS").unwrap_or(6000),
             scanner_thread: true,
+            evict: false,
             seed,
         }
     }
@@ -230,6 +244,9 @@ struct Worker {
     patterns: Arc<Vec<Vec<u8>>>,
     scratch: Vec<u8>,
     test: &'static str,
+    evict: bool,
+    /// Lowest and highest address of any block so far (what the scanner thread evicts).
+    span: Arc<(AtomicU64, AtomicU64)>,
 }
 
 fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
@@ -371,6 +388,8 @@ impl Worker {
                 None,
             );
         }
+        self.span.0.fetch_min(ptr as u64, Ordering::Relaxed);
+        self.span.1.fetch_max(ptr as u64 + len as u64, Ordering::Relaxed);
         let mut log = VecDeque::new();
         log.push_back((self.op_no, self.log.back().unwrap().1.clone()));
         let shadow = match hint {
@@ -790,6 +809,26 @@ impl Worker {
         self.compare(bi, off, len, "read");
     }
 
+    /// Evicts some pages of a block (a hint: nothing may change for the program).
+    fn evict(&mut self) {
+        let bi = self.pick();
+        let (page, n) = self.pages(bi);
+        self.record(Op::Evict {
+            blk: self.blocks[bi].id,
+            page,
+            n,
+        });
+        let r = self.engine.evict(unsafe { self.blocks[bi].ptr.add(page * PAGE) }, n * PAGE);
+        if r.unavailable {
+            self.fail(&format!("evict unavailable: {r:?}"), Some(bi));
+        }
+        if self.rng.gen_bool(0.5) {
+            let b = &self.blocks[bi];
+            let (s, e) = (page * PAGE, ((page + n) * PAGE).min(b.len));
+            self.compare(bi, s, e - s, "right after evict");
+        }
+    }
+
     fn scan(&mut self) {
         self.record(Op::Scan);
         self.engine.scan();
@@ -827,6 +866,7 @@ impl Worker {
             75..=79 => self.copy_external(),
             80 => self.bogus_free(),
             81..=92 => self.compare_random(),
+            93..=96 if self.evict => self.evict(),
             100..=101 => self.discard(),
             102 => self.shrink(),
             103 if self.rng.gen_bool(0.5) => self.exempt(),
@@ -855,11 +895,17 @@ fn run(cfg: Config, o: Opts) -> (Stats, Stats) {
     let progress: Arc<Vec<AtomicU64>> =
         Arc::new((0..o.threads).map(|_| AtomicU64::new(0)).collect());
 
+    let span = Arc::new((AtomicU64::new(u64::MAX), AtomicU64::new(0)));
     let scanner = o.scanner_thread.then(|| {
         let (e, stop, name, seed) = (engine.clone(), stop.clone(), o.name, o.seed);
+        let (evict, span) = (o.evict, span.clone());
         std::thread::spawn(move || {
             let mut scans = 0u64;
             while !stop.load(Ordering::Relaxed) {
+                let (lo, hi) = (span.0.load(Ordering::Relaxed), span.1.load(Ordering::Relaxed));
+                if evict && lo < hi {
+                    e.evict(lo as *const u8, (hi - lo) as usize);
+                }
                 e.scan();
                 scans += 1;
                 // Let program threads at the engine lock between scans (std's Mutex is not fair).
@@ -888,6 +934,8 @@ fn run(cfg: Config, o: Opts) -> (Stats, Stats) {
                 patterns: patterns.clone(),
                 scratch: Vec::new(),
                 test: o.name,
+                evict: o.evict,
+                span: span.clone(),
             };
             let (stop, progress) = (stop.clone(), progress.clone());
             std::thread::spawn(move || {
@@ -967,6 +1015,11 @@ fn run(cfg: Config, o: Opts) -> (Stats, Stats) {
         s.vmas_used, 0,
         "{ctx}: the engine's mapping count drifted: {s:?}"
     );
+    assert_eq!(
+        (s.evicted_now, s.store.pages, s.restore_errors),
+        (0, 0, 0),
+        "{ctx}: evicted pages or stored copies left, or a restore went wrong: {s:?}"
+    );
     (before_stop, s)
 }
 
@@ -1001,6 +1054,49 @@ fn shadow_default() {
     let (_, s) = run(Config::default(), Opts::new("default"));
     exercised(&s, "default");
     assert!(s.protected_scan && s.frames_active, "{s:?}");
+}
+
+fn evicting(name: &'static str) -> Opts {
+    let mut o = Opts::new(name);
+    o.evict = true;
+    o
+}
+
+fn exercised_eviction(s: &Stats, name: &str) {
+    exercised(s, name);
+    assert!(s.evicted > 0, "[{name}] nothing was evicted: {s:?}");
+    assert!(s.restored > 0, "[{name}] no evicted page was ever touched: {s:?}");
+    assert!(s.evicted_dropped > 0, "[{name}] no evicted page was ever freed or overwritten: {s:?}");
+}
+
+#[test]
+fn shadow_evict() {
+    let (_, s) = run(Config::default(), evicting("evict"));
+    exercised_eviction(&s, "evict");
+}
+
+#[test]
+fn shadow_evict_small_chunks_recycling() {
+    // Chunks of 3 pages: evicted runs, scan chunks and registrations cut
+    // each other everywhere; recycled blocks come back to Uninit allocations.
+    let cfg = Config {
+        scan_chunk_pages: 3,
+        recycle_bytes: 2 << 20,
+        ..Config::default()
+    };
+    let (_, s) = run(cfg, evicting("evict_chunk3"));
+    exercised_eviction(&s, "evict_chunk3");
+}
+
+#[test]
+fn shadow_evict_small_vma_budget() {
+    // Evicted runs cost mappings: some evictions must be refused by the budget.
+    let cfg = Config {
+        vma_budget: 40,
+        ..Config::default()
+    };
+    let (_, s) = run(cfg, evicting("evict_vma40"));
+    assert!(s.evicted > 0 && s.fallbacks.vma_budget > 0, "{s:?}");
 }
 
 #[test]

@@ -1,0 +1,352 @@
+//! Measures eviction and restore on this machine, for docs/MECHANISMS.md
+//! ("Eviction and restore").
+//!
+//! Run: `cargo run --release -p pagefold-engine --example evict [pages] [runs]`
+//! (default 16,384 pages = 64 MiB, 5 runs; medians). For each kind of page
+//! the engine evicts, prints: evict cost per page (compression, stores,
+//! registration, freeing; with the default 1 ms pin grace per 512-page chunk
+//! and without it), restore cost per page when a thread touches the pages
+//! one after another (fault -> fault thread -> decompress -> UFFDIO_COPY ->
+//! wake), and the footprint: resident pages before and after, bytes the store
+//! holds per page and the engine's metadata per evicted page.
+//!
+//! First it probes what the mechanism rests on: how registering part of a
+//! mapping with userfaultfd changes the mapping count, and what a MISSING
+//! fault answered by another thread costs on anonymous memory, on a shared
+//! memfd mapping (owned pages) and on a private one (copies), without
+//! compression; and what SIGBUS mode does to a system call touching a missing page.
+
+use std::time::{Duration, Instant};
+
+use pagefold_engine::{Config, Engine, Hint, PAGE};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Anon,
+    Owned,
+    SoleShared,
+    SoleDiverged,
+}
+
+/// Text-like content (words from a small vocabulary), as compressible as the
+/// "text" row of KERNEL-NOTES (LZ4 ~1.7 KB per page).
+fn text_page(k: usize) -> Vec<u8> {
+    const WORDS: [&str; 16] = [
+        "the ", "model ", "value ", "of ", "frame ", "page ", "residual ", "in ", "variance ", "coefficient ",
+        "estimate ", "and ", "error ", "for ", "data ", "matrix\n",
+    ];
+    let mut x = (k as u64).wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    let mut v = Vec::with_capacity(PAGE + 16);
+    while v.len() < PAGE {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(WORDS[(x % 16) as usize].as_bytes());
+        if x % 7 == 0 {
+            v.extend_from_slice(format!("{} ", x % 1000).as_bytes());
+        }
+    }
+    v.truncate(PAGE);
+    v
+}
+
+fn resident(p: *const u8, n: usize) -> usize {
+    let mut v = vec![0u8; n];
+    unsafe { libc::mincore(p as *mut _, n * PAGE, v.as_mut_ptr()) };
+    v.iter().filter(|&&b| b & 1 != 0).count()
+}
+
+/// A block of `n` pages of `kind` filled with text; returns it and its content.
+fn block(e: &Engine, kind: Kind, n: usize, content: &[u8]) -> *mut u8 {
+    let fresh = || e.alloc(n * PAGE, Hint::FullWrite);
+    match kind {
+        Kind::Anon | Kind::Owned => {
+            let p = fresh();
+            unsafe { std::ptr::copy_nonoverlapping(content.as_ptr(), p, content.len()) };
+            p
+        }
+        Kind::SoleShared | Kind::SoleDiverged => {
+            let (src, dst) = (fresh(), fresh());
+            unsafe {
+                std::ptr::copy_nonoverlapping(content.as_ptr(), src, content.len());
+                e.copy(dst, src, n * PAGE);
+                if kind == Kind::SoleDiverged {
+                    // Every page written once: each holds its own copy.
+                    for k in 0..n {
+                        let q = dst.add(k * PAGE);
+                        q.write_volatile(q.read_volatile());
+                    }
+                }
+                e.free(src);
+            }
+            dst
+        }
+    }
+}
+
+struct Run {
+    evict_us: f64,
+    restore_us: f64,
+    resident_before: usize,
+    resident_after: usize,
+    stored_per_page: f64,
+    overhead_per_page: f64,
+    metadata_per_page: f64,
+    evicted: u64,
+}
+
+fn one(kind: Kind, n: usize, content: &[u8], grace: Duration) -> Run {
+    let cfg = Config { frames: kind != Kind::Anon, pin_grace: grace, ..Config::default() };
+    let e = Engine::new(cfg);
+    let p = block(&e, kind, n, content);
+    let resident_before = resident(p, n);
+    let meta_before = e.stats().metadata_bytes;
+    let t = Instant::now();
+    let r = e.evict(p, n * PAGE);
+    let evict_us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+    let resident_after = resident(p, n);
+    let s = e.stats();
+    let ev = r.evicted.max(1) as f64;
+    let t = Instant::now();
+    let mut sum = 0u64;
+    for k in 0..n {
+        sum = sum.wrapping_add(unsafe { p.add(k * PAGE + 8).read_volatile() } as u64);
+    }
+    let restore_us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+    std::hint::black_box(sum);
+    assert!(unsafe { std::slice::from_raw_parts(p, n * PAGE) } == content, "{kind:?}: wrong bytes after restore");
+    unsafe { e.free(p) };
+    Run {
+        evict_us,
+        restore_us,
+        resident_before,
+        resident_after,
+        stored_per_page: s.store.payload as f64 / ev,
+        overhead_per_page: s.store.overhead as f64 / ev,
+        metadata_per_page: (s.metadata_bytes - meta_before) as f64 / ev,
+        evicted: r.evicted,
+    }
+}
+
+fn maps_in(lo: usize, hi: usize) -> usize {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter(|l| {
+            let (a, b) = l.split_whitespace().next().unwrap().split_once('-').unwrap();
+            usize::from_str_radix(a, 16).unwrap() < hi && usize::from_str_radix(b, 16).unwrap() > lo
+        })
+        .count()
+}
+
+fn map(len: usize, fd: i32, shared: bool) -> *mut u8 {
+    let flags = match (fd < 0, shared) {
+        (true, _) => libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        (false, true) => libc::MAP_SHARED,
+        (false, false) => libc::MAP_PRIVATE,
+    };
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0) };
+    assert_ne!(p, libc::MAP_FAILED);
+    p.cast()
+}
+
+/// Mapping counts when a run of 10 pages inside a 64-page mapping is
+/// registered MISSING|WP, then the whole mapping WP (as a scan's chunk
+/// does), then the run is unregistered.
+fn probe_registration() {
+    use pagefold_engine::protect::Protector;
+    let uffd = Protector::open().expect("userfaultfd");
+    let fd = unsafe { libc::memfd_create(c"probe".as_ptr(), libc::MFD_CLOEXEC) };
+    unsafe { libc::ftruncate(fd, 64 * PAGE as i64) };
+    println!("| mapping | 64 pages | + run registered MISSING+WP | + whole range WP | run unregistered | all unregistered |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (name, fd, shared) in [("anonymous", -1, false), ("memfd shared", fd, true), ("memfd private", fd, false)] {
+        let p = map(64 * PAGE, fd, shared);
+        let (lo, hi) = (p as usize, p as usize + 64 * PAGE);
+        let run = unsafe { p.add(20 * PAGE) };
+        let a = maps_in(lo, hi);
+        uffd.register_missing(run, 10 * PAGE).unwrap();
+        let b = maps_in(lo, hi);
+        uffd.register(p, 64 * PAGE).unwrap();
+        let c = maps_in(lo, hi);
+        uffd.unregister(run, 10 * PAGE).unwrap();
+        let d = maps_in(lo, hi);
+        uffd.unregister(p, 64 * PAGE).unwrap();
+        let e = maps_in(lo, hi);
+        println!("| {name} | {a} | {b} | {c} | {d} | {e} |");
+        unsafe { libc::munmap(p.cast(), 64 * PAGE) };
+    }
+    unsafe { libc::close(fd) };
+    println!();
+}
+
+/// MISSING faults answered by a thread with UFFDIO_COPY of a page kept in
+/// memory (no compression): us per page touched in order, read and write.
+fn probe_fault_paths(n: usize) {
+    use pagefold_engine::protect::{Fault, Protector};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let uffd = Arc::new(Protector::open().expect("userfaultfd"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let page = [0x5au8; PAGE];
+    let server = {
+        let (uffd, stop) = (uffd.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut f = [Fault { addr: 0, wp: false }; 16];
+            while !stop.load(Ordering::Relaxed) {
+                let k = uffd.read_faults(&mut f, 50);
+                for x in f[..k].iter().filter(|x| !x.wp) {
+                    if uffd.copy(x.addr, &page).is_err() {
+                        uffd.wake(x.addr as *const u8, PAGE);
+                    }
+                }
+            }
+        })
+    };
+    let fd = unsafe { libc::memfd_create(c"probe".as_ptr(), libc::MFD_CLOEXEC) };
+    unsafe { libc::ftruncate(fd, (n * PAGE) as i64) };
+    println!("| MISSING fault + UFFDIO_COPY from another thread | read us/page | write us/page |");
+    println!("|---|---:|---:|");
+    for (name, fd, shared) in [("anonymous (MADV_DONTNEED)", -1, false), ("memfd shared (hole punched)", fd, true), ("memfd private (hole)", fd, false)] {
+        let mut cost = [0.0; 2];
+        for (i, write) in [false, true].into_iter().enumerate() {
+            let p = map(n * PAGE, fd, shared);
+            uffd.register_missing(p, n * PAGE).unwrap();
+            let t = Instant::now();
+            for k in 0..n {
+                unsafe {
+                    let q = p.add(k * PAGE);
+                    if write {
+                        q.write_volatile(1);
+                    } else {
+                        std::hint::black_box(q.read_volatile());
+                    }
+                }
+            }
+            cost[i] = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+            uffd.unregister(p, n * PAGE).unwrap();
+            unsafe { libc::munmap(p.cast(), n * PAGE) };
+            let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+            unsafe { libc::fallocate(fd, punch, 0, (n * PAGE) as i64) };
+        }
+        println!("| {name} | {:.2} | {:.2} |", cost[0], cost[1]);
+    }
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap();
+    unsafe { libc::close(fd) };
+    println!();
+}
+
+/// Why not SIGBUS mode: with UFFD_FEATURE_SIGBUS no thread waits, and the
+/// kernel touching a missing page inside a system call gets EFAULT.
+fn probe_sigbus_mode() {
+    #[repr(C)]
+    struct Api {
+        api: u64,
+        features: u64,
+        ioctls: u64,
+    }
+    #[repr(C)]
+    struct Register {
+        start: u64,
+        len: u64,
+        mode: u64,
+        ioctls: u64,
+    }
+    const FEATURE_SIGBUS: u64 = 1 << 7;
+    let ioc = |nr: u64, size: u64| (3u64 << 30) | (size << 16) | (0xAA << 8) | nr;
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) } as i32;
+    let mut api = Api { api: 0xAA, features: FEATURE_SIGBUS, ioctls: 0 };
+    if fd < 0 || unsafe { libc::ioctl(fd, ioc(0x3F, 24) as _, &mut api) } != 0 {
+        println!("SIGBUS mode unavailable\n");
+        return;
+    }
+    let p = map(4 * PAGE, -1, false);
+    let mut reg = Register { start: p as u64, len: 4 * PAGE as u64, mode: 1, ioctls: 0 };
+    assert_eq!(unsafe { libc::ioctl(fd, ioc(0x00, 32) as _, &mut reg) }, 0);
+    let mut fds = [0i32; 2];
+    unsafe { libc::pipe(fds.as_mut_ptr()) };
+    let buf = [1u8; PAGE];
+    let outcome = |r: isize| if r < 0 { format!("{}", std::io::Error::last_os_error()) } else { format!("{r} bytes") };
+    unsafe { libc::write(fds[1], buf.as_ptr().cast(), PAGE) };
+    let read = outcome(unsafe { libc::read(fds[0], p.cast(), PAGE) });
+    let write = outcome(unsafe { libc::write(fds[1], p.add(PAGE).cast(), PAGE) });
+    let mut s = [0i32; 2];
+    unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, s.as_mut_ptr()) };
+    let send = outcome(unsafe { libc::send(s[0], p.add(2 * PAGE).cast(), PAGE, 0) });
+    let mut out = [0u8; PAGE];
+    let local = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: PAGE };
+    let remote = libc::iovec { iov_base: unsafe { p.add(3 * PAGE) }.cast(), iov_len: PAGE };
+    let vm = outcome(unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) });
+    println!(
+        "userfaultfd SIGBUS mode, missing anonymous pages: read(2) into one: {read}; write(2) from one: {write}; \
+         send(2) from one: {send}; process_vm_readv from one: {vm}\n"
+    );
+    unsafe {
+        libc::close(s[0]);
+        libc::close(s[1]);
+    }
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+        libc::close(fd);
+        libc::munmap(p.cast(), 4 * PAGE);
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let n = args.first().copied().unwrap_or(16_384);
+    let runs = args.get(1).copied().unwrap_or(5);
+    let content: Vec<u8> = (0..n).flat_map(text_page).collect();
+    probe_sigbus_mode();
+    probe_registration();
+    probe_fault_paths(n);
+
+    // Compression alone, for reference.
+    let (mut c_ns, mut d_ns, mut bytes) = (0u128, 0u128, 0usize);
+    let mut out = vec![0u8; lz4_flex::block::get_maximum_output_size(PAGE)];
+    let mut back = [0u8; PAGE];
+    for page in content.chunks(PAGE).take(4096) {
+        let t = Instant::now();
+        let m = lz4_flex::block::compress_into(page, &mut out).unwrap();
+        c_ns += t.elapsed().as_nanos();
+        let t = Instant::now();
+        lz4_flex::block::decompress_into(&out[..m], &mut back).unwrap();
+        d_ns += t.elapsed().as_nanos();
+        bytes += m;
+    }
+    let m = n.min(4096) as f64;
+    println!(
+        "LZ4 (lz4_flex) on this content: {:.0} B/page, compress {:.2} us, decompress {:.2} us\n",
+        bytes as f64 / m,
+        c_ns as f64 / 1e3 / m,
+        d_ns as f64 / 1e3 / m
+    );
+    println!("{n} pages, medians of {runs} runs, us per page");
+    println!();
+    println!("| kind | evict (1 ms grace/chunk) | evict (no grace) | restore on touch | resident before -> after | stored B/page | store overhead B/page | engine metadata B/page |");
+    println!("|---|---:|---:|---:|---|---:|---:|---:|");
+    for kind in [Kind::Anon, Kind::Owned, Kind::SoleShared, Kind::SoleDiverged] {
+        let with: Vec<Run> = (0..runs).map(|_| one(kind, n, &content, Duration::from_micros(1000))).collect();
+        let without: Vec<Run> = (0..runs).map(|_| one(kind, n, &content, Duration::ZERO)).collect();
+        let all = || with.iter().chain(&without);
+        assert!(all().all(|r| r.evicted == n as u64), "{kind:?}: not every page was evicted");
+        let last = &without[0];
+        println!(
+            "| {kind:?} | {:.2} | {:.2} | {:.2} | {} -> {} | {:.0} | {:.0} | {:.0} |",
+            median(with.iter().map(|r| r.evict_us).collect()),
+            median(without.iter().map(|r| r.evict_us).collect()),
+            median(all().map(|r| r.restore_us).collect()),
+            last.resident_before,
+            last.resident_after,
+            last.stored_per_page,
+            last.overhead_per_page,
+            last.metadata_per_page,
+        );
+    }
+}

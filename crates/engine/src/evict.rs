@@ -1,0 +1,464 @@
+//! Eviction: cold pages leave memory for the page store and come back when
+//! touched (Difference Engine's compression and paging, in user space).
+//!
+//! `Engine::evict(ptr, len)` is a hint, like DE's swap-out requests: every
+//! page in the range that may be evicted is, the rest is left alone. It walks
+//! the range in chunks under the engine lock, as a scan does. For each chunk:
+//!
+//! 1. reconcile: pages the fault thread restored since the last look become
+//!    ordinary pages again (their records and stored copies go, their
+//!    MISSING registration too);
+//! 2. register the chunk and write-protect it: writers sleep, so nothing
+//!    written after the page is read can be lost;
+//! 3. refresh divergence and ask mincore which pages hold content;
+//! 4. read each eligible, resident, non-zero page and `put` it in the store,
+//!    which may refuse (incompressible, full): that page stays;
+//! 5. give writes through pages the kernel pinned earlier (O_DIRECT) the pin
+//!    grace to land, and keep only the pages that still equal what was stored;
+//! 6. record each page in the table, register its run MISSING|WP, then free
+//!    its memory: MADV_DONTNEED for anonymous memory and diverged pages, a
+//!    hole punched in the frame for owned and sole shared pages;
+//! 7. unprotect: sleeping writers wake, fault on the missing page, and the
+//!    fault thread (fault.rs) puts the content back before their write lands.
+//!
+//! Which pages: those whose content this page alone holds, so that freeing
+//! it frees memory and nothing else can bring a stale copy back:
+//! - anonymous pages (restored anonymous);
+//! - owned pages of a live pool (restored into their frame, still owned);
+//! - shared pages whose frame has no other user, and diverged pages whose
+//!   frame no other page maps and is a hole (restored as diverged: the
+//!   kernel makes a private copy for UFFDIO_COPY into a private mapping).
+//! Not: shared frames with several users (evicting one user frees nothing),
+//! frames of retired (pre-fork) pools, which the other process may map,
+//! exempt blocks, all-zero pages (zero folding frees those for nothing),
+//! pages never touched (nothing to free).
+//!
+//! Mappings. A range registered with userfaultfd is its own VMA (measured:
+//! registering a run inside a mapping adds two), so an evicted run costs up to
+//! two mappings until restored and reconciled, under the same budget as remaps.
+//!
+//! Everything else copes with evicted pages: scans skip them (nothing to
+//! fold or merge, and reading would restore them); copies read them plainly
+//! (the fault restores them) and replace them when they are the destination;
+//! free, shrink, discard and remaps forget their records and stored copies;
+//! fork and exempt restore them first (fork.rs, advice.rs).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::engine::{Engine, State};
+use crate::fault::Evictions;
+use crate::frames::FrameId;
+use crate::space::{Block, Page, Restores};
+use crate::store::{Lz4Store, PageStore, StoreError};
+use crate::{sys, PAGE};
+
+/// What one `evict` call did, in pages.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct EvictReport {
+    pub evicted: u64,
+    /// Pages whose state does not allow it (shared with others, pre-fork, exempt block).
+    pub not_eligible: u64,
+    /// Pages holding nothing (never touched, already folded or evicted).
+    pub not_resident: u64,
+    /// All-zero pages, left to zero folding.
+    pub zero: u64,
+    /// Pages the store refused (incompressible or full).
+    pub refused: u64,
+    /// Pages that changed during the pin grace.
+    pub changed: u64,
+    /// Pages left because the VMA budget was spent.
+    pub skipped_vma: u64,
+    /// Nothing was done: no userfaultfd MISSING mode or no fault thread (counted in fallbacks.evict).
+    pub unavailable: bool,
+    pub wall_ns: u64,
+}
+
+/// A page taken into the store in this chunk, not yet armed.
+struct Taken {
+    k: usize,
+    kind: Restores,
+    /// Its memory is freed by punching this frame (owned, sole shared), else by MADV_DONTNEED.
+    punch: Option<FrameId>,
+    handle: crate::store::Handle,
+}
+
+impl Engine {
+    /// Evicts what it may of the pages overlapping `[ptr, ptr+len)`: their
+    /// content goes to the page store and their memory is freed; any later
+    /// touch restores them. A hint: never changes what the program reads.
+    pub fn evict(&self, ptr: *const u8, len: usize) -> EvictReport {
+        let t0 = Instant::now();
+        let (start, end) = (ptr as usize, (ptr as usize).saturating_add(len));
+        let mut rep = EvictReport::default();
+        let bases = {
+            let mut st = self.inner.lock();
+            if !st.cfg.evict || len == 0 {
+                return rep;
+            }
+            if !st.fault_thread_ready() {
+                st.stats.fallbacks.evict += 1;
+                rep.unavailable = true;
+                return rep;
+            }
+            st.overlapping(start, end)
+        };
+        let chunk = self.inner.cfg.scan_chunk_pages.max(1);
+        for base in bases {
+            let mut i = None;
+            loop {
+                let mut st = self.inner.lock();
+                let Some(b) = st.blocks.get(&base).filter(|b| !b.exempt) else { break };
+                let lo = (start.max(base) - base) / PAGE;
+                let hi = (end.min(base + b.len()) - base).div_ceil(PAGE);
+                let k = *i.get_or_insert(lo);
+                if k >= hi {
+                    break;
+                }
+                let c = chunk.min(hi - k);
+                st.evict_range(base, k, c, &mut rep);
+                i = Some(k + c);
+            }
+        }
+        rep.wall_ns = t0.elapsed().as_nanos() as u64;
+        rep
+    }
+
+    /// Replaces the page store (e.g. with the tier crate's). Refused (false)
+    /// while any page is evicted or awaits reconciling.
+    pub fn set_store(&self, store: Arc<dyn PageStore>) -> bool {
+        let mut st = self.inner.lock();
+        match &st.evictions {
+            None => {
+                st.evictions = Some(Arc::new(Evictions::new(store)));
+                true
+            }
+            Some(ev) => {
+                let mut t = ev.lock();
+                if !t.is_empty() {
+                    return false;
+                }
+                t.store = store;
+                true
+            }
+        }
+    }
+}
+
+impl State {
+    /// The fault thread runs (started on first use); false if userfaultfd
+    /// MISSING mode is unavailable or the thread cannot be started.
+    fn fault_thread_ready(&mut self) -> bool {
+        if self.fault_thread.is_some() {
+            return true;
+        }
+        let Some(uffd) = self.protector.clone().filter(|p| p.missing) else { return false };
+        let cap = self.cfg.evict_store_bytes;
+        let ev = self.evictions.get_or_insert_with(|| Arc::new(Evictions::new(Arc::new(Lz4Store::new(cap, PAGE * 3 / 4)))));
+        let ev = ev.clone();
+        let spawned = std::thread::Builder::new()
+            .name("pagefold-fault".into())
+            .stack_size(256 << 10)
+            .spawn(move || crate::fault::run(uffd, ev));
+        self.fault_thread = spawned.ok();
+        self.fault_thread.is_some()
+    }
+
+    /// Evicts what it may of pages `[i, i+c)` of a block.
+    fn evict_range(&mut self, base: usize, i: usize, c: usize, rep: &mut EvictReport) {
+        self.reconcile(base, i, c);
+        // A signal handler of this thread writing into the protected chunk
+        // would wait for this very thread: no signals until it is unprotected.
+        let mask = sys::block_signals();
+        self.with_registered(base, i, c, |st| st.evict_chunk(base, i, c, rep));
+        sys::restore_signals(&mask);
+    }
+
+    fn evict_chunk(&mut self, base: usize, i: usize, c: usize, rep: &mut EvictReport) {
+        let addr = self.blocks[&base].page_addr(i);
+        let Some(protector) = self.protector.clone() else { return };
+        if protector.protect(addr, c * PAGE).is_err() {
+            let _ = protector.unprotect(addr, c * PAGE);
+            self.stats.fallbacks.uffd += 1;
+            return;
+        }
+        self.refresh_divergence(base, i, c);
+        let mut resident = vec![0u8; c];
+        if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
+            let mut copies = Vec::new();
+            let taken = self.take_pages(base, i, &resident, &mut copies, rep);
+            let taken = self.unchanged_after_grace(base, taken, &copies, rep);
+            self.arm_and_free(base, taken, rep);
+        }
+        let _ = protector.unprotect(addr, c * PAGE);
+    }
+
+    /// How page `k` would be evicted, if it may be (see the module comment).
+    fn evictable(&self, base: usize, k: usize) -> Option<Restores> {
+        let live = |f: FrameId| !self.pools[f.pool()].retired;
+        let pool = |f: FrameId| &self.pools[f.pool()];
+        match self.blocks[&base].pages[k] {
+            Page::Anon => Some(Restores::Anon),
+            Page::Owned(f) if live(f) => Some(Restores::Owned(f)),
+            Page::Shared(f) if live(f) && pool(f).maps(f.slot()) == 1 && pool(f).refs(f.slot()) == 1 => {
+                Some(Restores::Diverged(f))
+            }
+            Page::Diverged(f)
+                if live(f)
+                    && pool(f).maps(f.slot()) == 1
+                    && pool(f).refs(f.slot()) == 0
+                    && sys::is_hole(pool(f).fd, f.slot()) =>
+            {
+                Some(Restores::Diverged(f))
+            }
+            _ => None,
+        }
+    }
+
+    /// Puts the eligible, resident, non-zero pages of the protected chunk
+    /// starting at page `i` into the store; their bytes go to `copies`.
+    fn take_pages(&mut self, base: usize, i: usize, resident: &[u8], copies: &mut Vec<u8>, rep: &mut EvictReport) -> Vec<Taken> {
+        let store = match &self.evictions {
+            Some(ev) => ev.lock().store.clone(),
+            None => return Vec::new(),
+        };
+        let mut taken = Vec::new();
+        let mut buf = [0u8; PAGE];
+        for (j, &res) in resident.iter().enumerate() {
+            let k = i + j;
+            if self.blocks[&base].pages[k].is_evicted() || res & 1 == 0 {
+                rep.not_resident += 1;
+                continue;
+            }
+            let Some(kind) = self.evictable(base, k) else {
+                rep.not_eligible += 1;
+                continue;
+            };
+            let page = self.blocks[&base].page_addr(k);
+            if sys::is_zero(page) {
+                rep.zero += 1;
+                continue;
+            }
+            unsafe { std::ptr::copy_nonoverlapping(page, buf.as_mut_ptr(), PAGE) };
+            match store.put(&buf) {
+                Ok(handle) => {
+                    copies.extend_from_slice(&buf);
+                    let punch = match self.blocks[&base].pages[k] {
+                        Page::Owned(f) | Page::Shared(f) => Some(f),
+                        _ => None,
+                    };
+                    taken.push(Taken { k, kind, punch, handle });
+                }
+                Err(StoreError::Incompressible | StoreError::Full | StoreError::Lost) => {
+                    rep.refused += 1;
+                    self.stats.evict_refused += 1;
+                }
+            }
+        }
+        taken
+    }
+
+    /// Waits the pin grace (writes through pages the kernel pinned before
+    /// the chunk was protected) and keeps the pages that still hold what was stored.
+    fn unchanged_after_grace(&mut self, base: usize, taken: Vec<Taken>, copies: &[u8], rep: &mut EvictReport) -> Vec<Taken> {
+        if taken.is_empty() {
+            return taken;
+        }
+        if !self.cfg.pin_grace.is_zero() {
+            std::thread::sleep(self.cfg.pin_grace);
+        }
+        let block = &self.blocks[&base];
+        let (keep, changed): (Vec<(usize, Taken)>, Vec<(usize, Taken)>) = taken
+            .into_iter()
+            .enumerate()
+            .partition(|(n, t)| crate::index::page_eq(block.page_addr(t.k), copies[n * PAGE..].as_ptr()));
+        rep.changed += changed.len() as u64;
+        self.unstore(changed.into_iter().map(|(_, t)| t));
+        keep.into_iter().map(|(_, t)| t).collect()
+    }
+
+    /// Removes stored copies of pages that stay in memory after all.
+    fn unstore(&self, pages: impl Iterator<Item = Taken>) {
+        if let Some(ev) = &self.evictions {
+            let store = ev.lock().store.clone();
+            pages.for_each(|t| store.remove(t.handle));
+        }
+    }
+
+    /// Records, registers and frees the taken pages, run by run.
+    fn arm_and_free(&mut self, base: usize, taken: Vec<Taken>, rep: &mut EvictReport) {
+        let Some(ev) = self.evictions.clone() else { return };
+        let mut runs: Vec<Vec<Taken>> = Vec::new();
+        for t in taken {
+            match runs.last_mut() {
+                Some(run) if run.last().is_some_and(|l| l.k + 1 == t.k && same_free(l, &t)) => run.push(t),
+                _ => runs.push(vec![t]),
+            }
+        }
+        for run in runs {
+            let (a, n) = (run[0].k, run.len());
+            if !self.vma_room(self.blocks[&base].remap_cost(a, n)) {
+                self.stats.fallbacks.vma_budget += 1;
+                rep.skipped_vma += n as u64;
+                self.unstore(run.into_iter());
+                continue;
+            }
+            {
+                let mut t = ev.lock();
+                run.iter().for_each(|p| t.insert(self.blocks[&base].page_addr(p.k) as usize, p.handle));
+            }
+            if !self.arm(base, a, n) {
+                // Still in memory and right; the chunk's end unregisters the run.
+                let mut t = ev.lock();
+                run.iter().for_each(|p| t.unrecord(self.blocks[&base].page_addr(p.k) as usize));
+                continue;
+            }
+            // Evicted even if freeing failed (part of) the run: a page still
+            // present reads what was stored, and one freed faults and is restored.
+            self.free_run(base, &run);
+            self.mark_evicted(base, &run);
+            rep.evicted += n as u64;
+            self.stats.evicted += n as u64;
+        }
+    }
+
+    /// Registers pages `[a, a+n)` for MISSING faults (and WP, as the chunk is).
+    fn arm(&self, base: usize, a: usize, n: usize) -> bool {
+        let addr = self.blocks[&base].page_addr(a);
+        self.protector.as_ref().is_some_and(|p| p.register_missing(addr, n * PAGE).is_ok())
+    }
+
+    /// Frees the memory of a run of stored pages freed the same way.
+    fn free_run(&mut self, base: usize, run: &[Taken]) {
+        let addr = self.blocks[&base].page_addr(run[0].k);
+        let n = run.len();
+        let _ = match run[0].punch {
+            Some(f) => sys::punch(self.pools[f.pool()].fd, f.slot(), n as u64),
+            None => sys::madvise(addr, n * PAGE, libc::MADV_DONTNEED),
+        };
+    }
+
+    /// Page states, frame references and mapping count after a run was evicted.
+    fn mark_evicted(&mut self, base: usize, run: &[Taken]) {
+        let (a, n) = (run[0].k, run.len());
+        for t in run {
+            // A sole shared page's frame (punched) now holds nothing anyone needs.
+            if let Page::Shared(f) = self.blocks[&base].pages[t.k] {
+                self.pools[f.pool()].diverge(f.slot());
+            }
+        }
+        let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+        let before = block.boundaries(a, n);
+        for t in run {
+            block.set(t.k, Page::Evicted(t.kind));
+            block.seen[t.k] = 0;
+        }
+        let after = block.boundaries(a, n);
+        block.vmas = block.vmas + after - before;
+        self.vmas = self.vmas + after - before;
+    }
+
+    /// Pages of `[i, i+n)` the fault thread restored become what they were
+    /// restored as: their records and stored copies go, and so does their
+    /// MISSING registration. Called outside any registered chunk (unregistering
+    /// would drop a scan's write protection).
+    pub(crate) fn reconcile(&mut self, base: usize, i: usize, n: usize) {
+        if self.blocks[&base].evicted == 0 {
+            return;
+        }
+        let Some(ev) = self.evictions.clone() else { return };
+        let mut restored = Vec::new();
+        {
+            let mut t = ev.lock();
+            let block = &self.blocks[&base];
+            for k in (i..i + n).filter(|&k| block.pages[k].is_evicted()) {
+                let addr = block.page_addr(k) as usize;
+                if t.evicted(addr) != Some(true) {
+                    t.forget(addr);
+                    restored.push(k);
+                }
+            }
+        }
+        for (a, b) in consecutive(&restored) {
+            let addr = self.blocks[&base].page_addr(a);
+            self.unregister(addr, (b - a) * PAGE);
+            let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+            let before = block.boundaries(a, b - a);
+            for k in a..b {
+                let Page::Evicted(kind) = block.pages[k] else { unreachable!() };
+                block.set(k, kind.page());
+            }
+            let after = block.boundaries(a, b - a);
+            block.vmas = block.vmas + after - before;
+            self.vmas = self.vmas + after - before;
+        }
+    }
+
+    /// Brings every evicted page of `[i, i+n)` back now, from this thread
+    /// (before fork, before a block leaves the engine's hands).
+    pub(crate) fn restore_evicted(&mut self, base: usize, i: usize, n: usize) {
+        if self.blocks[&base].evicted == 0 {
+            return;
+        }
+        if let (Some(ev), Some(uffd)) = (self.evictions.clone(), self.protector.clone()) {
+            let mut t = ev.lock();
+            let block = &self.blocks[&base];
+            for k in (i..i + n).filter(|&k| block.pages[k].is_evicted()) {
+                t.restore_by_engine(&uffd, block.page_addr(k) as usize);
+            }
+        }
+        self.reconcile(base, i, n);
+    }
+
+    /// Every evicted page of every block, back (before fork).
+    pub(crate) fn restore_all_evicted(&mut self) {
+        let bases: Vec<usize> = self.blocks.iter().filter(|(_, b)| b.evicted > 0).map(|(&b, _)| b).collect();
+        for base in bases {
+            let n = self.blocks[&base].pages.len();
+            self.restore_evicted(base, 0, n);
+        }
+    }
+
+    /// Pages `[i, i+n)` of `block` lost their mapping (freed, cut off or
+    /// replaced): their records and stored copies go. Called after the
+    /// mapping change and before anything is registered there.
+    pub(crate) fn forget_evicted(&self, block: &Block, i: usize, n: usize) {
+        if block.evicted == 0 {
+            return;
+        }
+        let Some(ev) = &self.evictions else { return };
+        let mut t = ev.lock();
+        for k in (i..i + n).filter(|&k| block.pages[k].is_evicted()) {
+            t.forget(block.page_addr(k) as usize);
+        }
+    }
+}
+
+/// Neighbouring pages `b` after `a` that one system call frees together
+/// and one registration covers as one mapping.
+fn same_free(a: &Taken, b: &Taken) -> bool {
+    let next = |x: FrameId, y: FrameId| x.pool() == y.pool() && y.0 == x.0 + 1;
+    let same_kind = match (a.kind, b.kind) {
+        (Restores::Anon, Restores::Anon) => true,
+        (Restores::Owned(x), Restores::Owned(y)) | (Restores::Diverged(x), Restores::Diverged(y)) => next(x, y),
+        _ => false,
+    };
+    same_kind
+        && match (a.punch, b.punch) {
+            (None, None) => true,
+            (Some(x), Some(y)) => next(x, y),
+            _ => false,
+        }
+}
+
+/// Runs `[a, b)` of consecutive numbers in a sorted list.
+fn consecutive(sorted: &[usize]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for &k in sorted {
+        match out.last_mut() {
+            Some((_, e)) if *e == k => *e += 1,
+            _ => out.push((k, k + 1)),
+        }
+    }
+    out
+}
