@@ -42,24 +42,10 @@ fn repo() -> PathBuf {
 }
 
 /// The pagefold binary of this build, with libpagefold_preload.so beside it
-/// (where `pagefold run` looks for it). Cargo does not build the cdylib-only
-/// preload package for this crate's tests, so it is built here, same profile
-/// and target directory (as crates/preload/tests do).
+/// (where `pagefold run` looks for it), built for this test (see pagefold-testkit).
 fn pagefold() -> PathBuf {
-    static BUILT: std::sync::Once = std::sync::Once::new();
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_pagefold"));
-    let dir = bin.parent().unwrap().to_path_buf();
-    BUILT.call_once(|| {
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo.args(["build", "-p", "pagefold-preload"]);
-        if dir.file_name().is_some_and(|n| n == "release") {
-            cargo.arg("--release");
-        }
-        cargo.env("CARGO_TARGET_DIR", dir.parent().unwrap());
-        let st = cargo.current_dir(env!("CARGO_MANIFEST_DIR")).status().expect("running cargo");
-        assert!(st.success(), "building the preload library failed");
-    });
-    assert!(dir.join("libpagefold_preload.so").is_file(), "libpagefold_preload.so not built in {}", dir.display());
+    pagefold_testkit::build_into(bin.parent().unwrap(), &["pagefold-preload"], &["libpagefold_preload.so"]);
     bin
 }
 

@@ -20,23 +20,11 @@ use serde_json::Value;
 const CONFIGS: [&str; 5] = ["plain", "pagefold", "copy", "zero", "merge"];
 
 /// The pagefold binary of this build, with libpagefold_preload.so and
-/// pagefold-synth beside it (where `pagefold bench` looks). Cargo builds
-/// neither for this crate's tests, so they are built here, same profile and
-/// target directory.
+/// pagefold-synth beside it (where `pagefold bench` looks), built for this
+/// test (see pagefold-testkit).
 fn pagefold() -> PathBuf {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_pagefold"));
-    let dir = bin.parent().unwrap().to_path_buf();
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo.args(["build", "-p", "pagefold-preload", "-p", "pagefold-synth"]);
-    if dir.file_name().is_some_and(|n| n == "release") {
-        cargo.arg("--release");
-    }
-    cargo.env("CARGO_TARGET_DIR", dir.parent().unwrap());
-    let st = cargo.current_dir(env!("CARGO_MANIFEST_DIR")).status().expect("running cargo");
-    assert!(st.success(), "building the preload library and pagefold-synth failed");
-    for f in ["libpagefold_preload.so", "pagefold-synth"] {
-        assert!(dir.join(f).is_file(), "{f} not built in {}", dir.display());
-    }
+    pagefold_testkit::build_into(bin.parent().unwrap(), &["pagefold-preload", "pagefold-synth"], &["libpagefold_preload.so", "pagefold-synth"]);
     bin
 }
 

@@ -15,26 +15,9 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-/// target/<profile>/libpagefold_preload.so, beside this test's deps/
-/// directory. Cargo does not build a cdylib-only package's library before its
-/// integration tests, so the test builds it (same profile, same target dir).
+/// target/<profile>/libpagefold_preload.so, built for this test (see pagefold-testkit).
 fn library() -> PathBuf {
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    BUILT.call_once(|| {
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo.args(["build", "-p", "pagefold-preload"]);
-        if dir.file_name().is_some_and(|n| n == "release") {
-            cargo.arg("--release");
-        }
-        cargo.env("CARGO_TARGET_DIR", dir.parent().unwrap());
-        let st = cargo.current_dir(env!("CARGO_MANIFEST_DIR")).status().expect("running cargo");
-        assert!(st.success(), "building the preload library failed");
-    });
-    let lib = dir.join("libpagefold_preload.so");
-    assert!(lib.is_file(), "{} not built", lib.display());
-    lib
+    pagefold_testkit::build_into(&pagefold_testkit::profile_dir(), &["pagefold-preload"], &["libpagefold_preload.so"]).join("libpagefold_preload.so")
 }
 
 /// tests/c/NAME.c compiled (once per test run) into the target's tmp dir.
