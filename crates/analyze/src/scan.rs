@@ -9,11 +9,11 @@
 
 use rayon::prelude::*;
 use serde::Serialize;
-use pagefold_tier::similar::{block_offsets, page_keys};
+use pagefold_tier::similar::{page_keys, SimilarityParams};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::delta::Encoder;
-use crate::image::{is_zero, Image, PAGE};
+use crate::image::{is_zero, Image};
 use crate::progress::Progress;
 
 /// HashSimilarityDetector(k, s) with c candidates per bucket, and the patch
@@ -51,28 +51,23 @@ impl Default for SimilarityConfig {
 }
 
 impl SimilarityConfig {
-    /// The k*s block offsets: index i uses offsets[i*s .. i*s+s]. Blocks do
-    /// not overlap while k*s*block fits in a page. Computed by
-    /// pagefold-tier, so the engine's online detector uses the same blocks.
+    /// The detector part, as pagefold-tier defines it, so the analyzer and
+    /// the engine's online detector use the same blocks and the same rules.
+    pub fn params(&self) -> SimilarityParams {
+        SimilarityParams { k: self.k, s: self.s, candidates: self.candidates, block: self.block, seed: self.seed }
+    }
+
+    /// The k*s block offsets: index i uses offsets[i*s .. i*s+s].
     pub fn offsets(&self) -> Vec<usize> {
-        block_offsets(self.k, self.s, self.block, self.seed, PAGE)
+        self.params().offsets()
     }
 
     pub fn label(&self) -> String {
-        format!("HashSimilarityDetector({},{})", self.k, self.s)
+        self.params().label()
     }
 
     pub fn check(&self) -> Result<(), String> {
-        if self.k == 0 || self.s == 0 || self.candidates == 0 {
-            return Err("similarity parameters k, s and c must be at least 1".into());
-        }
-        if self.k * self.s > 64 {
-            return Err("similarity detector: k*s must be at most 64".into());
-        }
-        if self.block == 0 || self.block > PAGE {
-            return Err(format!("similarity block size must be 1..{PAGE}"));
-        }
-        Ok(())
+        self.params().check()
     }
 }
 

@@ -14,6 +14,8 @@
 //! The tests run one at a time: a fork in one test restores every evicted
 //! page of every engine in the process, which would upset another's counts.
 
+mod common;
+use common::{pipe, socketpair};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 use std::time::Duration;
@@ -222,19 +224,6 @@ fn restore_by_another_thread_and_evict_again() {
         b.check(&format!("{kind:?} after a second eviction"));
         b.finish(&format!("{kind:?}"));
     }
-}
-
-fn pipe() -> (i32, i32) {
-    let mut fds = [0i32; 2];
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, 1 << 20) };
-    (fds[0], fds[1])
-}
-
-fn socketpair() -> (i32, i32) {
-    let mut fds = [0i32; 2];
-    assert_eq!(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) }, 0);
-    (fds[0], fds[1])
 }
 
 fn must(what: &str, r: isize, len: usize) {

@@ -16,6 +16,8 @@
 //! `PAGEFOLD_SYSCALL_SEED` reproduces the random ranges; `PAGEFOLD_SYSCALL_ITERS`
 //! scales the concurrent tests (default 3000 system calls each).
 
+mod common;
+use common::{pipe, socketpair};
 use std::io::Write as _;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -212,44 +214,6 @@ impl DataFile {
     fn fd(&self) -> i32 {
         self.file.as_raw_fd()
     }
-}
-
-fn pipe() -> (i32, i32) {
-    let mut fds = [0i32; 2];
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // Room for the largest transfer, so one thread can write then read.
-    unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, 1 << 20) };
-    (fds[0], fds[1])
-}
-
-fn socketpair() -> (i32, i32) {
-    let mut fds = [0i32; 2];
-    assert_eq!(
-        unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        },
-        0
-    );
-    let big: libc::c_int = 4 << 20;
-    for fd in fds {
-        for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
-            unsafe {
-                libc::setsockopt(
-                    fd,
-                    libc::SOL_SOCKET,
-                    opt,
-                    (&big as *const libc::c_int).cast(),
-                    4,
-                );
-            }
-        }
-    }
-    (fds[0], fds[1])
 }
 
 fn close(fds: &[i32]) {

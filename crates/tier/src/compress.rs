@@ -227,16 +227,8 @@ impl Compressor {
         self.out.clear();
         self.out.push(Method::Lz4 as u8);
         self.out.resize(1 + lz4_flex::block::get_maximum_output_size(page.len()), 0);
-        match lz4_flex::block::compress_into(page, &mut self.out[1..]) {
-            Ok(n) => {
-                self.out.truncate(1 + n);
-                1 + n
-            }
-            Err(_) => {
-                self.out.clear();
-                usize::MAX
-            }
-        }
+        let written = lz4_flex::block::compress_into(page, &mut self.out[1..]).ok();
+        self.settle_out(written)
     }
 
     /// zstd into `out` (tagged); returns its length, usize::MAX on failure.
@@ -244,12 +236,19 @@ impl Compressor {
         self.out.clear();
         self.out.resize(1 + zstd::zstd_safe::compress_bound(page.len()), 0);
         self.out[0] = Method::Zstd as u8;
-        match self.cctx.compress2(&mut self.out[1..], page) {
-            Ok(n) => {
+        let written = self.cctx.compress2(&mut self.out[1..], page).ok();
+        self.settle_out(written)
+    }
+
+    /// `out` cut to the tag and the `written` bytes after it; its length, or
+    /// usize::MAX (and `out` empty) if the codec failed.
+    fn settle_out(&mut self, written: Option<usize>) -> usize {
+        match written {
+            Some(n) => {
                 self.out.truncate(1 + n);
                 1 + n
             }
-            Err(_) => {
+            None => {
                 self.out.clear();
                 usize::MAX
             }
