@@ -51,6 +51,23 @@ pub struct Config {
     pub evict: bool,
     /// Capacity in bytes of the built-in compressed page store.
     pub evict_store_bytes: u64,
+    /// Tiering (clock.rs): scans classify pages by access (Difference
+    /// Engine's C1-C4) and evict cold ones by the policy below. Off by default.
+    pub tier: bool,
+    /// Least time between two clock passes (full scans that classify every
+    /// page); the background scanner wakes at least this often with `tier`.
+    pub clock_interval: Duration,
+    /// Passes without a write or restore after which a page is C4 (cold); 1..=7.
+    pub cold_passes: u32,
+    /// The policy may store C3 and C4 pages as patches against a similar page.
+    pub tier_patch: bool,
+    /// The policy may compress C4 pages (send them to the page store).
+    pub tier_compress: bool,
+    /// Above this engine footprint (resident memory + page store), C3 pages are
+    /// compressed too and the store is asked to spill to a lower tier; None: no watermark.
+    pub high_water: Option<u64>,
+    /// ... until the footprint is below this (defaults to 7/8 of `high_water`).
+    pub low_water: Option<u64>,
     /// Fault injection, for tests.
     pub inject: Inject,
 }
@@ -90,6 +107,13 @@ impl Default for Config {
             recycle_age: Duration::from_millis(250),
             evict: true,
             evict_store_bytes: u64::MAX,
+            tier: false,
+            clock_interval: Duration::from_millis(500),
+            cold_passes: 2,
+            tier_patch: true,
+            tier_compress: true,
+            high_water: None,
+            low_water: None,
             inject: Inject::default(),
         }
     }
@@ -101,7 +125,9 @@ impl Config {
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction),
     /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
-    /// `PAGEFOLD_EVICT_STORE_MB`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
+    /// `PAGEFOLD_EVICT_STORE_MB`; tiering: `PAGEFOLD_TIER`, `PAGEFOLD_TIER_PATCH`,
+    /// `PAGEFOLD_TIER_COMPRESS` (0/1), `PAGEFOLD_CLOCK_MS`, `PAGEFOLD_COLD_PASSES`,
+    /// `PAGEFOLD_HIGH_MB`, `PAGEFOLD_LOW_MB` (0 = no watermark); fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
     /// `PAGEFOLD_INJECT_FAIL_UFFD`, `PAGEFOLD_INJECT_FAIL_UFFD_MISSING` (0/1), `PAGEFOLD_INJECT_MMAP_AFTER`,
     /// `PAGEFOLD_INJECT_MAX_MAP_COUNT`.
     /// Unparsable values keep the default; the preload cannot report errors.
@@ -119,6 +145,9 @@ impl Config {
         flag("PAGEFOLD_VOLATILE_CHECK", &mut c.volatile_check);
         flag("PAGEFOLD_SMART_SCAN", &mut c.smart_scan);
         flag("PAGEFOLD_EVICT", &mut c.evict);
+        flag("PAGEFOLD_TIER", &mut c.tier);
+        flag("PAGEFOLD_TIER_PATCH", &mut c.tier_patch);
+        flag("PAGEFOLD_TIER_COMPRESS", &mut c.tier_compress);
         let num = |name: &str| std::env::var(name).ok().and_then(|s| s.trim().parse::<u64>().ok());
         if let Some(v) = num("PAGEFOLD_VMA_BUDGET") {
             c.vma_budget = v as usize;
@@ -143,6 +172,19 @@ impl Config {
         }
         if let Some(v) = num("PAGEFOLD_PIN_GRACE_US") {
             c.pin_grace = Duration::from_micros(v);
+        }
+        if let Some(v) = num("PAGEFOLD_CLOCK_MS") {
+            c.clock_interval = Duration::from_millis(v);
+        }
+        if let Some(v) = num("PAGEFOLD_COLD_PASSES") {
+            c.cold_passes = v.clamp(1, crate::clock::MAX_AGE as u64) as u32;
+        }
+        let mb = |name: &str| num(name).map(|v| (v > 0).then(|| v.saturating_mul(1 << 20)));
+        if let Some(v) = mb("PAGEFOLD_HIGH_MB") {
+            c.high_water = v;
+        }
+        if let Some(v) = mb("PAGEFOLD_LOW_MB") {
+            c.low_water = v;
         }
         c.inject = Inject::from_env();
         if let Some(f) = std::env::var("PAGEFOLD_SCAN_CPU").ok().and_then(|s| s.parse::<f64>().ok()) {

@@ -45,6 +45,9 @@ pub struct ScanReport {
     pub volatile: u64,
     /// Pages not looked at: earlier looks found nothing to do (smart scan).
     pub skipped_idle: u64,
+    /// This scan was a clock pass (clock.rs); what it classified and evicted.
+    pub pass: bool,
+    pub clock: crate::clock::PassCounts,
     pub wall_ns: u64,
     pub cpu_ns: u64,
 }
@@ -87,6 +90,8 @@ pub(crate) struct State {
     pub remaps_since_count: usize,
     /// A scan has blocks registered with userfaultfd.
     pub scanning: bool,
+    /// The tiering clock's state between passes.
+    pub clock: crate::clock::Clock,
     pub stats: Stats,
     pub cfg: Config,
 }
@@ -247,6 +252,7 @@ impl State {
             max_map,
             remaps_since_count: 0,
             scanning: false,
+            clock: Default::default(),
             stats,
             cfg,
         }
@@ -499,6 +505,7 @@ impl State {
             if let Page::Shared(f) = block.pages[i + k] {
                 if sys::is_diverged(*e) {
                     block.set(i + k, Page::Diverged(f));
+                    block.seen[i + k] = crate::clock::written(block.seen[i + k]);
                     released.push(f);
                 }
             }
@@ -600,6 +607,7 @@ impl State {
             s.metadata_bytes += t.records_bytes() as u64;
         }
         s.frames_active = self.current_pool().is_some();
+        s.clock = self.clock.stats;
         s
     }
 
@@ -615,7 +623,7 @@ impl State {
         per_frame.values().filter(|&&n| n > 1).sum()
     }
 
-    fn metadata_bytes(&self) -> usize {
+    pub fn metadata_bytes(&self) -> usize {
         let blocks: usize = self.blocks.values().map(|b| b.metadata_bytes() + 48).sum();
         let pools: usize = self.pools.iter().map(|p| p.metadata_bytes()).sum();
         blocks + pools + self.stable.bytes() + std::mem::size_of::<State>()

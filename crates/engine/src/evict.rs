@@ -37,6 +37,10 @@
 //! registering a run inside a mapping adds two), so an evicted run costs up to
 //! two mappings until restored and reconciled, under the same budget as remaps.
 //!
+//! Scans evict too (clock.rs): a clock pass hands the pages its policy chose,
+//! each with what it may become (`Allow`), to `evict_pages`, which runs steps
+//! 4-6 inside the chunk the scan has already registered and write-protected.
+//!
 //! Everything else copes with evicted pages: scans skip them (nothing to
 //! fold or merge, and reading would restore them); copies read them plainly
 //! (the fault restores them) and replace them when they are the destination;
@@ -65,6 +69,8 @@ pub struct EvictReport {
     pub zero: u64,
     /// Pages the store refused (incompressible or full).
     pub refused: u64,
+    /// Pages the policy allowed only a treatment that did not apply (a patch, without one).
+    pub not_allowed: u64,
     /// Pages that changed during the pin grace.
     pub changed: u64,
     /// Pages left because the VMA budget was spent.
@@ -72,6 +78,20 @@ pub struct EvictReport {
     /// Nothing was done: no userfaultfd MISSING mode or no fault thread (counted in fallbacks.evict).
     pub unavailable: bool,
     pub wall_ns: u64,
+}
+
+/// What eviction may turn a page into (the policy's choice per page, clock.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Allow {
+    /// A patch against a similar page.
+    pub patch: bool,
+    /// Whatever the page store makes of it (compressed, spilled to disk).
+    pub compress: bool,
+}
+
+impl Allow {
+    /// `Engine::evict`: a hint from the program allows everything.
+    pub const ALL: Allow = Allow { patch: true, compress: true };
 }
 
 /// A page taken into the store in this chunk, not yet armed.
@@ -148,7 +168,7 @@ impl Engine {
 impl State {
     /// The fault thread runs (started on first use); false if userfaultfd
     /// MISSING mode is unavailable or the thread cannot be started.
-    fn fault_thread_ready(&mut self) -> bool {
+    pub(crate) fn fault_thread_ready(&mut self) -> bool {
         if self.fault_thread.is_some() {
             return true;
         }
@@ -185,12 +205,29 @@ impl State {
         self.refresh_divergence(base, i, c);
         let mut resident = vec![0u8; c];
         if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
-            let mut copies = Vec::new();
-            let taken = self.take_pages(base, i, &resident, &mut copies, rep);
-            let taken = self.unchanged_after_grace(base, taken, &copies, rep);
-            self.arm_and_free(base, taken, rep);
+            let pages = self.holding_content(base, i, &resident, rep);
+            self.evict_pages(base, &pages, rep);
         }
         let _ = protector.unprotect(addr, c * PAGE);
+    }
+
+    /// The pages of the chunk starting at page `i` that hold content (not
+    /// evicted, resident), each allowed everything; counts the others.
+    fn holding_content(&self, base: usize, i: usize, resident: &[u8], rep: &mut EvictReport) -> Vec<(usize, Allow)> {
+        let pages = &self.blocks[&base].pages;
+        let (holding, not): (Vec<usize>, Vec<usize>) =
+            (i..i + resident.len()).partition(|&k| !pages[k].is_evicted() && resident[k - i] & 1 != 0);
+        rep.not_resident += not.len() as u64;
+        holding.into_iter().map(|k| (k, Allow::ALL)).collect()
+    }
+
+    /// Steps 4-6 for `pages` (sorted, resident, not evicted) of a chunk the
+    /// caller has registered and write-protected, each as its `Allow` permits.
+    pub(crate) fn evict_pages(&mut self, base: usize, pages: &[(usize, Allow)], rep: &mut EvictReport) {
+        let mut copies = Vec::new();
+        let taken = self.take_pages(base, pages, &mut copies, rep);
+        let taken = self.unchanged_after_grace(base, taken, &copies, rep);
+        self.arm_and_free(base, taken, rep);
     }
 
     /// How page `k` would be evicted, if it may be (see the module comment).
@@ -215,21 +252,16 @@ impl State {
         }
     }
 
-    /// Puts the eligible, resident, non-zero pages of the protected chunk
-    /// starting at page `i` into the store; their bytes go to `copies`.
-    fn take_pages(&mut self, base: usize, i: usize, resident: &[u8], copies: &mut Vec<u8>, rep: &mut EvictReport) -> Vec<Taken> {
+    /// Puts the eligible, non-zero ones of `pages` (resident, in a protected
+    /// chunk) into the store as allowed; their bytes go to `copies`.
+    fn take_pages(&mut self, base: usize, pages: &[(usize, Allow)], copies: &mut Vec<u8>, rep: &mut EvictReport) -> Vec<Taken> {
         let store = match &self.evictions {
             Some(ev) => ev.lock().store.clone(),
             None => return Vec::new(),
         };
         let mut taken = Vec::new();
         let mut buf = [0u8; PAGE];
-        for (j, &res) in resident.iter().enumerate() {
-            let k = i + j;
-            if self.blocks[&base].pages[k].is_evicted() || res & 1 == 0 {
-                rep.not_resident += 1;
-                continue;
-            }
+        for &(k, allow) in pages {
             let Some(kind) = self.evictable(base, k) else {
                 rep.not_eligible += 1;
                 continue;
@@ -240,22 +272,31 @@ impl State {
                 continue;
             }
             unsafe { std::ptr::copy_nonoverlapping(page, buf.as_mut_ptr(), PAGE) };
-            match store.put(&buf) {
-                Ok(handle) => {
-                    copies.extend_from_slice(&buf);
-                    let punch = match self.blocks[&base].pages[k] {
-                        Page::Owned(f) | Page::Shared(f) => Some(f),
-                        _ => None,
-                    };
-                    taken.push(Taken { k, kind, punch, handle });
-                }
-                Err(StoreError::Incompressible | StoreError::Full | StoreError::Lost) => {
-                    rep.refused += 1;
-                    self.stats.evict_refused += 1;
-                }
-            }
+            let Some(handle) = self.store_page(&store, &buf, allow, rep) else { continue };
+            copies.extend_from_slice(&buf);
+            let punch = match self.blocks[&base].pages[k] {
+                Page::Owned(f) | Page::Shared(f) => Some(f),
+                _ => None,
+            };
+            taken.push(Taken { k, kind, punch, handle });
         }
         taken
+    }
+
+    /// Stores one page's bytes as `allow` permits; None: it stays in memory.
+    fn store_page(&mut self, store: &Arc<dyn PageStore>, page: &[u8; PAGE], allow: Allow, rep: &mut EvictReport) -> Option<crate::store::Handle> {
+        if !allow.compress {
+            rep.not_allowed += 1;
+            return None;
+        }
+        match store.put(page) {
+            Ok(handle) => Some(handle),
+            Err(StoreError::Incompressible | StoreError::Full | StoreError::Lost) => {
+                rep.refused += 1;
+                self.stats.evict_refused += 1;
+                None
+            }
+        }
     }
 
     /// Waits the pin grace (writes through pages the kernel pinned before
@@ -351,7 +392,7 @@ impl State {
         let before = block.boundaries(a, n);
         for t in run {
             block.set(t.k, Page::Evicted(t.kind));
-            block.seen[t.k] = 0;
+            block.seen[t.k] = crate::clock::on_evict(block.seen[t.k]);
         }
         let after = block.boundaries(a, n);
         block.vmas = block.vmas + after - before;
@@ -387,6 +428,8 @@ impl State {
             for k in a..b {
                 let Page::Evicted(kind) = block.pages[k] else { unreachable!() };
                 block.set(k, kind.page());
+                // Touched since it was evicted: recently accessed for the clock.
+                block.seen[k] = crate::clock::accessed(block.seen[k]);
             }
             let after = block.boundaries(a, b - a);
             block.vmas = block.vmas + after - before;

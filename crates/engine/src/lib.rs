@@ -74,7 +74,9 @@ mod fork;
 mod store;
 mod fault;
 mod evict;
+mod clock;
 
+pub use clock::{ClockStats, PassCounts};
 pub use config::{Config, Inject};
 pub use engine::{Engine, Hint, ScanReport};
 pub use evict::EvictReport;

@@ -86,4 +86,7 @@ pub struct Stats {
     /// Time from eviction to the touch that restored the page: bucket 0 under
     /// 1 ms, bucket b from 2^(b-1) to 2^b ms, the last one open (DE's Figure 4).
     pub evict_lifetime_ms_log2: [u64; crate::fault::LIFETIME_BUCKETS],
+    /// The tiering clock (clock.rs): passes, pages per class in the last pass
+    /// and summed over passes, pages the policy evicted, restores it saw, watermarks.
+    pub clock: crate::clock::ClockStats,
 }

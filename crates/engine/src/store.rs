@@ -65,6 +65,12 @@ pub trait PageStore: Send + Sync {
     fn bytes(&self) -> StoreBytes;
     /// Called in a forked child before it uses the store.
     fn after_fork_in_child(&self) {}
+    /// Moves at least `bytes` of in-memory content to a lower tier (disk);
+    /// returns the memory bytes released. Called by the policy above the
+    /// high watermark (clock.rs), on an engine thread without the engine lock.
+    fn spill(&self, _bytes: u64) -> u64 {
+        0
+    }
 }
 
 /// LZ4-compressed pages in memory.

@@ -28,3 +28,26 @@ fn config_reads_recycling_from_the_environment() {
     assert_eq!((c.recycle_bytes, c.recycle_age), (64 << 20, std::time::Duration::from_secs(2)));
     assert_eq!(Config::from_env().recycle_age, std::time::Duration::from_millis(250));
 }
+
+#[test]
+fn config_reads_tiering_from_the_environment() {
+    let d = Config::default();
+    assert!(!d.tier && d.tier_patch && d.tier_compress && d.high_water.is_none());
+    let vars = [
+        ("PAGEFOLD_TIER", "1"),
+        ("PAGEFOLD_CLOCK_MS", "250"),
+        ("PAGEFOLD_COLD_PASSES", "99"),
+        ("PAGEFOLD_TIER_PATCH", "0"),
+        ("PAGEFOLD_TIER_COMPRESS", "off"),
+        ("PAGEFOLD_HIGH_MB", "512"),
+        ("PAGEFOLD_LOW_MB", "0"),
+    ];
+    vars.iter().for_each(|(k, v)| std::env::set_var(k, v));
+    let c = Config::from_env();
+    vars.iter().for_each(|(k, _)| std::env::remove_var(k));
+    assert!(c.tier && !c.tier_patch && !c.tier_compress);
+    assert_eq!(c.clock_interval, std::time::Duration::from_millis(250));
+    assert_eq!(c.cold_passes, 7, "capped to the age the clock can count");
+    assert_eq!((c.high_water, c.low_water), (Some(512 << 20), None), "0 MiB: no watermark");
+    assert!(!Config::from_env().tier);
+}
