@@ -68,11 +68,16 @@
 //! during a merge (mprotect: VMAs and signals); that is a redesign, not a
 //! clock. So C1 is based on what scans see, as above.
 //!
-//! The clock's state is kept per page in the top bits of the page's `seen`
-//! word (bits 27-31, beside the look and the idle level), so every path that
-//! resets or splits `seen` handles it too: bit 27 written since the last
-//! pass, bit 28 restored since the last pass, bits 29-31 passes without
-//! access (capped at `MAX_AGE`).
+//! Incompressible pages are left alone: a page the store refused as
+//! incompressible is not offered again until it is written (most numeric
+//! data does not compress; trying it again every pass cost the scan more
+//! than the rest of the pass).
+//!
+//! The clock's state is kept per page in the page's `seen` word, beside the
+//! look and the idle level, so every path that resets or splits `seen`
+//! handles it too: bit 23 refused as incompressible, bit 27 written since
+//! the last pass, bit 28 restored since the last pass, bits 29-31 passes
+//! without access (capped at `MAX_AGE`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -87,15 +92,21 @@ use crate::space::Page;
 use crate::store::PageStore;
 use crate::PAGE;
 
+const REFUSED: u32 = 1 << 23;
 const WRITTEN: u32 = 1 << 27;
 const ACCESSED: u32 = 1 << 28;
 const AGE_SHIFT: u32 = 29;
 /// Most passes without access a page's age counts; `cold_passes` is capped to it.
 pub const MAX_AGE: u32 = 7;
 
-/// `seen` of a page a scan saw written.
+/// `seen` of a page a scan saw written (new content: it may compress now).
 pub fn written(seen: u32) -> u32 {
-    seen | WRITTEN
+    (seen | WRITTEN) & !REFUSED
+}
+
+/// `seen` of a page the store refused as incompressible.
+pub fn refused(seen: u32) -> u32 {
+    seen | REFUSED
 }
 
 /// `seen` of a page restored because something touched it.
@@ -159,6 +170,14 @@ pub struct PassCounts {
     pub c4: u64,
     /// Pages the policy evicted (patched, compressed).
     pub evicted: u64,
+    /// Pages the policy chose that stayed: shared with other pages or pre-fork
+    /// (`not_eligible`), refused by the store (`refused`: incompressible or full),
+    /// allowed only a treatment that did not apply (`not_allowed`).
+    pub not_eligible: u64,
+    pub refused: u64,
+    pub not_allowed: u64,
+    /// Pages not offered because the store refused them before (unwritten since).
+    pub incompressible: u64,
     /// Pages found restored (touched after eviction) since the previous pass.
     pub restored: u64,
 }
@@ -170,6 +189,10 @@ impl PassCounts {
         self.c3 += o.c3;
         self.c4 += o.c4;
         self.evicted += o.evicted;
+        self.not_eligible += o.not_eligible;
+        self.refused += o.refused;
+        self.not_allowed += o.not_allowed;
+        self.incompressible += o.incompressible;
         self.restored += o.restored;
     }
 
@@ -315,7 +338,12 @@ impl State {
             block.seen[k] = seen;
             pass.counts.count(class);
             let pressing = class == Class::C3 && pressure_pages > 0;
-            if let Some(a) = allow(class, age(seen), pressing, &self.cfg) {
+            let mut allowed = allow(class, age(seen), pressing, &self.cfg);
+            if allowed.is_some() && seen & REFUSED != 0 {
+                pass.counts.incompressible += 1;
+                allowed = None;
+            }
+            if let Some(a) = allowed {
                 pressure_pages -= (pressing && a.compress) as u64;
                 chosen.push((k, a));
             }
@@ -339,6 +367,9 @@ impl State {
         let mut rep = EvictReport::default();
         self.evict_pages(base, chosen, &mut rep);
         pass.counts.evicted += rep.evicted;
+        pass.counts.not_eligible += rep.not_eligible;
+        pass.counts.refused += rep.refused;
+        pass.counts.not_allowed += rep.not_allowed;
         let freed = (rep.evicted * PAGE as u64).saturating_sub(stored(self).saturating_sub(before));
         pass.shed = pass.shed.saturating_sub(freed);
     }

@@ -272,7 +272,7 @@ impl State {
                 continue;
             }
             unsafe { std::ptr::copy_nonoverlapping(page, buf.as_mut_ptr(), PAGE) };
-            let Some(handle) = self.store_page(&store, &buf, allow, rep) else { continue };
+            let Some(handle) = self.store_page(base, k, &store, &buf, allow, rep) else { continue };
             copies.extend_from_slice(&buf);
             let punch = match self.blocks[&base].pages[k] {
                 Page::Owned(f) | Page::Shared(f) => Some(f),
@@ -283,20 +283,32 @@ impl State {
         taken
     }
 
-    /// Stores one page's bytes as `allow` permits; None: it stays in memory.
-    fn store_page(&mut self, store: &Arc<dyn PageStore>, page: &[u8; PAGE], allow: Allow, rep: &mut EvictReport) -> Option<crate::store::Handle> {
+    /// Stores the bytes of page `k` as `allow` permits; None: it stays in memory.
+    fn store_page(
+        &mut self,
+        base: usize,
+        k: usize,
+        store: &Arc<dyn PageStore>,
+        page: &[u8; PAGE],
+        allow: Allow,
+        rep: &mut EvictReport,
+    ) -> Option<crate::store::Handle> {
         if !allow.compress {
             rep.not_allowed += 1;
             return None;
         }
-        match store.put(page) {
-            Ok(handle) => Some(handle),
-            Err(StoreError::Incompressible | StoreError::Full | StoreError::Lost) => {
-                rep.refused += 1;
-                self.stats.evict_refused += 1;
-                None
-            }
+        let err = match store.put(page) {
+            Ok(handle) => return Some(handle),
+            Err(e) => e,
+        };
+        rep.refused += 1;
+        self.stats.evict_refused += 1;
+        if err == StoreError::Incompressible {
+            // The clock offers it again once it is written (clock.rs).
+            let seen = &mut self.blocks.get_mut(&base).expect("block vanished under the lock").seen[k];
+            *seen = crate::clock::refused(*seen);
         }
+        None
     }
 
     /// Waits the pin grace (writes through pages the kernel pinned before

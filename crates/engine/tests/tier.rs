@@ -257,3 +257,39 @@ fn without_userfaultfd_missing_mode_passes_classify_merge_and_evict_nothing() {
         e.free(b);
     }
 }
+
+fn incompressible(seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..PAGE)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn incompressible_pages_are_offered_once_until_written() {
+    let _s = serial();
+    let e = Engine::new(tier_cfg());
+    let n = 8;
+    let p = e.alloc(n * PAGE, Hint::None);
+    let mut want: Vec<u8> = (0..n as u64).flat_map(|k| incompressible(2 * k + 1)).collect();
+    unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
+    scans(&e, 6); // C4 from the third pass on
+    let c = e.stats().clock;
+    assert_eq!((c.total.refused, c.total.evicted), (n as u64, 0), "refused once each: {c:?}");
+    assert_eq!(c.total.incompressible, 3 * n as u64, "then left alone: {c:?}");
+    // New, compressible content: offered again once cold, and taken.
+    let fresh = pattern(900);
+    unsafe { std::ptr::copy_nonoverlapping(fresh.as_ptr(), p, PAGE) };
+    want[..PAGE].copy_from_slice(&fresh);
+    scans(&e, 3);
+    let c = e.stats().clock;
+    assert_eq!((c.total.refused, c.total.evicted), (n as u64, 1), "{c:?}");
+    assert!(!resident(p, 1)[0]);
+    assert_eq!(bytes(p, n * PAGE), &want[..]);
+    unsafe { e.free(p) };
+}
