@@ -408,7 +408,7 @@ fn tier_table(r: &SuiteResult) -> String {
             }
             let class = |k: &str| med(&["clock", "total", k]);
             rows += &format!(
-                "| {} | {} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {:.0} | {:.0} | {:.0} |\n",
+                "| {} | {} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {:.0} | {:.0} / {:.0} | {:.0} | {:.0} |\n",
                 w.name,
                 c,
                 med(&["clock", "passes"]),
@@ -417,6 +417,8 @@ fn tier_table(r: &SuiteResult) -> String {
                 class("c3"),
                 class("c4"),
                 class("evicted"),
+                class("not_eligible"),
+                class("refused") + class("incompressible"),
                 med(&["restored"]),
                 med(&["clock", "pressure_passes"]),
             );
@@ -426,8 +428,8 @@ fn tier_table(r: &SuiteResult) -> String {
         return rows;
     }
     "**What tiering did** (medians over runs, summed over processes; page looks per class summed over passes)\n\n\
-     | workload | configuration | clock passes | C1 / C2 / C3 / C4 | evicted by policy | restored on touch | pressure passes |\n\
-     |---|---|---:|---:|---:|---:|---:|\n"
+     | workload | configuration | clock passes | C1 / C2 / C3 / C4 | evicted by policy | left: shared / incompressible | restored on touch | pressure passes |\n\
+     |---|---|---:|---:|---:|---:|---:|---:|\n"
         .to_string()
         + &rows
         + "\n"

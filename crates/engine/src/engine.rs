@@ -555,6 +555,9 @@ impl State {
 
         let si = (s0 as usize - sb) / PAGE;
         let di = (d0 as usize - db) / PAGE;
+        // Evicted source pages come back first (from this thread, no fault),
+        // so the copy can share them instead of copying them plainly.
+        self.restore_evicted(sb, si, whole);
         self.refresh_divergence(sb, si, whole);
         self.freeze(sb, si, whole);
         let src_pages: Vec<Page> = self.blocks[&sb].pages[si..si + whole].to_vec();

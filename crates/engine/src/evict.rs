@@ -42,8 +42,8 @@
 //! 4-6 inside the chunk the scan has already registered and write-protected.
 //!
 //! Everything else copes with evicted pages: scans skip them (nothing to
-//! fold or merge, and reading would restore them); copies read them plainly
-//! (the fault restores them) and replace them when they are the destination;
+//! fold or merge, and reading would restore them); copies restore them
+//! first (so they can share them) and replace them when they are the destination;
 //! free, shrink, discard and remaps forget their records and stored copies;
 //! fork and exempt restore them first (fork.rs, advice.rs).
 

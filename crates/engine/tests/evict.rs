@@ -455,13 +455,16 @@ fn evict_then_free_releases_the_store() {
 fn evict_then_copy_either_way() {
     let _g = serial();
     for kind in KINDS {
-        // Evicted source: the copy reads it (restoring it) or shares what it can.
+        // Evicted source: the copy restores it and shares what it can.
         let b = Blk::evicted(kind, 32);
-        let dst = b.e.alloc(32 * PAGE, Hint::None);
-        unsafe { b.e.copy(dst, b.ptr, 32 * PAGE) };
-        assert!(bytes(dst, 32 * PAGE) == &b.want[..], "{kind:?}: copy of an evicted block");
+        let copy = b.e.alloc(32 * PAGE, Hint::None);
+        unsafe { b.e.copy(copy, b.ptr, 32 * PAGE) };
+        assert!(bytes(copy, 32 * PAGE) == &b.want[..], "{kind:?}: copy of an evicted block");
         b.check(&format!("{kind:?}: source after the copy"));
-        // Evicted destination, whole pages and a ragged edge.
+        assert!(unsafe { b.e.free(copy) });
+        // Evicted destination (written plainly, so its pages are its own), whole pages and a ragged edge.
+        let dst = b.e.alloc(32 * PAGE, Hint::None);
+        unsafe { std::ptr::copy_nonoverlapping(b.want.as_ptr(), dst, 32 * PAGE) };
         let r = b.e.evict(dst, 32 * PAGE);
         assert!(r.evicted > 0, "{kind:?}: {r:?}");
         let src = b.e.alloc(32 * PAGE, Hint::None);

@@ -293,3 +293,26 @@ fn incompressible_pages_are_offered_once_until_written() {
     assert_eq!(bytes(p, n * PAGE), &want[..]);
     unsafe { e.free(p) };
 }
+
+#[test]
+fn a_copy_of_evicted_pages_shares_them_instead_of_copying_plainly() {
+    let _s = serial();
+    let e = Engine::new(tier_cfg());
+    let n = 16;
+    let (p, want) = filled(&e, n, 1000);
+    scans(&e, 3);
+    assert_eq!(e.stats().evicted_now, n as u64);
+    let dst = e.alloc(n * PAGE, Hint::None);
+    let before = e.stats();
+    unsafe { e.copy(dst, p, n * PAGE) };
+    let after = e.stats();
+    assert_eq!(after.pages_shared_by_copy - before.pages_shared_by_copy, n as u64, "{after:?}");
+    assert_eq!(after.bytes_copied_plain, before.bytes_copied_plain);
+    assert_eq!(after.restored_by_engine - before.restored_by_engine, n as u64);
+    assert_eq!(bytes(dst, n * PAGE), &want[..]);
+    assert_eq!(bytes(p, n * PAGE), &want[..]);
+    unsafe {
+        e.free(p);
+        e.free(dst);
+    }
+}
