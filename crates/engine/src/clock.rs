@@ -71,7 +71,9 @@
 //! Incompressible pages are left alone: a page the store refused as
 //! incompressible is not offered again until it is written (most numeric
 //! data does not compress; trying it again every pass cost the scan more
-//! than the rest of the pass).
+//! than the rest of the pass), and a pass looks at it only when the smart
+//! scan would (idle.rs), so its write is seen at most 8 scans late. A pass
+//! classifies the pages it looks at (its counts are page looks).
 //!
 //! The clock's state is kept per page in the page's `seen` word, beside the
 //! look and the idle level, so every path that resets or splits `seen`
@@ -107,6 +109,13 @@ pub fn written(seen: u32) -> u32 {
 /// `seen` of a page the store refused as incompressible.
 pub fn refused(seen: u32) -> u32 {
     seen | REFUSED
+}
+
+/// Whether a pass must look at the page whatever the smart scan says: all
+/// but those refused as incompressible, which the policy leaves alone until
+/// a look sees them written (the smart scan's looks still come).
+pub fn wanted(seen: u32) -> bool {
+    seen & REFUSED == 0
 }
 
 /// `seen` of a page restored because something touched it.

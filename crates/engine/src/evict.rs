@@ -262,6 +262,10 @@ impl State {
         let mut taken = Vec::new();
         let mut buf = [0u8; PAGE];
         for &(k, allow) in pages {
+            if !applicable(allow) {
+                rep.not_allowed += 1;
+                continue;
+            }
             let Some(kind) = self.evictable(base, k) else {
                 rep.not_eligible += 1;
                 continue;
@@ -293,10 +297,6 @@ impl State {
         allow: Allow,
         rep: &mut EvictReport,
     ) -> Option<crate::store::Handle> {
-        if !allow.compress {
-            rep.not_allowed += 1;
-            return None;
-        }
         let err = match store.put(page) {
             Ok(handle) => return Some(handle),
             Err(e) => e,
@@ -487,6 +487,12 @@ impl State {
             t.forget(block.page_addr(k) as usize);
         }
     }
+}
+
+/// Whether any treatment `allow` permits exists here: only compression
+/// (patching, when it comes, makes `allow.patch` count too).
+fn applicable(allow: Allow) -> bool {
+    allow.compress
 }
 
 /// Neighbouring pages `b` after `a` that one system call frees together

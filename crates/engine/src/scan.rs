@@ -184,7 +184,7 @@ impl State {
     ) {
         let addr = self.blocks[&base].page_addr(i);
         rep.diverged_released += self.refresh_divergence(base, i, c);
-        let due = if pass.is_some() { (i..i + c).collect() } else { self.due_pages(base, i, c, rep) };
+        let due = self.due_pages(base, i, c, pass.is_some(), rep);
         if due.is_empty() {
             return; // nothing to read: no need to stop writers either
         }
@@ -201,7 +201,8 @@ impl State {
         let mut resident = vec![0u8; c];
         if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
             let looked: Vec<usize> = due
-                .into_iter()
+                .iter()
+                .copied()
                 .filter(|&k| resident[k - i] & 1 != 0 && !self.blocks[&base].pages[k].is_evicted())
                 .filter(|&k| !self.already_indexed(base, k))
                 .collect();
@@ -223,7 +224,8 @@ impl State {
             self.record_looks(base, &looked, &zero, &plan);
             if let Some(pass) = pass {
                 let block = &self.blocks[&base];
-                let present: Vec<usize> = (i..i + c)
+                let present: Vec<usize> = due
+                    .into_iter()
                     .filter(|&k| resident[k - i] & 1 != 0 && !block.pages[k].is_evicted() && zero.binary_search(&k).is_err())
                     .collect();
                 self.clock_chunk(base, &present, pass);
@@ -234,11 +236,14 @@ impl State {
         }
     }
 
-    /// The pages of `[i, i+c)` this scan looks at (see idle.rs); counts the others.
-    fn due_pages(&self, base: usize, i: usize, c: usize, rep: &mut ScanReport) -> Vec<usize> {
+    /// The pages of `[i, i+c)` this scan looks at (see idle.rs; a clock
+    /// pass looks at every page the policy may act on, clock.rs); counts the others.
+    fn due_pages(&self, base: usize, i: usize, c: usize, pass: bool, rep: &mut ScanReport) -> Vec<usize> {
         let seen = &self.blocks[&base].seen;
         let scan_no = self.stats.scans;
-        let due: Vec<usize> = (i..i + c).filter(|&k| !self.cfg.smart_scan || idle::due(seen[k], scan_no)).collect();
+        let due: Vec<usize> = (i..i + c)
+            .filter(|&k| !self.cfg.smart_scan || idle::due(seen[k], scan_no) || pass && crate::clock::wanted(seen[k]))
+            .collect();
         rep.skipped_idle += (c - due.len()) as u64;
         due
     }
