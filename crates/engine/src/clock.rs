@@ -279,7 +279,7 @@ impl State {
         }
         self.clock.last_pass = Some(now);
         let evict = self.cfg.evict && self.fault_thread_ready();
-        if !evict {
+        if self.cfg.evict && !evict {
             self.stats.fallbacks.evict += 1;
         }
         let footprint = self.footprint();

@@ -69,13 +69,14 @@ fn the_background_scanner_evicts_cold_pages_and_they_read_back_exactly() {
     let n = 64;
     let (p, want) = filled(&e, n, 0);
     let t0 = Instant::now();
-    while e.stats().evicted_now < n as u64 {
+    // The clock's counts are complete at the end of a pass.
+    while e.stats().clock.total.evicted < n as u64 {
         assert!(t0.elapsed() < Duration::from_secs(10), "cold pages not evicted: {:?}", e.stats().clock);
         std::thread::sleep(ms);
     }
-    assert!(resident(p, n).iter().all(|r| !r), "evicted pages hold no memory");
     let st = e.stats();
-    assert!(st.clock.passes >= 3 && st.clock.total.evicted >= n as u64, "{:?}", st.clock);
+    assert!(st.clock.passes >= 3 && st.evicted_now == n as u64, "{:?}", st.clock);
+    assert!(resident(p, n).iter().all(|r| !r), "evicted pages hold no memory");
     assert_eq!(bytes(p, n * PAGE), &want[..], "every byte restored");
     let st = e.stats();
     assert_eq!(st.restored, n as u64);
@@ -162,10 +163,12 @@ fn duplicate_cold_pages_are_merged_not_compressed() {
     }
 }
 
-/// An LZ4 store that records what the policy asked it to spill.
+/// An LZ4 store that records what the policy asked it to spill, and with
+/// `releases` says it released that much (as a store with a disk tier would).
 struct SpyStore {
     inner: Lz4Store,
     spill_asked: AtomicU64,
+    releases: bool,
 }
 
 impl PageStore for SpyStore {
@@ -183,14 +186,18 @@ impl PageStore for SpyStore {
     }
     fn spill(&self, bytes: u64) -> u64 {
         self.spill_asked.fetch_add(bytes, Ordering::SeqCst);
-        0
+        if self.releases {
+            bytes
+        } else {
+            0
+        }
     }
 }
 
 /// Passes 1-2 over 4 MiB written once, with C4 only at the third pass.
-fn two_passes(cfg: Config) -> (Engine, *mut u8, Vec<u8>, Arc<SpyStore>) {
+fn two_passes(cfg: Config, releases: bool) -> (Engine, *mut u8, Vec<u8>, Arc<SpyStore>) {
     let e = Engine::new(Config { cold_passes: 3, ..cfg });
-    let spy = Arc::new(SpyStore { inner: Lz4Store::new(u64::MAX, PAGE * 3 / 4), spill_asked: AtomicU64::new(0) });
+    let spy = Arc::new(SpyStore { inner: Lz4Store::new(u64::MAX, PAGE * 3 / 4), spill_asked: AtomicU64::new(0), releases });
     assert!(e.set_store(spy.clone()));
     let (p, want) = filled(&e, 1024, 600);
     scans(&e, 2);
@@ -200,7 +207,7 @@ fn two_passes(cfg: Config) -> (Engine, *mut u8, Vec<u8>, Arc<SpyStore>) {
 #[test]
 fn above_the_high_watermark_c3_pages_are_compressed_until_below_the_low_one() {
     let _s = serial();
-    let (calm, p, want, spy) = two_passes(tier_cfg());
+    let (calm, p, want, spy) = two_passes(tier_cfg(), false);
     let st = calm.stats();
     assert_eq!((st.evicted_now, st.clock.pressure_passes), (0, 0), "no watermark: C3 pages stay");
     assert_eq!(spy.spill_asked.load(Ordering::SeqCst), 0);
@@ -208,7 +215,17 @@ fn above_the_high_watermark_c3_pages_are_compressed_until_below_the_low_one() {
     unsafe { calm.free(p) };
 
     let (high, low) = (2u64 << 20, 1u64 << 20);
-    let (e, p, want, spy) = two_passes(Config { high_water: Some(high), low_water: Some(low), ..tier_cfg() });
+    let marks = Config { high_water: Some(high), low_water: Some(low), ..tier_cfg() };
+    // A store whose spill released the excess: nothing more to shed.
+    let (spilled, p, want, spy) = two_passes(marks.clone(), true);
+    assert!(spy.spill_asked.load(Ordering::SeqCst) >= 3 << 20);
+    let st = spilled.stats();
+    assert_eq!(st.evicted_now, 0, "the spill shed the excess: {:?}", st.clock);
+    assert!(st.clock.spilled >= 3 << 20, "{:?}", st.clock);
+    assert_eq!(bytes(p, 1024 * PAGE), &want[..]);
+    unsafe { spilled.free(p) };
+
+    let (e, p, want, spy) = two_passes(marks, false);
     let st = e.stats();
     assert!(st.clock.footprint > high, "{:?}", st.clock);
     assert_eq!(st.clock.pressure_passes, 2);
