@@ -49,8 +49,15 @@ pub struct Config {
     /// Allow `Engine::evict` (pages to the page store, restored on touch).
     /// Nothing calls it unless the program or a policy does.
     pub evict: bool,
-    /// Capacity in bytes of the built-in compressed page store.
+    /// Most memory in bytes the page store may hold (compressed pages, its
+    /// slabs' slack, tables and codecs); beyond it pages go to the swap file
+    /// if there is one, else stay in memory.
     pub evict_store_bytes: u64,
+    /// Swap file below the page store: `<path>.<pid>.<n>` is created on
+    /// first use and deleted with the store. None (default): no swap.
+    pub swap_file: Option<std::path::PathBuf>,
+    /// Largest size of the swap file in bytes.
+    pub swap_bytes: u64,
     /// Fault injection, for tests.
     pub inject: Inject,
 }
@@ -90,6 +97,8 @@ impl Default for Config {
             recycle_age: Duration::from_millis(250),
             evict: true,
             evict_store_bytes: u64::MAX,
+            swap_file: None,
+            swap_bytes: 1 << 30,
             inject: Inject::default(),
         }
     }
@@ -101,7 +110,7 @@ impl Config {
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction),
     /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
-    /// `PAGEFOLD_EVICT_STORE_MB`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
+    /// `PAGEFOLD_EVICT_STORE_MB`, `PAGEFOLD_SWAP_FILE` (path prefix), `PAGEFOLD_SWAP_MB`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
     /// `PAGEFOLD_INJECT_FAIL_UFFD`, `PAGEFOLD_INJECT_FAIL_UFFD_MISSING` (0/1), `PAGEFOLD_INJECT_MMAP_AFTER`,
     /// `PAGEFOLD_INJECT_MAX_MAP_COUNT`.
     /// Unparsable values keep the default; the preload cannot report errors.
@@ -137,6 +146,12 @@ impl Config {
         }
         if let Some(v) = num("PAGEFOLD_EVICT_STORE_MB") {
             c.evict_store_bytes = v.saturating_mul(1 << 20);
+        }
+        if let Some(path) = std::env::var_os("PAGEFOLD_SWAP_FILE").filter(|p| !p.is_empty()) {
+            c.swap_file = Some(path.into());
+        }
+        if let Some(v) = num("PAGEFOLD_SWAP_MB") {
+            c.swap_bytes = v.saturating_mul(1 << 20);
         }
         if let Some(v) = num("PAGEFOLD_RECYCLE_MS") {
             c.recycle_age = Duration::from_millis(v);

@@ -561,8 +561,11 @@ fn refusals_leave_pages_untouched() {
     assert_eq!((s.evict_refused, s.store.pages, s.vmas_used), (n as u64, 0, 1), "{s:?}");
     assert!(unsafe { e.free(p) });
 
-    // A full store: what fits is evicted, the rest stays.
-    let e = Engine::new(Config { evict_store_bytes: 12_000, ..cfg() });
+    // A full store: what fits is evicted, the rest stays. The capacity is
+    // what the empty store holds (tables, codecs) and 32 KiB: one slab of
+    // the class these pages compress to, not two.
+    let empty = pagefold_engine::TierStore::new(unlimited()).unwrap().bytes().memory();
+    let e = Engine::new(Config { evict_store_bytes: empty + 32_768, ..cfg() });
     let p = e.alloc(n * PAGE, Hint::None);
     let want: Vec<u8> = (0..n).flat_map(pattern).collect();
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
@@ -574,10 +577,14 @@ fn refusals_leave_pages_untouched() {
     assert_eq!(e.stats().store.pages, 0);
 }
 
+fn unlimited() -> pagefold_engine::TierConfig {
+    pagefold_engine::TierConfig { capacity: u64::MAX, swap: None }
+}
+
 /// A store that takes nothing, or loses what it took.
 struct BadStore {
     lose: bool,
-    inner: pagefold_engine::Lz4Store,
+    inner: pagefold_engine::TierStore,
     puts: AtomicU64,
 }
 
@@ -605,7 +612,7 @@ impl PageStore for BadStore {
 fn a_failing_store_never_yields_wrong_bytes() {
     let _g = serial();
     let e = Engine::new(cfg());
-    let store = Arc::new(BadStore { lose: false, inner: pagefold_engine::Lz4Store::new(u64::MAX, PAGE), puts: AtomicU64::new(0) });
+    let store = Arc::new(BadStore { lose: false, inner: pagefold_engine::TierStore::new(unlimited()).unwrap(), puts: AtomicU64::new(0) });
     assert!(e.set_store(store.clone()));
     let n = 8;
     let p = e.alloc(n * PAGE, Hint::None);
@@ -621,7 +628,7 @@ fn a_failing_store_never_yields_wrong_bytes() {
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let e = Engine::new(cfg());
-        let store = Arc::new(BadStore { lose: true, inner: pagefold_engine::Lz4Store::new(u64::MAX, PAGE), puts: AtomicU64::new(0) });
+        let store = Arc::new(BadStore { lose: true, inner: pagefold_engine::TierStore::new(unlimited()).unwrap(), puts: AtomicU64::new(0) });
         e.set_store(store);
         let p = e.alloc(PAGE, Hint::None);
         unsafe { std::ptr::copy_nonoverlapping(pattern(1).as_ptr(), p, PAGE) };
