@@ -14,12 +14,12 @@
 //! own table), so an object can move between memory and disk behind them.
 //! With a swap file configured (`Config::swap_file`), `spill` writes the
 //! oldest objects in memory — compressed pages, and any other object the
-//! store holds — to the tier's `SwapFile` (one slot each, with a checksum)
-//! in batches, then compacts the slabs and gives emptied ones back; a
+//! store holds — to the tier's `SwapFile` (one slot and one write each,
+//! with a checksum), then compacts the slabs and gives emptied ones back; a
 //! `put` that finds the store at its capacity spills instead of refusing.
 //! The file is created on first use as `<path>.<pid>.<n>` (several stores,
-//! processes and forked children never share one) and deleted with the
-//! store. A failed write (ENOSPC, EIO) keeps the object in memory: no data
+//! processes and forked children never share one) and unlinked at once, so
+//! it goes when the process does, however it ends. A failed write (ENOSPC, EIO) keeps the object in memory: no data
 //! is at stake until a write succeeded. A failed read or a bad checksum is
 //! `StoreError::Lost`: the engine poisons the page (SIGBUS), never fills it
 //! with wrong bytes.
@@ -40,9 +40,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use pagefold_tier::compress::Compressor;
+use pagefold_tier::compress::{Compressor, Method};
 use pagefold_tier::store::{Handle as SlabHandle, Store, StoreConfig};
-use pagefold_tier::swap::{Slot, SwapConfig, SwapFile, BATCH_PAGES};
+use pagefold_tier::swap::{Slot, SwapConfig, SwapFile};
 
 use crate::store::{Handle, PageStore, StoreBytes, StoreError};
 use crate::PAGE;
@@ -53,6 +53,8 @@ const SPILL_STEP: u64 = 1 << 20;
 /// Swap file growth step in slots (256 KiB): `fallocate` per step reports a
 /// full disk before any data is at stake.
 const SWAP_GROW_SLOTS: u32 = 64;
+/// Objects written per hold of the inner lock: a fault waits for at most this many writes.
+const SPILL_BATCH: usize = 32;
 
 /// Where a swap file goes and how large it may grow.
 #[derive(Clone, Debug)]
@@ -84,6 +86,10 @@ impl TierConfig {
 /// What the store did since it began (for tests and reports).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TierCounts {
+    /// Pages stored by method: one repeated word, LZ4, zstd.
+    pub same: u64,
+    pub lz4: u64,
+    pub zstd: u64,
     /// Objects written to the swap file.
     pub spilled: u64,
     /// Writes to the swap file that failed (the objects stayed in memory).
@@ -186,6 +192,39 @@ impl TierStore {
         self.lock().counts
     }
 
+    /// `bytes()` recomputed from the tables rather than the counters, with
+    /// the invariants checked (every object in exactly one place, the slab
+    /// store's own audit, the swap file's used slots); for tests.
+    pub fn audit(&self) -> Result<StoreBytes, String> {
+        let s = self.lock();
+        let slabs = s.slabs.audit()?;
+        let (mut in_memory, mut swapped, mut payload) = (0u64, 0u64, 0u64);
+        for o in &s.objects {
+            match o.place {
+                Place::Memory(sh) => {
+                    in_memory += 1;
+                    payload += s.slabs.len_of(sh).map_err(|e| format!("object in memory without a slab slot: {e}"))? as u64;
+                }
+                Place::Swap(slot) => {
+                    swapped += 1;
+                    s.swap.as_ref().and_then(|f| f.len_of(slot).ok()).ok_or("swapped object without a slot")?;
+                }
+                Place::Gone => swapped += 1,
+                Place::Free => {}
+            }
+        }
+        let free = s.objects.iter().filter(|o| matches!(o.place, Place::Free)).count();
+        if (in_memory, swapped, free) != (s.in_memory, s.swapped, s.free.len()) || payload != slabs.payload_bytes {
+            return Err(format!("counted {in_memory} in memory, {swapped} swapped, {free} free, {payload} B; kept {} / {} / {} / {} B", s.in_memory, s.swapped, s.free.len(), slabs.payload_bytes));
+        }
+        let swap = s.swap.as_ref().map(|f| f.stats()).unwrap_or_default();
+        if s.swap.is_some() && swap.slots_used != swapped {
+            return Err(format!("{swapped} swapped objects but {} slots used", swap.slots_used));
+        }
+        let memory = self.memory_bytes(&s) - s.slabs.stats().footprint_bytes() + slabs.footprint_bytes();
+        Ok(StoreBytes { pages: in_memory + swapped, payload, overhead: memory - payload, swapped, swap_file_bytes: swap.slots_allocated * PAGE as u64 })
+    }
+
     /// Bytes of memory the store holds (what `bytes()` splits into payload and overhead).
     fn memory_bytes(&self, s: &Inner) -> u64 {
         s.memory_bytes() + self.put_codec_bytes.load(Ordering::Relaxed)
@@ -220,7 +259,7 @@ impl TierStore {
             if !s.swap_ready(&self.cfg) {
                 break;
             }
-            let batch = s.take_oldest(BATCH_PAGES);
+            let batch = s.take_oldest(SPILL_BATCH);
             if batch.is_empty() {
                 break;
             }
@@ -354,6 +393,8 @@ impl Inner {
             sc.grow_slots = SWAP_GROW_SLOTS;
             match SwapFile::create(&sc) {
                 Ok(f) => {
+                    // Open descriptors keep it; nothing is left behind on exit.
+                    let _ = std::fs::remove_file(f.path());
                     self.swap = Some(f);
                     self.swap_state = SwapState::Open;
                 }
@@ -379,28 +420,25 @@ impl Inner {
         batch
     }
 
-    /// Writes `batch` to the swap file (one write per run of slots; one
-    /// object at a time after a failed batch, so a nearly full disk still
-    /// takes what fits). Objects not written go back to the front of the
-    /// spill order. Returns the payload bytes moved and whether all were.
+    /// Writes `batch` to the swap file, one object per slot and write (a
+    /// batched write would need a staging buffer of its own, memory the
+    /// spill is meant to release), until one fails. Objects not written go
+    /// back to the front of the spill order. Returns the payload bytes
+    /// moved and whether all were.
     fn swap_out(&mut self, batch: &[(u32, SlabHandle)]) -> (u64, bool) {
         let Inner { slabs, swap, counts, .. } = self;
         let file = swap.as_mut().expect("swap_out with the file open");
-        let items: Vec<&[u8]> = batch.iter().map(|&(_, sh)| slabs.get(sh).expect("objects in the order are in memory")).collect();
-        let slots = match file.swap_out_batch(&items) {
-            Ok(slots) => slots,
-            Err(_) => {
-                counts.swap_write_errors += 1;
-                let mut slots = Vec::new();
-                for item in &items {
-                    match file.swap_out(item) {
-                        Ok(s) => slots.push(s),
-                        Err(_) => break,
-                    }
+        let mut slots = Vec::with_capacity(batch.len());
+        for &(_, sh) in batch {
+            let item = slabs.get(sh).expect("objects in the order are in memory");
+            match file.swap_out(item) {
+                Ok(s) => slots.push(s),
+                Err(_) => {
+                    counts.swap_write_errors += 1;
+                    break;
                 }
-                slots
             }
-        };
+        }
         let mut moved = 0;
         for (&(i, sh), &slot) in batch.iter().zip(&slots) {
             moved += self.slabs.len_of(sh).unwrap_or(0) as u64;
@@ -421,8 +459,18 @@ impl PageStore for TierStore {
     fn put(&self, page: &[u8; PAGE]) -> Result<Handle, StoreError> {
         let mut codec = self.put_codec.lock().unwrap_or_else(|e| e.into_inner());
         let obj = codec.compress(page).ok_or(StoreError::Incompressible)?;
+        let method = Compressor::method_of(obj);
         let r = self.insert(obj);
         self.put_codec_bytes.store(codec.memory_bytes() as u64, Ordering::Relaxed);
+        if r.is_ok() {
+            let mut s = self.lock();
+            match method {
+                Some(Method::Same) => s.counts.same += 1,
+                Some(Method::Lz4) => s.counts.lz4 += 1,
+                Some(Method::Zstd) => s.counts.zstd += 1,
+                None => {}
+            }
+        }
         r
     }
 

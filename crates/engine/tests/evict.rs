@@ -15,7 +15,7 @@
 //! page of every engine in the process, which would upset another's counts.
 
 mod common;
-use common::{pipe, socketpair};
+use common::{pipe, socketpair, with_deadline};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 use std::time::Duration;
@@ -26,27 +26,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Runs `body` in its own thread and fails if it takes longer than `limit`
-/// (a fault nobody answers hangs the thread that took it).
-fn with_deadline(name: &str, limit: Duration, body: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
-        let _ = tx.send(());
-        if let Err(p) = r {
-            std::panic::resume_unwind(p);
-        }
-    });
-    match rx.recv_timeout(limit) {
-        Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(p) = h.join() {
-                std::panic::resume_unwind(p);
-            }
-        }
-        Err(_) => panic!("{name}: still running after {limit:?}: a touch of an evicted page was never answered"),
-    }
 }
 
 fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
