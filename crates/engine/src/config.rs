@@ -49,7 +49,9 @@ pub struct Config {
     /// Allow `Engine::evict` (pages to the page store, restored on touch).
     /// Nothing calls it unless the program or a policy does.
     pub evict: bool,
-    /// Capacity in bytes of the built-in compressed page store.
+    /// Most memory in bytes the page store may hold (compressed pages, its
+    /// slabs' slack, tables and codecs); beyond it pages go to the swap file
+    /// if there is one, else stay in memory.
     pub evict_store_bytes: u64,
     /// Tiering (clock.rs): scans classify pages by access (Difference
     /// Engine's C1-C4) and evict cold ones by the policy below. Off by default.
@@ -68,6 +70,11 @@ pub struct Config {
     pub high_water: Option<u64>,
     /// ... until the footprint is below this (defaults to 7/8 of `high_water`).
     pub low_water: Option<u64>,
+    /// Swap file below the page store: `<path>.<pid>.<n>` is created on
+    /// first use and deleted with the store. None (default): no swap.
+    pub swap_file: Option<std::path::PathBuf>,
+    /// Largest size of the swap file in bytes.
+    pub swap_bytes: u64,
     /// Fault injection, for tests.
     pub inject: Inject,
 }
@@ -114,6 +121,8 @@ impl Default for Config {
             tier_compress: true,
             high_water: None,
             low_water: None,
+            swap_file: None,
+            swap_bytes: 1 << 30,
             inject: Inject::default(),
         }
     }
@@ -125,9 +134,10 @@ impl Config {
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction),
     /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
-    /// `PAGEFOLD_EVICT_STORE_MB`; tiering: `PAGEFOLD_TIER`, `PAGEFOLD_TIER_PATCH`,
-    /// `PAGEFOLD_TIER_COMPRESS` (0/1), `PAGEFOLD_CLOCK_MS`, `PAGEFOLD_COLD_PASSES`,
-    /// `PAGEFOLD_HIGH_MB`, `PAGEFOLD_LOW_MB` (0 = no watermark); fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
+    /// `PAGEFOLD_EVICT_STORE_MB`, `PAGEFOLD_SWAP_FILE` (path prefix), `PAGEFOLD_SWAP_MB`;
+    /// tiering: `PAGEFOLD_TIER`, `PAGEFOLD_TIER_PATCH`, `PAGEFOLD_TIER_COMPRESS` (0/1),
+    /// `PAGEFOLD_CLOCK_MS`, `PAGEFOLD_COLD_PASSES`, `PAGEFOLD_HIGH_MB`, `PAGEFOLD_LOW_MB`
+    /// (0 = no watermark); fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
     /// `PAGEFOLD_INJECT_FAIL_UFFD`, `PAGEFOLD_INJECT_FAIL_UFFD_MISSING` (0/1), `PAGEFOLD_INJECT_MMAP_AFTER`,
     /// `PAGEFOLD_INJECT_MAX_MAP_COUNT`.
     /// Unparsable values keep the default; the preload cannot report errors.
@@ -166,6 +176,12 @@ impl Config {
         }
         if let Some(v) = num("PAGEFOLD_EVICT_STORE_MB") {
             c.evict_store_bytes = v.saturating_mul(1 << 20);
+        }
+        if let Some(path) = std::env::var_os("PAGEFOLD_SWAP_FILE").filter(|p| !p.is_empty()) {
+            c.swap_file = Some(path.into());
+        }
+        if let Some(v) = num("PAGEFOLD_SWAP_MB") {
+            c.swap_bytes = v.saturating_mul(1 << 20);
         }
         if let Some(v) = num("PAGEFOLD_RECYCLE_MS") {
             c.recycle_age = Duration::from_millis(v);

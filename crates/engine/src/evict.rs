@@ -54,7 +54,8 @@ use crate::engine::{Engine, State};
 use crate::fault::Evictions;
 use crate::frames::FrameId;
 use crate::space::{Block, Page, Restores};
-use crate::store::{Lz4Store, PageStore, StoreError};
+use crate::store::{PageStore, StoreError};
+use crate::tier_store::{TierConfig, TierStore};
 use crate::{sys, PAGE};
 
 /// What one `evict` call did, in pages.
@@ -173,9 +174,12 @@ impl State {
             return true;
         }
         let Some(uffd) = self.protector.clone().filter(|p| p.missing) else { return false };
-        let cap = self.cfg.evict_store_bytes;
-        let ev = self.evictions.get_or_insert_with(|| Arc::new(Evictions::new(Arc::new(Lz4Store::new(cap, PAGE * 3 / 4)))));
-        let ev = ev.clone();
+        if self.evictions.is_none() {
+            // No address space for the store's slabs: no eviction.
+            let Ok(store) = TierStore::new(TierConfig::from_engine(&self.cfg)) else { return false };
+            self.evictions = Some(Arc::new(Evictions::new(Arc::new(store))));
+        }
+        let Some(ev) = self.evictions.clone() else { return false };
         let spawned = std::thread::Builder::new()
             .name("pagefold-fault".into())
             .stack_size(256 << 10)

@@ -18,8 +18,9 @@
 //! - **Anon**: plain anonymous memory (a fallback, or a folded zero range).
 //!
 //! and a fifth for pages taken out of memory: **Evicted**, whose content is
-//! in a page store (LZ4-compressed in memory by default) while the page is
-//! not present and registered for userfaultfd MISSING faults; a fault thread
+//! in a page store (compressed in memory by default, LZ4 or zstd, with a
+//! swap file below when configured) while the page is not present and
+//! registered for userfaultfd MISSING faults; a fault thread
 //! puts the content back on any touch, including the kernel's inside a system
 //! call (evict.rs, fault.rs, store.rs).
 //!
@@ -72,6 +73,7 @@ mod recycle;
 pub mod protect;
 mod fork;
 mod store;
+mod tier_store;
 mod fault;
 mod evict;
 mod clock;
@@ -81,7 +83,8 @@ pub use config::{Config, Inject};
 pub use engine::{Engine, Hint, ScanReport};
 pub use evict::EvictReport;
 pub use fault::LIFETIME_BUCKETS;
-pub use store::{Handle, Lz4Store, PageStore, StoreBytes, StoreError};
+pub use store::{Handle, PageStore, StoreBytes, StoreError};
+pub use tier_store::{SwapSettings, TierConfig, TierCounts, TierStore};
 pub use stats::{Fallbacks, Stats};
 
 thread_local! {

@@ -51,3 +51,15 @@ fn config_reads_tiering_from_the_environment() {
     assert_eq!((c.high_water, c.low_water), (Some(512 << 20), None), "0 MiB: no watermark");
     assert!(!Config::from_env().tier);
 }
+
+#[test]
+fn config_reads_the_swap_file_from_the_environment() {
+    assert!(Config::from_env().swap_file.is_none(), "no swap unless asked for");
+    std::env::set_var("PAGEFOLD_SWAP_FILE", "/var/tmp/pf.swap");
+    std::env::set_var("PAGEFOLD_SWAP_MB", "64");
+    let c = Config::from_env();
+    std::env::remove_var("PAGEFOLD_SWAP_FILE");
+    std::env::remove_var("PAGEFOLD_SWAP_MB");
+    assert_eq!(c.swap_file.as_deref(), Some(std::path::Path::new("/var/tmp/pf.swap")));
+    assert_eq!(c.swap_bytes, 64 << 20);
+}

@@ -15,7 +15,7 @@
 //! page of every engine in the process, which would upset another's counts.
 
 mod common;
-use common::{pipe, socketpair};
+use common::{pipe, socketpair, with_deadline};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 use std::time::Duration;
@@ -26,27 +26,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Runs `body` in its own thread and fails if it takes longer than `limit`
-/// (a fault nobody answers hangs the thread that took it).
-fn with_deadline(name: &str, limit: Duration, body: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
-        let _ = tx.send(());
-        if let Err(p) = r {
-            std::panic::resume_unwind(p);
-        }
-    });
-    match rx.recv_timeout(limit) {
-        Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(p) = h.join() {
-                std::panic::resume_unwind(p);
-            }
-        }
-        Err(_) => panic!("{name}: still running after {limit:?}: a touch of an evicted page was never answered"),
-    }
 }
 
 fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
@@ -564,8 +543,11 @@ fn refusals_leave_pages_untouched() {
     assert_eq!((s.evict_refused, s.store.pages, s.vmas_used), (n as u64, 0, 1), "{s:?}");
     assert!(unsafe { e.free(p) });
 
-    // A full store: what fits is evicted, the rest stays.
-    let e = Engine::new(Config { evict_store_bytes: 12_000, ..cfg() });
+    // A full store: what fits is evicted, the rest stays. The capacity is
+    // what the empty store holds (tables, codecs) and 32 KiB: one slab of
+    // the class these pages compress to, not two.
+    let empty = pagefold_engine::TierStore::new(unlimited()).unwrap().bytes().memory();
+    let e = Engine::new(Config { evict_store_bytes: empty + 32_768, ..cfg() });
     let p = e.alloc(n * PAGE, Hint::None);
     let want: Vec<u8> = (0..n).flat_map(pattern).collect();
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
@@ -577,10 +559,14 @@ fn refusals_leave_pages_untouched() {
     assert_eq!(e.stats().store.pages, 0);
 }
 
+fn unlimited() -> pagefold_engine::TierConfig {
+    pagefold_engine::TierConfig { capacity: u64::MAX, swap: None }
+}
+
 /// A store that takes nothing, or loses what it took.
 struct BadStore {
     lose: bool,
-    inner: pagefold_engine::Lz4Store,
+    inner: pagefold_engine::TierStore,
     puts: AtomicU64,
 }
 
@@ -608,7 +594,7 @@ impl PageStore for BadStore {
 fn a_failing_store_never_yields_wrong_bytes() {
     let _g = serial();
     let e = Engine::new(cfg());
-    let store = Arc::new(BadStore { lose: false, inner: pagefold_engine::Lz4Store::new(u64::MAX, PAGE), puts: AtomicU64::new(0) });
+    let store = Arc::new(BadStore { lose: false, inner: pagefold_engine::TierStore::new(unlimited()).unwrap(), puts: AtomicU64::new(0) });
     assert!(e.set_store(store.clone()));
     let n = 8;
     let p = e.alloc(n * PAGE, Hint::None);
@@ -624,7 +610,7 @@ fn a_failing_store_never_yields_wrong_bytes() {
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let e = Engine::new(cfg());
-        let store = Arc::new(BadStore { lose: true, inner: pagefold_engine::Lz4Store::new(u64::MAX, PAGE), puts: AtomicU64::new(0) });
+        let store = Arc::new(BadStore { lose: true, inner: pagefold_engine::TierStore::new(unlimited()).unwrap(), puts: AtomicU64::new(0) });
         e.set_store(store);
         let p = e.alloc(PAGE, Hint::None);
         unsafe { std::ptr::copy_nonoverlapping(pattern(1).as_ptr(), p, PAGE) };

@@ -183,6 +183,12 @@ impl Compressor {
         &self.cfg
     }
 
+    /// Bytes this compressor holds: its buffers and both zstd contexts
+    /// (for a store that counts its codecs in the footprint).
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Compressor>() + self.out.capacity() + self.alt.capacity() + self.cctx.sizeof() + self.dctx.sizeof()
+    }
+
     /// The largest object a page may compress to.
     pub fn max_len(&self) -> usize {
         PAGE.saturating_sub(self.cfg.min_saving)

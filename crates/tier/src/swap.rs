@@ -152,6 +152,8 @@ pub struct SwapFile {
     /// Staging buffer of batches (BATCH_PAGES pages), made on first use.
     batch: Option<AlignedPage>,
     fail: Option<(FailOn, i32)>,
+    /// Not deleted on drop (see [`SwapFile::abandon`]).
+    keep_file: bool,
 }
 
 // SAFETY: the aligned buffer is owned and only used through `&mut self`.
@@ -193,6 +195,7 @@ impl SwapFile {
             aligned,
             batch: None,
             fail: None,
+            keep_file: false,
         })
     }
 
@@ -434,6 +437,12 @@ impl SwapFile {
         Ok(())
     }
 
+    /// Closes the file without deleting it or touching its slots: in a
+    /// forked child, whose copy of the swap file is its parent's file.
+    pub fn abandon(mut self) {
+        self.keep_file = true;
+    }
+
     /// Gives the disk blocks of free slots at the end of the file back
     /// (truncate to the last used slot, rounded up to a growth step).
     pub fn shrink(&mut self) -> Result<(), Error> {
@@ -452,7 +461,9 @@ impl SwapFile {
 
 impl Drop for SwapFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if !self.keep_file {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

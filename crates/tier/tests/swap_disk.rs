@@ -3,48 +3,13 @@
 //! short reads and overwritten slots, O_DIRECT where the file system has
 //! it. No page is lost on any error path.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
+use pagefold_testkit::TmpMount;
 use pagefold_tier::kinds::{page, Kind};
 use pagefold_tier::swap::{SwapConfig, SwapFile};
 use pagefold_tier::{Error, PAGE};
 
-/// A tmpfs of `size` mounted on a fresh directory; unmounted and removed
-/// on drop, also when the test fails.
-struct TmpMount(PathBuf);
-
-impl TmpMount {
-    fn new(tag: &str, size: &str) -> Option<TmpMount> {
-        let dir = std::env::temp_dir().join(format!("pagefold-tier-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).ok()?;
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir)
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !ok {
-            let _ = std::fs::remove_dir(&dir);
-            eprintln!("skipping: cannot mount a tmpfs (not root?)");
-            return None;
-        }
-        Some(TmpMount(dir))
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TmpMount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
 fn full_disk(direct: bool, grow: u32) {
-    let Some(m) = TmpMount::new(&format!("full-{direct}-{grow}"), "256k") else {
+    let Some(m) = TmpMount::new(&format!("tier-full-{direct}-{grow}"), "256k") else {
         return;
     };
     let path = m.path().join("swap");

@@ -2,6 +2,8 @@
 //! so not every one uses every helper).
 #![allow(dead_code)]
 
+use std::time::Duration;
+
 /// A pipe with room for the largest transfer, so one thread can write then read.
 pub fn pipe() -> (i32, i32) {
     let mut fds = [0i32; 2];
@@ -15,4 +17,25 @@ pub fn socketpair() -> (i32, i32) {
     let mut fds = [0i32; 2];
     assert_eq!(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) }, 0);
     (fds[0], fds[1])
+}
+
+/// Runs `body` in its own thread and fails if it takes longer than `limit`
+/// (a fault nobody answers hangs the thread that took it).
+pub fn with_deadline(name: &str, limit: Duration, body: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+        let _ = tx.send(());
+        if let Err(p) = r {
+            std::panic::resume_unwind(p);
+        }
+    });
+    match rx.recv_timeout(limit) {
+        Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(p) = h.join() {
+                std::panic::resume_unwind(p);
+            }
+        }
+        Err(_) => panic!("{name}: still running after {limit:?}: a touch of an evicted page was never answered"),
+    }
 }

@@ -1,0 +1,209 @@
+//! Difference Engine's Table 2 op costs, measured in the engine, for
+//! docs/BENCHMARKS.md ("Op costs, DE Table 2").
+//!
+//! Run: `cargo run --release -p pagefold-engine --example ops [pages] [rounds]`
+//! (default 2,048 pages, 9 rounds; figures are medians over rounds of the
+//! mean per page in a round). Each op is what the engine pays, system calls
+//! and faults included:
+//!
+//! - share: a scan that merges `pages` pages identical to pages of another
+//!   block (hash, full compare, write-protect, remap), time per merged page;
+//!   the scan before it, which saw the pages for the first time (the
+//!   volatility check merges only what two scans saw unchanged), is not
+//!   counted.
+//! - cow_break: the first write to a merged page (the kernel's copy-on-write fault).
+//! - compress: `Engine::evict` of a block of one page kind (compress, store,
+//!   register, free), per page; then the store's `put` alone (codec and slab store).
+//! - uncompress: a thread touches the evicted pages one after another
+//!   (fault, fault thread, decompress, UFFDIO_COPY, wake), per page.
+//! - swap_out: `PageStore::spill` of the evicted block to the swap file
+//!   (one buffered write per object), per page.
+//! - swap_in: touches of swapped pages, with the file in the page cache and
+//!   after `POSIX_FADV_DONTNEED` (read from the device), per page.
+//! - patch, unpatch: the tier crate's `Patcher` on DE's 95%-similar pages
+//!   (detector lookup, encode, store, pin; decode, remove, unpin): the
+//!   engine's patch path is not wired yet.
+//!
+//! Every round checks the bytes it reads back.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pagefold_engine::{Config, Engine, Hint, PageStore, SwapSettings, TierConfig, TierStore, PAGE};
+use pagefold_tier::kinds::{page, Kind};
+use pagefold_tier::ops::{patch_ops, OpsConfig, DE_TABLE2};
+use pagefold_tier::patch::Encoder;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn per_page(t: Instant, n: u64) -> f64 {
+    t.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64
+}
+
+fn content(kind: Kind, n: usize, salt: u64) -> Vec<u8> {
+    (0..n as u64).flat_map(|k| page(kind, k * 7919 + salt + 1)).collect()
+}
+
+fn block(e: &Engine, data: &[u8]) -> *mut u8 {
+    let p = e.alloc(data.len(), Hint::FullWrite);
+    assert!(!p.is_null());
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+    p
+}
+
+fn same(p: *const u8, want: &[u8]) -> bool {
+    unsafe { std::slice::from_raw_parts(p, want.len()) == want }
+}
+
+/// share and cow_break, one round: (share us, cow_break us).
+fn share_round(n: usize, grace: Duration, salt: u64) -> (f64, f64) {
+    let e = Engine::new(Config { pin_grace: grace, smart_scan: false, ..Config::default() });
+    let data = content(Kind::Text, n, salt);
+    let (a, b) = (block(&e, &data), block(&e, &data));
+    e.scan(); // first sight: the volatility check remembers the pages
+    let t = Instant::now();
+    let r = e.scan();
+    let share = per_page(t, r.merged);
+    assert!(r.merged >= n as u64, "merged {} of {n}", r.merged);
+    let t = Instant::now();
+    for k in 0..n {
+        unsafe { b.add(k * PAGE + 5).write_volatile(data[k * PAGE + 5]) };
+    }
+    let cow = per_page(t, n as u64);
+    assert!(same(a, &data) && same(b, &data));
+    unsafe { (e.free(a), e.free(b)) };
+    (share, cow)
+}
+
+struct TierRound {
+    evict: f64,
+    put: f64,
+    restore: f64,
+    swap_out: f64,
+    swap_in_cached: f64,
+    swap_in_device: f64,
+}
+
+fn swap_dir() -> std::path::PathBuf {
+    std::env::var_os("PAGEFOLD_OPS_SWAP_DIR").map(Into::into).unwrap_or_else(std::env::temp_dir)
+}
+
+/// compress, uncompress, swap_out, swap_in of `kind`, one round.
+fn tier_round(kind: Kind, n: usize, grace: Duration, salt: u64) -> TierRound {
+    let data = content(kind, n, salt);
+    // The store alone: compress and insert.
+    let alone = TierStore::new(TierConfig { capacity: u64::MAX, swap: None }).unwrap();
+    let t = Instant::now();
+    for p in data.chunks_exact(PAGE) {
+        let _ = std::hint::black_box(alone.put(p.try_into().unwrap()));
+    }
+    let put = per_page(t, n as u64);
+
+    let prefix = swap_dir().join(format!("pagefold-ops-{}", std::process::id()));
+    let store = Arc::new(TierStore::new(TierConfig { capacity: u64::MAX, swap: Some(SwapSettings { path: prefix.clone(), max_bytes: 1 << 30 }) }).unwrap());
+    let e = Engine::new(Config { pin_grace: grace, ..Config::default() });
+    assert!(e.set_store(store.clone()));
+    let touch_all = |p: *mut u8| {
+        let t = Instant::now();
+        let mut sum = 0u64;
+        for k in 0..n {
+            sum = sum.wrapping_add(unsafe { p.add(k * PAGE + 8).read_volatile() } as u64);
+        }
+        std::hint::black_box(sum);
+        per_page(t, n as u64)
+    };
+    let p = block(&e, &data);
+    let t = Instant::now();
+    let r = e.evict(p, data.len());
+    let evict = per_page(t, r.evicted);
+    assert_eq!(r.evicted, n as u64, "{kind:?}: {r:?}");
+    let restore = touch_all(p);
+    assert!(same(p, &data), "{kind:?}: wrong bytes after uncompress");
+
+    e.scan(); // reconcile, so the pages can be evicted again
+    assert_eq!(e.evict(p, data.len()).evicted, n as u64);
+    let t = Instant::now();
+    store.spill(u64::MAX);
+    let swap_out = per_page(t, store.bytes().swapped);
+    assert_eq!(store.bytes().swapped, n as u64);
+    let swap_in_cached = touch_all(p);
+    assert!(same(p, &data), "{kind:?}: wrong bytes after swap_in");
+
+    e.scan();
+    assert_eq!(e.evict(p, data.len()).evicted, n as u64);
+    store.spill(u64::MAX);
+    drop_swap_cache(&prefix);
+    let swap_in_device = touch_all(p);
+    assert!(same(p, &data), "{kind:?}: wrong bytes after swap_in from the device");
+    unsafe { e.free(p) };
+    TierRound { evict, put, restore, swap_out, swap_in_cached, swap_in_device }
+}
+
+/// Drops the page cache of this process's swap files (unlinked: found in /proc/self/fd).
+fn drop_swap_cache(prefix: &std::path::Path) {
+    let want = prefix.to_string_lossy().to_string();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(link) = std::fs::read_link(entry.path()) else { continue };
+        if link.to_string_lossy().starts_with(&want) {
+            let fd: i32 = entry.file_name().to_string_lossy().parse().unwrap();
+            unsafe {
+                libc::fdatasync(fd);
+                libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED);
+            }
+        }
+    }
+}
+
+fn de(op: &str) -> f64 {
+    DE_TABLE2.iter().find(|(o, _)| *o == op).unwrap().1
+}
+
+fn row(op: &str, what: &str, us: f64) {
+    let target = if op == "swap_in" { None } else { Some(de(op) / 5.0) };
+    let verdict = match target {
+        Some(t) if us <= t => format!("{t:.1} (met)"),
+        Some(t) => format!("{t:.1} (MISSED, {:.1}x)", us / t),
+        None => "device-bound".into(),
+    };
+    println!("| {op} | {what} | {us:.2} | {:.1} | {verdict} |", de(op));
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let n = args.first().copied().unwrap_or(2048);
+    let rounds = args.get(1).copied().unwrap_or(9);
+    let grace = Config::default().pin_grace;
+    println!("{n} pages per round, medians of {rounds} rounds, us per page\n");
+    println!("| op | what is measured | median us | DE us | target us (DE/5) |");
+    println!("|---|---|---:|---:|---|");
+
+    for (label, g) in [("pin grace 1 ms/chunk", grace), ("no pin grace", Duration::ZERO)] {
+        let rs: Vec<(f64, f64)> = (0..rounds).map(|r| share_round(n, g, r as u64)).collect();
+        row("share", &format!("merging scan, text pages, {label}"), median(rs.iter().map(|r| r.0).collect()));
+        if g.is_zero() {
+            row("cow_break", "first write to a merged page", median(rs.iter().map(|r| r.1).collect()));
+        }
+    }
+    for (kind, codec) in [(Kind::Text, "lz4"), (Kind::IntDoubles, "zstd"), (Kind::Heap, "zstd"), (Kind::Sparse, "zstd")] {
+        let rs: Vec<TierRound> = (0..rounds).map(|r| tier_round(kind, n, Duration::ZERO, r as u64)).collect();
+        let m = |f: fn(&TierRound) -> f64| median(rs.iter().map(f).collect());
+        let name = kind.name();
+        row("compress", &format!("{name} ({codec}): Engine::evict, no pin grace"), m(|r| r.evict));
+        row("compress", &format!("{name} ({codec}): TierStore::put alone"), m(|r| r.put));
+        row("uncompress", &format!("{name} ({codec}): touch -> fault thread -> UFFDIO_COPY"), m(|r| r.restore));
+        row("swap_out", &format!("{name} ({codec}): spill to the swap file, buffered"), m(|r| r.swap_out));
+        row("swap_in", &format!("{name} ({codec}): touch, swap file in the page cache"), m(|r| r.swap_in_cached));
+        row("swap_in", &format!("{name} ({codec}): touch, swap file read from the device"), m(|r| r.swap_in_device));
+    }
+    let rs: Vec<TierRound> = (0..rounds).map(|r| tier_round(Kind::Text, n, grace, r as u64)).collect();
+    row("compress", "text (lz4): Engine::evict, pin grace 1 ms/chunk", median(rs.iter().map(|r| r.evict).collect()));
+
+    let cfg = OpsConfig { pages: n.min(512), rounds, ..OpsConfig::default() };
+    for r in patch_ops(&cfg, Kind::Similar95, Encoder::Runs, Some(Encoder::ZstdRef)) {
+        assert!(r.stored > 0, "no 95%-similar page was patched");
+        row(r.op, &format!("95%-similar: tier Patcher ({} B/patch, {}/{} stored)", r.bytes.round(), r.stored, cfg.pages), r.timing.median_us);
+    }
+}
