@@ -51,6 +51,14 @@ pub struct Config {
     pub evict: bool,
     /// Capacity in bytes of the built-in compressed page store.
     pub evict_store_bytes: u64,
+    /// Similarity detection for patching (patching.rs): indices (DE's k,
+    /// each of one block) and block size in bytes. DE's HashSimilarityDetector
+    /// is (2, 64 B); see docs/MECHANISMS.md "Patching" for why the default differs.
+    pub patch_blocks: usize,
+    pub patch_block_bytes: usize,
+    /// Candidate reference pages the detector remembers at most (its memory
+    /// is bounded: beyond this it starts afresh, as DE clears it each cycle).
+    pub patch_candidates: usize,
     /// Fault injection, for tests.
     pub inject: Inject,
 }
@@ -69,6 +77,8 @@ pub struct Inject {
     pub fail_mmap_after: Option<u64>,
     /// Pretend vm.max_map_count is this value.
     pub max_map_count: Option<usize>,
+    /// Every patch fails to decode when restored: the page is poisoned (SIGBUS).
+    pub fail_patch: bool,
 }
 
 impl Default for Config {
@@ -90,6 +100,9 @@ impl Default for Config {
             recycle_age: Duration::from_millis(250),
             evict: true,
             evict_store_bytes: u64::MAX,
+            patch_blocks: 16,
+            patch_block_bytes: 8,
+            patch_candidates: 1 << 16,
             inject: Inject::default(),
         }
     }
@@ -101,9 +114,10 @@ impl Config {
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction),
     /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
-    /// `PAGEFOLD_EVICT_STORE_MB`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
-    /// `PAGEFOLD_INJECT_FAIL_UFFD`, `PAGEFOLD_INJECT_FAIL_UFFD_MISSING` (0/1), `PAGEFOLD_INJECT_MMAP_AFTER`,
-    /// `PAGEFOLD_INJECT_MAX_MAP_COUNT`.
+    /// `PAGEFOLD_EVICT_STORE_MB`, `PAGEFOLD_PATCH_BLOCKS`, `PAGEFOLD_PATCH_BLOCK_BYTES`,
+    /// `PAGEFOLD_PATCH_CANDIDATES`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
+    /// `PAGEFOLD_INJECT_FAIL_UFFD`, `PAGEFOLD_INJECT_FAIL_UFFD_MISSING`, `PAGEFOLD_INJECT_FAIL_PATCH` (0/1),
+    /// `PAGEFOLD_INJECT_MMAP_AFTER`, `PAGEFOLD_INJECT_MAX_MAP_COUNT`.
     /// Unparsable values keep the default; the preload cannot report errors.
     pub fn from_env() -> Config {
         let mut c = Config::default();
@@ -141,6 +155,15 @@ impl Config {
         if let Some(v) = num("PAGEFOLD_RECYCLE_MS") {
             c.recycle_age = Duration::from_millis(v);
         }
+        if let Some(v) = num("PAGEFOLD_PATCH_BLOCKS") {
+            c.patch_blocks = v as usize;
+        }
+        if let Some(v) = num("PAGEFOLD_PATCH_BLOCK_BYTES") {
+            c.patch_block_bytes = v as usize;
+        }
+        if let Some(v) = num("PAGEFOLD_PATCH_CANDIDATES") {
+            c.patch_candidates = v as usize;
+        }
         if let Some(v) = num("PAGEFOLD_PIN_GRACE_US") {
             c.pin_grace = Duration::from_micros(v);
         }
@@ -159,7 +182,7 @@ impl Inject {
     /// preload (which cannot be given a Config) can be made to take every
     /// fallback path: `PAGEFOLD_INJECT_FAIL_MEMFD=1`, `PAGEFOLD_INJECT_FAIL_UFFD=1`,
     /// `PAGEFOLD_INJECT_FAIL_UFFD_MISSING=1`,
-    /// `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
+    /// `PAGEFOLD_INJECT_FAIL_PATCH=1`, `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
     pub fn from_env() -> Inject {
         let num = |name: &str| std::env::var(name).ok().and_then(|s| s.trim().parse::<u64>().ok());
         let on = |name: &str| num(name).is_some_and(|v| v != 0);
@@ -169,6 +192,7 @@ impl Inject {
             fail_uffd_missing: on("PAGEFOLD_INJECT_FAIL_UFFD_MISSING"),
             fail_mmap_after: num("PAGEFOLD_INJECT_MMAP_AFTER"),
             max_map_count: num("PAGEFOLD_INJECT_MAX_MAP_COUNT").map(|v| v as usize),
+            fail_patch: on("PAGEFOLD_INJECT_FAIL_PATCH"),
         }
     }
 }

@@ -11,7 +11,9 @@
 //! 2. register the chunk and write-protect it: writers sleep, so nothing
 //!    written after the page is read can be lost;
 //! 3. refresh divergence and ask mincore which pages hold content;
-//! 4. read each eligible, resident, non-zero page and `put` it in the store,
+//! 4. read each eligible, resident, non-zero page and, if patching is
+//!    allowed and a similar page serves as reference, keep it as a patch
+//!    (patching.rs); else, if compression is allowed, `put` it in the store,
 //!    which may refuse (incompressible, full): that page stays;
 //! 5. give writes through pages the kernel pinned earlier (O_DIRECT) the pin
 //!    grace to land, and keep only the pages that still equal what was stored;
@@ -49,6 +51,7 @@ use std::time::Instant;
 use crate::engine::{Engine, State};
 use crate::fault::Evictions;
 use crate::frames::FrameId;
+use crate::patching::Content;
 use crate::space::{Block, Page, Restores};
 use crate::store::{Lz4Store, PageStore, StoreError};
 use crate::{sys, PAGE};
@@ -57,6 +60,11 @@ use crate::{sys, PAGE};
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct EvictReport {
     pub evicted: u64,
+    /// Of the evicted pages, those kept as patches against a reference page.
+    pub patched: u64,
+    /// Pages left in memory because patching found no reference (or no patch
+    /// small enough) and compression was not allowed.
+    pub unpatched: u64,
     /// Pages whose state does not allow it (shared with others, pre-fork, exempt block).
     pub not_eligible: u64,
     /// Pages holding nothing (never touched, already folded or evicted).
@@ -74,13 +82,26 @@ pub struct EvictReport {
     pub wall_ns: u64,
 }
 
+/// Which mechanisms may take a page (the policy allows them per clock class).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allow {
+    /// As a patch against a similar page kept in memory.
+    pub patch: bool,
+    /// Into the page store (compressed, or whatever the store does).
+    pub compress: bool,
+}
+
+impl Allow {
+    pub const ALL: Allow = Allow { patch: true, compress: true };
+}
+
 /// A page taken into the store in this chunk, not yet armed.
-struct Taken {
-    k: usize,
+pub(crate) struct Taken {
+    pub k: usize,
     kind: Restores,
     /// Its memory is freed by punching this frame (owned, sole shared), else by MADV_DONTNEED.
     punch: Option<FrameId>,
-    handle: crate::store::Handle,
+    pub handle: Content,
 }
 
 impl Engine {
@@ -88,6 +109,12 @@ impl Engine {
     /// content goes to the page store and their memory is freed; any later
     /// touch restores them. A hint: never changes what the program reads.
     pub fn evict(&self, ptr: *const u8, len: usize) -> EvictReport {
+        self.evict_with(ptr, len, Allow::ALL)
+    }
+
+    /// As `evict`, with only the mechanisms `allow` names: a page neither
+    /// may take stays in memory.
+    pub fn evict_with(&self, ptr: *const u8, len: usize, allow: Allow) -> EvictReport {
         let t0 = Instant::now();
         let (start, end) = (ptr as usize, (ptr as usize).saturating_add(len));
         let mut rep = EvictReport::default();
@@ -116,7 +143,7 @@ impl Engine {
                     break;
                 }
                 let c = chunk.min(hi - k);
-                st.evict_range(base, k, c, &mut rep);
+                st.evict_range(base, k, c, allow, &mut rep);
                 i = Some(k + c);
             }
         }
@@ -156,6 +183,7 @@ impl State {
         let cap = self.cfg.evict_store_bytes;
         let ev = self.evictions.get_or_insert_with(|| Arc::new(Evictions::new(Arc::new(Lz4Store::new(cap, PAGE * 3 / 4)))));
         let ev = ev.clone();
+        ev.lock().patches.fail_decode = self.cfg.inject.fail_patch;
         let spawned = std::thread::Builder::new()
             .name("pagefold-fault".into())
             .stack_size(256 << 10)
@@ -165,16 +193,17 @@ impl State {
     }
 
     /// Evicts what it may of pages `[i, i+c)` of a block.
-    fn evict_range(&mut self, base: usize, i: usize, c: usize, rep: &mut EvictReport) {
+    pub(crate) fn evict_range(&mut self, base: usize, i: usize, c: usize, allow: Allow, rep: &mut EvictReport) {
         self.reconcile(base, i, c);
         // A signal handler of this thread writing into the protected chunk
         // would wait for this very thread: no signals until it is unprotected.
         let mask = sys::block_signals();
-        self.with_registered(base, i, c, |st| st.evict_chunk(base, i, c, rep));
+        self.with_registered(base, i, c, |st| st.evict_chunk(base, i, c, allow, rep));
         sys::restore_signals(&mask);
+        self.settle_pins();
     }
 
-    fn evict_chunk(&mut self, base: usize, i: usize, c: usize, rep: &mut EvictReport) {
+    fn evict_chunk(&mut self, base: usize, i: usize, c: usize, allow: Allow, rep: &mut EvictReport) {
         let addr = self.blocks[&base].page_addr(i);
         let Some(protector) = self.protector.clone() else { return };
         if protector.protect(addr, c * PAGE).is_err() {
@@ -186,7 +215,7 @@ impl State {
         let mut resident = vec![0u8; c];
         if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
             let mut copies = Vec::new();
-            let taken = self.take_pages(base, i, &resident, &mut copies, rep);
+            let taken = self.take_pages(base, i, &resident, &mut copies, allow, rep);
             let taken = self.unchanged_after_grace(base, taken, &copies, rep);
             self.arm_and_free(base, taken, rep);
         }
@@ -217,7 +246,7 @@ impl State {
 
     /// Puts the eligible, resident, non-zero pages of the protected chunk
     /// starting at page `i` into the store; their bytes go to `copies`.
-    fn take_pages(&mut self, base: usize, i: usize, resident: &[u8], copies: &mut Vec<u8>, rep: &mut EvictReport) -> Vec<Taken> {
+    fn take_pages(&mut self, base: usize, i: usize, resident: &[u8], copies: &mut Vec<u8>, allow: Allow, rep: &mut EvictReport) -> Vec<Taken> {
         let store = match &self.evictions {
             Some(ev) => ev.lock().store.clone(),
             None => return Vec::new(),
@@ -240,14 +269,25 @@ impl State {
                 continue;
             }
             unsafe { std::ptr::copy_nonoverlapping(page, buf.as_mut_ptr(), PAGE) };
+            let punch = match self.blocks[&base].pages[k] {
+                Page::Owned(f) | Page::Shared(f) => Some(f),
+                _ => None,
+            };
+            if allow.patch {
+                if let Some(handle) = self.patch_page(base, k, &buf, i..i + resident.len(), &mut taken, copies) {
+                    copies.extend_from_slice(&buf);
+                    taken.push(Taken { k, kind, punch, handle });
+                    continue;
+                }
+            }
+            if !allow.compress {
+                rep.unpatched += 1;
+                continue;
+            }
             match store.put(&buf) {
                 Ok(handle) => {
                     copies.extend_from_slice(&buf);
-                    let punch = match self.blocks[&base].pages[k] {
-                        Page::Owned(f) | Page::Shared(f) => Some(f),
-                        _ => None,
-                    };
-                    taken.push(Taken { k, kind, punch, handle });
+                    taken.push(Taken { k, kind, punch, handle: Content::Stored(handle) });
                 }
                 Err(StoreError::Incompressible | StoreError::Full | StoreError::Lost) => {
                     rep.refused += 1;
@@ -271,7 +311,10 @@ impl State {
         let (keep, changed): (Vec<(usize, Taken)>, Vec<(usize, Taken)>) = taken
             .into_iter()
             .enumerate()
-            .partition(|(n, t)| crate::index::page_eq(block.page_addr(t.k), copies[n * PAGE..].as_ptr()));
+            .partition(|(n, t)| {
+                crate::index::page_eq(block.page_addr(t.k), copies[n * PAGE..].as_ptr())
+                    && self.patch_still_exact(t.handle, &copies[n * PAGE..])
+            });
         rep.changed += changed.len() as u64;
         self.unstore(changed.into_iter().map(|(_, t)| t));
         keep.into_iter().map(|(_, t)| t).collect()
@@ -280,8 +323,8 @@ impl State {
     /// Removes stored copies of pages that stay in memory after all.
     fn unstore(&self, pages: impl Iterator<Item = Taken>) {
         if let Some(ev) = &self.evictions {
-            let store = ev.lock().store.clone();
-            pages.for_each(|t| store.remove(t.handle));
+            let mut t = ev.lock();
+            pages.for_each(|p| t.drop_content(p.handle));
         }
     }
 
@@ -317,8 +360,11 @@ impl State {
             // present reads what was stored, and one freed faults and is restored.
             self.free_run(base, &run);
             self.mark_evicted(base, &run);
+            let patched = run.iter().filter(|p| matches!(p.handle, Content::Patch(_))).count() as u64;
             rep.evicted += n as u64;
+            rep.patched += patched;
             self.stats.evicted += n as u64;
+            self.stats.patched += patched;
         }
     }
 
@@ -392,6 +438,7 @@ impl State {
             block.vmas = block.vmas + after - before;
             self.vmas = self.vmas + after - before;
         }
+        self.settle_pins();
     }
 
     /// Brings every evicted page of `[i, i+n)` back now, from this thread

@@ -74,10 +74,11 @@ mod fork;
 mod store;
 mod fault;
 mod evict;
+mod patching;
 
 pub use config::{Config, Inject};
 pub use engine::{Engine, Hint, ScanReport};
-pub use evict::EvictReport;
+pub use evict::{Allow, EvictReport};
 pub use fault::LIFETIME_BUCKETS;
 pub use store::{Handle, Lz4Store, PageStore, StoreBytes, StoreError};
 pub use stats::{Fallbacks, Stats};
