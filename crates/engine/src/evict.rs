@@ -378,6 +378,8 @@ impl State {
     fn free_run(&mut self, base: usize, run: &[Taken]) {
         let addr = self.blocks[&base].page_addr(run[0].k);
         let n = run.len();
+        // A frame a patch pins as its reference must never be punched (patching.rs).
+        debug_assert!(run.iter().all(|t| t.punch.is_none_or(|f| self.pools[f.pool()].refs(f.slot()) == 1)));
         let _ = match run[0].punch {
             Some(f) => sys::punch(self.pools[f.pool()].fd, f.slot(), n as u64),
             None => sys::madvise(addr, n * PAGE, libc::MADV_DONTNEED),

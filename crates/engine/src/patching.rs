@@ -270,14 +270,19 @@ impl State {
         if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut r.bytes) {
             return Err(Unusable::Stale);
         }
-        if let Page::Owned(_) = self.blocks[&cb].pages[ck] {
-            // Freezing has costs (a remap; a page put back): only for a patch that fits.
+        let inside = cb == base && chunk.contains(&ck);
+        // Taken in this chunk, its frame is about to be punched.
+        let in_taken = inside && taken.iter().any(|t| t.k == ck);
+        let owned = matches!(self.blocks[&cb].pages[ck], Page::Owned(_));
+        if owned || in_taken {
+            // Freezing and putting back have costs: only for a patch that fits.
             let encoder = &mut self.patching.as_mut().expect("made by patch_page").encoder;
             encoder.make(page, &r.bytes).ok_or(Unusable::TooFar)?;
-            let inside = cb == base && chunk.contains(&ck);
-            if inside {
-                self.untake(ck, taken, copies);
-            }
+        }
+        if in_taken {
+            self.untake(ck, taken, copies);
+        }
+        if owned {
             // A page outside the chunk must not stay registered once frozen.
             let was = std::mem::replace(&mut self.scanning, inside);
             self.freeze(cb, ck, 1);
