@@ -74,7 +74,11 @@ struct Similar {
 
 impl Similar {
     fn new(e: Engine, n: usize, change: Change, seed: u64) -> Similar {
-        let reference = kind_page(Kind::Random, seed);
+        Similar::of(Kind::Random, e, n, change, seed)
+    }
+
+    fn of(kind: Kind, e: Engine, n: usize, change: Change, seed: u64) -> Similar {
+        let reference = kind_page(kind, seed);
         let mut want = reference.clone();
         for k in 1..n {
             want.extend(similar(&reference, change, seed * 1000 + k as u64));
@@ -210,6 +214,33 @@ fn reference_written_and_freed_patches_still_restore() {
     assert_eq!(e.stats().restore_errors, 0);
     assert!(unsafe { e.free(p) });
     assert_nothing_held(&e, "reference freed");
+}
+
+/// The reference is a sole shared page (a copy whose source is gone), which
+/// eviction takes first — its frame would be punched — then a later page of
+/// the same chunk picks it as reference: it must be put back, not punched.
+#[test]
+fn a_taken_candidate_becomes_the_reference() {
+    let _g = serial();
+    let n = 16;
+    let e = Engine::new(cfg());
+    // Compressible, so that the store takes page 0 first.
+    let src = Similar::of(Kind::Sparse, e.clone(), n, Change::Localised, 9);
+    let dst = e.alloc(n * PAGE, Hint::None);
+    unsafe {
+        e.copy(dst, src.ptr, n * PAGE);
+        assert!(e.free(src.ptr));
+    }
+    // Page 0 becomes a candidate (patch only, nothing to patch against).
+    assert_eq!(e.evict_with(dst, PAGE, Allow { patch: true, compress: false }).unpatched, 1);
+    // Page 0 could go to the store, but page 1 picks it: it stays as the reference.
+    let rep = e.evict(dst, n * PAGE);
+    assert_eq!((rep.patched, rep.evicted), (n as u64 - 1, n as u64 - 1), "{rep:?}");
+    assert!(bytes(dst, n * PAGE) == &src.want[..], "patched pages against a put-back reference");
+    let s = e.stats();
+    assert_eq!((s.restored, s.restore_errors, s.store.pages), (n as u64 - 1, 0, 0), "{s:?}");
+    assert!(unsafe { e.free(dst) });
+    assert_nothing_held(&e, "taken candidate");
 }
 
 #[test]
