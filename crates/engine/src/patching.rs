@@ -38,6 +38,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::time::Instant;
 
 use pagefold_tier::patch::{Encoder, Patcher};
 use pagefold_tier::similar::{Detector, SimilarityParams, MAX_BLOCKS};
@@ -49,6 +50,9 @@ use crate::frames::FrameId;
 use crate::space::Page;
 use crate::store::Handle;
 use crate::{sys, PAGE};
+
+/// Candidates a page is encoded against at most (each try costs an encode).
+const MAX_TRIES: usize = 4;
 
 /// Where an evicted page's content is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,11 +85,24 @@ pub(crate) struct Patches {
     unpinned: Vec<FrameId>,
     /// Forced decode failure (`Inject::fail_patch`).
     pub fail_decode: bool,
+    /// Patches read back to restore a page, and the time that took
+    /// (reference read, patch read, decode; the fault round trip excluded).
+    reads: u64,
+    read_ns: u64,
 }
 
 impl Default for Patches {
     fn default() -> Self {
-        Patches { slab: None, entries: Vec::new(), free: Vec::new(), decoder: warm_decoder(), unpinned: Vec::new(), fail_decode: false }
+        Patches {
+            slab: None,
+            entries: Vec::new(),
+            free: Vec::new(),
+            decoder: warm_decoder(),
+            unpinned: Vec::new(),
+            fail_decode: false,
+            reads: 0,
+            read_ns: 0,
+        }
     }
 }
 
@@ -128,7 +145,11 @@ impl Patches {
     /// Rebuilds the page of patch `id` into `out` to restore it; false if
     /// it cannot (the caller poisons the page). Runs on the fault thread: no allocation.
     pub fn read(&mut self, id: u32, out: &mut [u8; PAGE]) -> bool {
-        !self.fail_decode && self.decode(id, out)
+        let t0 = Instant::now();
+        let ok = !self.fail_decode && self.decode(id, out);
+        self.reads += 1;
+        self.read_ns += t0.elapsed().as_nanos() as u64;
+        ok
     }
 
     /// As `read`, without injected failures.
@@ -174,6 +195,8 @@ pub(crate) struct Patching {
     encoder: Patcher,
     pins: HashMap<FrameId, u32>,
     max_candidates: usize,
+    /// Time spent looking for references and encoding (all pages tried).
+    work_ns: u64,
 }
 
 impl Patching {
@@ -181,7 +204,7 @@ impl Patching {
         let params = SimilarityParams { k: cfg.patch_blocks, s: 1, candidates: 1, block: cfg.patch_block_bytes, ..SimilarityParams::default() };
         // Bad parameters from the environment fall back to DE's.
         let detector = Detector::new(params).unwrap_or_else(|_| Detector::new(SimilarityParams::default()).expect("DE's parameters are valid"));
-        Patching { detector, encoder: Patcher::new(), pins: HashMap::new(), max_candidates: cfg.patch_candidates.max(1) }
+        Patching { detector, encoder: Patcher::new(), pins: HashMap::new(), max_candidates: cfg.patch_candidates.max(1), work_ns: 0 }
     }
 }
 
@@ -214,6 +237,23 @@ impl State {
         taken: &mut Vec<Taken>,
         copies: &mut Vec<u8>,
     ) -> Option<Content> {
+        let t0 = Instant::now();
+        let c = self.find_patch(base, k, page, chunk, taken, copies);
+        if let Some(p) = self.patching.as_mut() {
+            p.work_ns += t0.elapsed().as_nanos() as u64;
+        }
+        c
+    }
+
+    fn find_patch(
+        &mut self,
+        base: usize,
+        k: usize,
+        page: &[u8; PAGE],
+        chunk: Range<usize>,
+        taken: &mut Vec<Taken>,
+        copies: &mut Vec<u8>,
+    ) -> Option<Content> {
         let addr = self.blocks[&base].page_addr(k) as u64;
         let mut keys = [0u64; MAX_BLOCKS];
         let mut candidates = Vec::new();
@@ -223,7 +263,7 @@ impl State {
             p.detector.keys_into(page, &mut keys[..kn]);
             p.detector.candidates_keys(&keys[..kn], &mut candidates);
         }
-        for cand in candidates.into_iter().filter(|&c| c != addr) {
+        for cand in candidates.into_iter().filter(|&c| c != addr).take(MAX_TRIES) {
             match self.reference(cand as usize, base, &chunk, taken, copies, page) {
                 Ok(r) => {
                     if let Some(c) = self.store_patch(page, &r) {
@@ -365,8 +405,11 @@ impl State {
         s.patched_now = n;
         s.patch_bytes = payload;
         s.patch_store_bytes = footprint;
+        s.patch_restores = patches.reads;
+        s.patch_restore_ns = patches.read_ns;
         let Some(p) = &self.patching else { return };
         s.references_pinned = p.pins.len() as u64;
+        s.patch_work_ns = p.work_ns;
         // Frames no page holds any more: patches alone keep them.
         let orphan = p.pins.iter().filter(|(f, &n)| self.pools[f.pool()].refs(f.slot()) == n).count();
         s.reference_bytes = (orphan * PAGE) as u64;

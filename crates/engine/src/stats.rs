@@ -88,6 +88,13 @@ pub struct Stats {
     pub references_pinned: u64,
     /// Bytes of pinned frames no page holds any more (kept only for patches).
     pub reference_bytes: u64,
+    /// Time eviction spent finding references and encoding patches (every
+    /// page tried, patched or not), in nanoseconds.
+    pub patch_work_ns: u64,
+    /// Patched pages rebuilt by the fault thread, and the time that took
+    /// (reference read, patch read, decode; not the fault's round trip).
+    pub patch_restores: u64,
+    pub patch_restore_ns: u64,
     /// Total pages the store refused to take (incompressible, full): left in memory.
     pub evict_refused: u64,
     /// Restores that went wrong (page found present, stored copy lost); 0 unless a bug.

@@ -348,24 +348,21 @@ fn patched_pages_under_scan_copy_and_free() {
 fn measure_patching() {
     let _g = serial();
     let n = 256;
-    println!("| detector | changes | patched | patch B/page | saved | evict us/page | touch us/page |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| base page | detector | changes | patched | patch B/page | saved | evict us/page | touch us/page | patch op us | unpatch op us |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let patch_only = Allow { patch: true, compress: false };
     for (label, blocks, block) in [("DE (2 x 64 B)", 2, 64), ("16 x 8 B", 16, 8)] {
         for change in [Change::Scattered, Change::Localised, Change::Write16] {
-            let mut rows = Vec::new();
-            for seed in 0..5 {
-                let c = Config { pin_grace: Duration::ZERO, patch_blocks: blocks, patch_block_bytes: block, ..Config::default() };
-                rows.push(measure_one(c, n, change, 100 + seed, Allow::ALL));
-            }
-            print_row(label, &format!("{change:?}"), n, rows);
+            let c = Config { pin_grace: Duration::ZERO, patch_blocks: blocks, patch_block_bytes: block, ..Config::default() };
+            print_row(Kind::Random, label, change, n, (0..5).map(|seed| measure_one(c.clone(), Kind::Random, n, change, 100 + seed, patch_only)).collect());
         }
     }
-    // The same pages with compression alone, side by side.
-    for change in [Change::Scattered, Change::Localised, Change::Write16] {
-        let rows = (0..5)
-            .map(|seed| measure_one(Config { pin_grace: Duration::ZERO, ..Config::default() }, n, change, 100 + seed, Allow { patch: false, compress: true }))
-            .collect();
-        print_row("LZ4 store only", &format!("{change:?}"), n, rows);
+    // Costs side by side with the LZ4 store, on pages both can take (text).
+    let c = Config { pin_grace: Duration::ZERO, ..Config::default() };
+    for change in [Change::Scattered, Change::Write16] {
+        print_row(Kind::Text, "16 x 8 B", change, n, (0..5).map(|seed| measure_one(c.clone(), Kind::Text, n, change, 100 + seed, patch_only)).collect());
+        let store_only = Allow { patch: false, compress: true };
+        print_row(Kind::Text, "LZ4 store only", change, n, (0..5).map(|seed| measure_one(c.clone(), Kind::Text, n, change, 100 + seed, store_only)).collect());
     }
 }
 
@@ -375,6 +372,8 @@ struct Row {
     saved: f64,
     evict_us: f64,
     touch_us: f64,
+    patch_us: f64,
+    unpatch_us: f64,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -382,22 +381,26 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn print_row(label: &str, change: &str, n: usize, rows: Vec<Row>) {
+fn print_row(kind: Kind, label: &str, change: Change, n: usize, rows: Vec<Row>) {
     let m = |f: &dyn Fn(&Row) -> f64| median(rows.iter().map(f).collect());
     println!(
-        "| {label} | {change} | {:.0}/{} | {:.0} | {:.1}% | {:.2} | {:.2} |",
+        "| {} | {label} | {change:?} | {:.0}/{} | {:.0} | {:.1}% | {:.2} | {:.2} | {:.2} | {:.2} |",
+        kind.name(),
         m(&|r| r.patched as f64),
         n - 1,
         m(&|r| r.patch_per_page),
         m(&|r| r.saved * 100.0),
         m(&|r| r.evict_us),
-        m(&|r| r.touch_us)
+        m(&|r| r.touch_us),
+        m(&|r| r.patch_us),
+        m(&|r| r.unpatch_us)
     );
 }
 
-/// Evicts `n` pages (a reference and `n - 1` similar pages) and touches them back.
-fn measure_one(c: Config, n: usize, change: Change, seed: u64, allow: Allow) -> Row {
-    let b = Similar::new(Engine::new(c), n, change, seed);
+/// Evicts `n` pages (a reference and `n - 1` similar pages) and touches them
+/// back: evict time per page of the range, touch time per evicted page.
+fn measure_one(c: Config, kind: Kind, n: usize, change: Change, seed: u64, allow: Allow) -> Row {
+    let b = Similar::of(kind, Engine::new(c), n, change, seed);
     // Warm: the fault thread and stores exist before timing.
     let warm = b.e.alloc(PAGE, Hint::None);
     unsafe { std::ptr::write_bytes(warm, 1, PAGE) };
@@ -416,11 +419,14 @@ fn measure_one(c: Config, n: usize, change: Change, seed: u64, allow: Allow) -> 
     }
     let touch_ns = t.elapsed().as_nanos() as f64;
     b.check("measure");
+    let s2 = b.e.stats();
     Row {
+        patch_us: s.patch_work_ns as f64 / 1e3 / n as f64,
+        unpatch_us: s2.patch_restore_ns as f64 / 1e3 / s2.patch_restores.max(1) as f64,
         patched: rep.patched,
         patch_per_page: s.patch_bytes as f64 / rep.patched.max(1) as f64,
         saved: 1.0 - after / original,
-        evict_us: evict_ns / 1e3 / rep.evicted.max(1) as f64,
+        evict_us: evict_ns / 1e3 / n as f64,
         touch_us: touch_ns / 1e3 / rep.evicted.max(1) as f64,
     }
 }
