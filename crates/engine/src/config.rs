@@ -100,7 +100,7 @@ impl Default for Config {
             recycle_age: Duration::from_millis(250),
             evict: true,
             evict_store_bytes: u64::MAX,
-            patch_blocks: 16,
+            patch_blocks: 8,
             patch_block_bytes: 8,
             patch_candidates: 1 << 16,
             inject: Inject::default(),

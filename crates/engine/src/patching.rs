@@ -26,8 +26,11 @@
 //! they must give the page's bytes, or the page stays in memory.
 //!
 //! Restoring: the fault thread (fault.rs) may not take the engine lock nor
-//! allocate. A patch record holds its frame's memfd and slot, so the thread
-//! reads the reference with pread(2) into a stack buffer, the patch from the
+//! allocate. A patch record holds its frame's slot and the patch store its own
+//! descriptor of the frame's memfd (a dup, so a patch outlives the engine's
+//! handles: the fault thread serves pages even after the engine is dropped,
+//! and a closed descriptor's number reused by the program can never be read
+//! as a reference), so the thread reads the reference with pread(2) into a stack buffer, the patch from the
 //! patch store (a pagefold-tier slab store, counted in the footprint) and
 //! decodes with a preallocated decoder, all under the eviction table's lock.
 //! A patch that does not decode poisons the page (SIGBUS), never wrong bytes.
@@ -68,8 +71,6 @@ pub(crate) enum Content {
 struct PatchEntry {
     bytes: SlabHandle,
     frame: FrameId,
-    /// The frame's memfd (open while the pin keeps its pool from closing).
-    fd: i32,
 }
 
 /// The patches, kept with the eviction table (under its lock) because the
@@ -81,6 +82,8 @@ pub(crate) struct Patches {
     free: Vec<u32>,
     /// Decodes on the fault thread; made and warmed up on an engine thread.
     decoder: Patcher,
+    /// Per pool: our duplicate of its memfd and the patches using it (closed at zero).
+    fds: Vec<(i32, u32)>,
     /// Frames whose patch is gone; the engine unpins them (`settle_pins`).
     unpinned: Vec<FrameId>,
     /// Forced decode failure (`Inject::fail_patch`).
@@ -98,6 +101,7 @@ impl Default for Patches {
             entries: Vec::new(),
             free: Vec::new(),
             decoder: warm_decoder(),
+            fds: Vec::new(),
             unpinned: Vec::new(),
             fail_decode: false,
             reads: 0,
@@ -121,6 +125,14 @@ fn warm_decoder() -> Patcher {
     d
 }
 
+impl Drop for Patches {
+    fn drop(&mut self) {
+        self.fds.iter().filter(|(_, n)| *n > 0).for_each(|&(fd, _)| unsafe {
+            libc::close(fd);
+        });
+    }
+}
+
 impl Patches {
     /// Stores `patch` against `frame` (of memfd `fd`); None if the store is
     /// unavailable or full (the page then goes elsewhere).
@@ -128,8 +140,12 @@ impl Patches {
         if self.slab.is_none() {
             self.slab = Store::new(StoreConfig { reserve_bytes: 16 << 30, ..StoreConfig::default() }).ok();
         }
-        let bytes = self.slab.as_mut()?.insert(patch).ok()?;
-        let entry = Some(PatchEntry { bytes, frame, fd });
+        self.hold_fd(frame.pool(), fd)?;
+        let Ok(bytes) = self.slab.as_mut()?.insert(patch) else {
+            self.release_fd(frame.pool());
+            return None;
+        };
+        let entry = Some(PatchEntry { bytes, frame });
         Some(match self.free.pop() {
             Some(id) => {
                 self.entries[id as usize] = entry;
@@ -158,7 +174,8 @@ impl Patches {
         let Some(slab) = &self.slab else { return false };
         let Ok(patch) = slab.get(e.bytes) else { return false };
         let mut reference = [0u8; PAGE];
-        if !sys::pread_frame(e.fd, e.frame.slot(), &mut reference) {
+        let Some(&(fd, _)) = self.fds.get(e.frame.pool()) else { return false };
+        if !sys::pread_frame(fd, e.frame.slot(), &mut reference) {
             return false;
         }
         self.decoder.apply(patch, &reference, out).is_ok()
@@ -171,7 +188,34 @@ impl Patches {
             let _ = slab.remove(e.bytes);
         }
         self.free.push(id);
+        self.release_fd(e.frame.pool());
         self.unpinned.push(e.frame);
+    }
+
+    /// One more patch reads pool `pool` (memfd `fd`): our duplicate of it.
+    fn hold_fd(&mut self, pool: usize, fd: i32) -> Option<()> {
+        if self.fds.len() <= pool {
+            self.fds.resize(pool + 1, (-1, 0));
+        }
+        let slot = &mut self.fds[pool];
+        if slot.1 == 0 {
+            let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+            if dup < 0 {
+                return None;
+            }
+            slot.0 = dup;
+        }
+        slot.1 += 1;
+        Some(())
+    }
+
+    fn release_fd(&mut self, pool: usize) {
+        let slot = &mut self.fds[pool];
+        slot.1 -= 1;
+        if slot.1 == 0 {
+            unsafe { libc::close(slot.0) };
+            slot.0 = -1;
+        }
     }
 
     /// Patches stored now, their bytes, and the patch store's footprint
@@ -194,6 +238,8 @@ pub(crate) struct Patching {
     detector: Detector,
     encoder: Patcher,
     pins: HashMap<FrameId, u32>,
+    /// Where the detector samples its blocks (index i: one block at offsets[i]).
+    offsets: Vec<usize>,
     max_candidates: usize,
     /// Time spent looking for references and encoding (all pages tried).
     work_ns: u64,
@@ -204,7 +250,25 @@ impl Patching {
         let params = SimilarityParams { k: cfg.patch_blocks, s: 1, candidates: 1, block: cfg.patch_block_bytes, ..SimilarityParams::default() };
         // Bad parameters from the environment fall back to DE's.
         let detector = Detector::new(params).unwrap_or_else(|_| Detector::new(SimilarityParams::default()).expect("DE's parameters are valid"));
-        Patching { detector, encoder: Patcher::new(), pins: HashMap::new(), max_candidates: cfg.patch_candidates.max(1), work_ns: 0 }
+        let offsets = detector.params().offsets();
+        Patching { detector, encoder: Patcher::new(), pins: HashMap::new(), offsets, max_candidates: cfg.patch_candidates.max(1), work_ns: 0 }
+    }
+}
+
+impl Patching {
+    /// The detector's keys of `page` (at `addr`). A sampled block of one
+    /// repeated byte (zeros, padding) says nothing about similarity — small
+    /// blocks would pair every page holding zeros there — so its key is
+    /// made unique to the page: it matches nothing.
+    fn keys(&self, page: &[u8; PAGE], addr: u64, keys: &mut [u64]) {
+        self.detector.keys_into(page, keys);
+        let block = self.detector.params().block;
+        for (i, (&o, key)) in self.offsets.iter().zip(keys.iter_mut()).enumerate() {
+            let b = &page[o..o + block];
+            if b.iter().all(|&x| x == b[0]) {
+                *key = xxhash_rust::xxh3::xxh3_64_with_seed(&addr.to_le_bytes(), i as u64) | 1 << 63;
+            }
+        }
     }
 }
 
@@ -260,7 +324,7 @@ impl State {
         {
             let p = self.patching.get_or_insert_with(|| Patching::new(&self.cfg));
             let kn = p.detector.params().k;
-            p.detector.keys_into(page, &mut keys[..kn]);
+            p.keys(page, addr, &mut keys[..kn]);
             p.detector.candidates_keys(&keys[..kn], &mut candidates);
         }
         for cand in candidates.into_iter().filter(|&c| c != addr).take(MAX_TRIES) {

@@ -78,8 +78,14 @@ impl Similar {
     }
 
     fn of(kind: Kind, e: Engine, n: usize, change: Change, seed: u64) -> Similar {
+        Similar::variants(kind, e, n, change, seed, true)
+    }
+
+    /// With `base`, page 0 is the reference itself; without, every page is a
+    /// variant of a reference that is not in memory.
+    fn variants(kind: Kind, e: Engine, n: usize, change: Change, seed: u64, base: bool) -> Similar {
         let reference = kind_page(kind, seed);
-        let mut want = reference.clone();
+        let mut want = if base { reference.clone() } else { similar(&reference, change, seed * 1000) };
         for k in 1..n {
             want.extend(similar(&reference, change, seed * 1000 + k as u64));
         }
@@ -351,18 +357,26 @@ fn measure_patching() {
     println!("| base page | detector | changes | patched | patch B/page | saved | evict us/page | touch us/page | patch op us | unpatch op us |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let patch_only = Allow { patch: true, compress: false };
-    for (label, blocks, block) in [("DE (2 x 64 B)", 2, 64), ("16 x 8 B", 16, 8)] {
+    for (label, blocks, block) in [("DE (2 x 64 B)", 2, 64), ("8 x 8 B", 8, 8), ("16 x 8 B", 16, 8)] {
         for change in [Change::Scattered, Change::Localised, Change::Write16] {
             let c = Config { pin_grace: Duration::ZERO, patch_blocks: blocks, patch_block_bytes: block, ..Config::default() };
-            print_row(Kind::Random, label, change, n, (0..5).map(|seed| measure_one(c.clone(), Kind::Random, n, change, 100 + seed, patch_only)).collect());
+            let rows = (0..5).map(|seed| measure_one(c.clone(), Kind::Random, n, change, 100 + seed, true, patch_only)).collect();
+            print_row("random", label, change, n, rows);
         }
     }
-    // Costs side by side with the LZ4 store, on pages both can take (text).
     let c = Config { pin_grace: Duration::ZERO, ..Config::default() };
+    // No page is the reference itself: patches against another variant.
+    for change in [Change::Scattered, Change::Localised, Change::Write16] {
+        let rows = (0..5).map(|seed| measure_one(c.clone(), Kind::Random, n, change, 100 + seed, false, patch_only)).collect();
+        print_row("random, not in memory", "8 x 8 B", change, n, rows);
+    }
+    // Costs side by side with the LZ4 store, on pages both can take (text).
     for change in [Change::Scattered, Change::Write16] {
-        print_row(Kind::Text, "16 x 8 B", change, n, (0..5).map(|seed| measure_one(c.clone(), Kind::Text, n, change, 100 + seed, patch_only)).collect());
+        let rows = (0..5).map(|seed| measure_one(c.clone(), Kind::Text, n, change, 100 + seed, true, patch_only)).collect();
+        print_row("text", "8 x 8 B", change, n, rows);
         let store_only = Allow { patch: false, compress: true };
-        print_row(Kind::Text, "LZ4 store only", change, n, (0..5).map(|seed| measure_one(c.clone(), Kind::Text, n, change, 100 + seed, store_only)).collect());
+        let rows = (0..5).map(|seed| measure_one(c.clone(), Kind::Text, n, change, 100 + seed, true, store_only)).collect();
+        print_row("text", "LZ4 store only", change, n, rows);
     }
 }
 
@@ -381,11 +395,10 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn print_row(kind: Kind, label: &str, change: Change, n: usize, rows: Vec<Row>) {
+fn print_row(base: &str, label: &str, change: Change, n: usize, rows: Vec<Row>) {
     let m = |f: &dyn Fn(&Row) -> f64| median(rows.iter().map(f).collect());
     println!(
-        "| {} | {label} | {change:?} | {:.0}/{} | {:.0} | {:.1}% | {:.2} | {:.2} | {:.2} | {:.2} |",
-        kind.name(),
+        "| {base} | {label} | {change:?} | {:.0}/{} | {:.0} | {:.1}% | {:.2} | {:.2} | {:.2} | {:.2} |",
         m(&|r| r.patched as f64),
         n - 1,
         m(&|r| r.patch_per_page),
@@ -399,8 +412,8 @@ fn print_row(kind: Kind, label: &str, change: Change, n: usize, rows: Vec<Row>) 
 
 /// Evicts `n` pages (a reference and `n - 1` similar pages) and touches them
 /// back: evict time per page of the range, touch time per evicted page.
-fn measure_one(c: Config, kind: Kind, n: usize, change: Change, seed: u64, allow: Allow) -> Row {
-    let b = Similar::of(kind, Engine::new(c), n, change, seed);
+fn measure_one(c: Config, kind: Kind, n: usize, change: Change, seed: u64, base: bool, allow: Allow) -> Row {
+    let b = Similar::variants(kind, Engine::new(c), n, change, seed, base);
     // Warm: the fault thread and stores exist before timing.
     let warm = b.e.alloc(PAGE, Hint::None);
     unsafe { std::ptr::write_bytes(warm, 1, PAGE) };
