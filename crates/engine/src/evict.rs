@@ -51,7 +51,7 @@ use std::time::Instant;
 use crate::engine::{Engine, State};
 use crate::fault::Evictions;
 use crate::frames::FrameId;
-use crate::patching::Content;
+use crate::patching::{Chunk, Content};
 use crate::space::{Block, Page, Restores};
 use crate::store::{Lz4Store, PageStore, StoreError};
 use crate::{sys, PAGE};
@@ -274,7 +274,8 @@ impl State {
                 _ => None,
             };
             if allow.patch {
-                if let Some(handle) = self.patch_page(base, k, &buf, i..i + resident.len(), &mut taken, copies) {
+                let mut chunk = Chunk { pages: i..i + resident.len(), taken: &mut taken, copies };
+                if let Some(handle) = self.patch_page(base, k, &buf, &mut chunk) {
                     copies.extend_from_slice(&buf);
                     taken.push(Taken { k, kind, punch, handle });
                     continue;

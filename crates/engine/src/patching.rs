@@ -280,6 +280,14 @@ enum Unusable {
     TooFar,
 }
 
+/// The protected chunk eviction works on: its pages, those taken so far and
+/// their bytes (one page each, in order).
+pub(crate) struct Chunk<'a> {
+    pub pages: Range<usize>,
+    pub taken: &'a mut Vec<Taken>,
+    pub copies: &'a mut Vec<u8>,
+}
+
 /// A reference the encoder may use: the frame and a copy of its bytes.
 struct Reference {
     frame: FrameId,
@@ -289,35 +297,18 @@ struct Reference {
 impl State {
     /// Tries to evict page `k` of block `base` (bytes `page`, read in the
     /// protected chunk `chunk`) as a patch; on success returns its content.
-    /// `taken` and `copies` are the chunk's pages already taken: a candidate
-    /// among them that becomes a reference is put back. Without a reference
-    /// the page becomes a candidate.
-    pub(crate) fn patch_page(
-        &mut self,
-        base: usize,
-        k: usize,
-        page: &[u8; PAGE],
-        chunk: Range<usize>,
-        taken: &mut Vec<Taken>,
-        copies: &mut Vec<u8>,
-    ) -> Option<Content> {
+    /// A candidate among the chunk's pages already taken that becomes a
+    /// reference is put back. Without a reference the page becomes a candidate.
+    pub(crate) fn patch_page(&mut self, base: usize, k: usize, page: &[u8; PAGE], chunk: &mut Chunk) -> Option<Content> {
         let t0 = Instant::now();
-        let c = self.find_patch(base, k, page, chunk, taken, copies);
+        let c = self.find_patch(base, k, page, chunk);
         if let Some(p) = self.patching.as_mut() {
             p.work_ns += t0.elapsed().as_nanos() as u64;
         }
         c
     }
 
-    fn find_patch(
-        &mut self,
-        base: usize,
-        k: usize,
-        page: &[u8; PAGE],
-        chunk: Range<usize>,
-        taken: &mut Vec<Taken>,
-        copies: &mut Vec<u8>,
-    ) -> Option<Content> {
+    fn find_patch(&mut self, base: usize, k: usize, page: &[u8; PAGE], chunk: &mut Chunk) -> Option<Content> {
         let addr = self.blocks[&base].page_addr(k) as u64;
         let mut keys = [0u64; MAX_BLOCKS];
         let mut candidates = Vec::new();
@@ -328,7 +319,7 @@ impl State {
             p.detector.candidates_keys(&keys[..kn], &mut candidates);
         }
         for cand in candidates.into_iter().filter(|&c| c != addr).take(MAX_TRIES) {
-            match self.reference(cand as usize, base, &chunk, taken, copies, page) {
+            match self.reference(cand as usize, base, chunk, page) {
                 Ok(r) => {
                     if let Some(c) = self.store_patch(page, &r) {
                         return Some(c);
@@ -354,15 +345,7 @@ impl State {
     /// chunk had taken it). None if it cannot serve (gone, evicted, anonymous,
     /// diverged, exempt, pre-fork: stale) or its patch would not fit (too
     /// far; then nothing changed).
-    fn reference(
-        &mut self,
-        addr: usize,
-        base: usize,
-        chunk: &Range<usize>,
-        taken: &mut Vec<Taken>,
-        copies: &mut Vec<u8>,
-        page: &[u8; PAGE],
-    ) -> Result<Reference, Unusable> {
+    fn reference(&mut self, addr: usize, base: usize, chunk: &mut Chunk, page: &[u8; PAGE]) -> Result<Reference, Unusable> {
         let cb = self.find(addr, PAGE).filter(|b| !self.blocks[b].exempt).ok_or(Unusable::Stale)?;
         let ck = (addr - cb) / PAGE;
         let frame = match self.blocks[&cb].pages[ck] {
@@ -374,9 +357,9 @@ impl State {
         if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut r.bytes) {
             return Err(Unusable::Stale);
         }
-        let inside = cb == base && chunk.contains(&ck);
+        let inside = cb == base && chunk.pages.contains(&ck);
         // Taken in this chunk, its frame is about to be punched.
-        let in_taken = inside && taken.iter().any(|t| t.k == ck);
+        let in_taken = inside && chunk.taken.iter().any(|t| t.k == ck);
         let owned = matches!(self.blocks[&cb].pages[ck], Page::Owned(_));
         if owned || in_taken {
             // Freezing and putting back have costs: only for a patch that fits.
@@ -384,7 +367,7 @@ impl State {
             encoder.make(page, &r.bytes).ok_or(Unusable::TooFar)?;
         }
         if in_taken {
-            self.untake(ck, taken, copies);
+            self.untake(ck, chunk);
         }
         if owned {
             // A page outside the chunk must not stay registered once frozen.
@@ -403,10 +386,10 @@ impl State {
     }
 
     /// Page `k` of this chunk, taken into the store, stays in memory after all.
-    fn untake(&mut self, k: usize, taken: &mut Vec<Taken>, copies: &mut Vec<u8>) {
-        let Some(n) = taken.iter().position(|t| t.k == k) else { return };
-        let t = taken.remove(n);
-        copies.drain(n * PAGE..(n + 1) * PAGE);
+    fn untake(&mut self, k: usize, chunk: &mut Chunk) {
+        let Some(n) = chunk.taken.iter().position(|t| t.k == k) else { return };
+        let t = chunk.taken.remove(n);
+        chunk.copies.drain(n * PAGE..(n + 1) * PAGE);
         if let Some(ev) = &self.evictions {
             ev.lock().drop_content(t.handle);
         }

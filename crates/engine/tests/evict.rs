@@ -15,7 +15,7 @@
 //! page of every engine in the process, which would upset another's counts.
 
 mod common;
-use common::{pipe, socketpair};
+use common::{assert_killed_for_lost_page, pipe, socketpair};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 use std::time::Duration;
@@ -634,14 +634,8 @@ fn a_failing_store_never_yields_wrong_bytes() {
         let v = unsafe { p.read_volatile() };
         unsafe { libc::_exit(if v == pattern(1)[0] { 4 } else { 5 }) };
     }
-    let mut status = 0;
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    // SIGBUS where UFFDIO_POISON exists (6.6 on), else the engine aborts.
-    assert!(
-        libc::WIFSIGNALED(status) && matches!(libc::WTERMSIG(status), libc::SIGBUS | libc::SIGABRT),
-        "a page whose stored copy is lost must not be read: child status {status:#x}"
-    );
-    eprintln!("lost page: the child died by signal {}", libc::WTERMSIG(status));
+    let sig = assert_killed_for_lost_page(pid, "a page whose stored copy is lost");
+    eprintln!("lost page: the child died by signal {sig}");
 }
 
 #[test]
