@@ -6,12 +6,13 @@
 //! thread, by a signal handler, by the kernel inside read(2), write(2),
 //! process_vm_readv or send — stops in the kernel and queues a fault on the
 //! engine's descriptor. A dedicated thread reads those faults and answers
-//! each with UFFDIO_COPY of the page's content from the store, which maps the
-//! page and wakes every thread waiting on it. This is not SIGBUS mode: there a
+//! each with UFFDIO_COPY of the page's content — from the store, or rebuilt
+//! from a patch and its reference frame (patching.rs) — which maps the page
+//! and wakes every thread waiting on it. This is not SIGBUS mode: there a
 //! system call touching the page fails with EFAULT instead of waiting.
 //!
 //! The table maps page addresses to records, under its own mutex:
-//! - `Evicted { handle, at }`: the store holds the content since `at`;
+//! - `Evicted { handle, at }`: the store (or the table's patch store) holds the content since `at`;
 //! - `Restored { handle }`: the fault thread put it back; the engine has not
 //!   looked yet (the page is still `Page::Evicted` and still registered, and
 //!   the store copy is removed when the engine reconciles, on its own threads).

@@ -256,6 +256,22 @@ impl Patching {
 }
 
 impl Patching {
+    /// Indexes `page` (at `addr`) as a candidate reference.
+    fn index(&mut self, page: &[u8; PAGE], addr: u64) {
+        let mut keys = [0u64; MAX_BLOCKS];
+        let kn = self.detector.params().k;
+        self.keys(page, addr, &mut keys[..kn]);
+        self.insert(addr, &keys[..kn]);
+    }
+
+    /// Indexes keys under `addr`, starting afresh when the index is full.
+    fn insert(&mut self, addr: u64, keys: &[u64]) {
+        if self.detector.len() >= self.max_candidates {
+            self.detector.clear();
+        }
+        self.detector.insert_keys(addr, keys);
+    }
+
     /// The detector's keys of `page` (at `addr`). A sampled block of one
     /// repeated byte (zeros, padding) says nothing about similarity — small
     /// blocks would pair every page holding zeros there — so its key is
@@ -294,7 +310,44 @@ struct Reference {
     bytes: [u8; PAGE],
 }
 
+impl crate::Engine {
+    /// Indexes the pages overlapping `[ptr, ptr+len)` as candidate references
+    /// for patching (pages the program or a policy expects to stay in memory
+    /// while similar ones are evicted). Only pages on frames qualify (owned or
+    /// shared); returns how many were indexed. A hint: changes no page.
+    pub fn note_references(&self, ptr: *const u8, len: usize) -> u64 {
+        let (start, end) = (ptr as usize, (ptr as usize).saturating_add(len));
+        let mut st = self.inner.lock();
+        let mut noted = 0;
+        for base in st.overlapping(start, end) {
+            let b = &st.blocks[&base];
+            let (lo, hi) = ((start.max(base) - base) / PAGE, (end.min(base + b.len()) - base).div_ceil(PAGE));
+            noted += (lo..hi).filter(|&k| st.note_reference(base, k)).count() as u64;
+        }
+        noted
+    }
+}
+
 impl State {
+    /// Indexes page `k` of a block as a candidate reference (its frame's
+    /// bytes, read with pread: no program memory is touched); false if it
+    /// has no frame or holds nothing. The policy offers its C2 pages here.
+    pub(crate) fn note_reference(&mut self, base: usize, k: usize) -> bool {
+        let b = &self.blocks[&base];
+        let frame = match b.pages[k] {
+            Page::Owned(f) | Page::Shared(f) if !b.exempt && !self.pools[f.pool()].retired => f,
+            _ => return false,
+        };
+        let mut bytes = [0u8; PAGE];
+        if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut bytes) || bytes.iter().all(|&x| x == 0) {
+            return false;
+        }
+        let addr = b.page_addr(k) as u64;
+        let p = self.patching.get_or_insert_with(|| Patching::new(&self.cfg));
+        p.index(&bytes, addr);
+        true
+    }
+
     /// Tries to evict page `k` of block `base` (bytes `page`, read in the
     /// protected chunk `chunk`) as a patch; on success returns its content.
     /// A candidate among the chunk's pages already taken that becomes a
@@ -332,11 +385,8 @@ impl State {
             }
         }
         let p = self.patching.as_mut().expect("made above");
-        if p.detector.len() >= p.max_candidates {
-            p.detector.clear();
-        }
         let kn = p.detector.params().k;
-        p.detector.insert_keys(addr, &keys[..kn]);
+        p.insert(addr, &keys[..kn]);
         None
     }
 

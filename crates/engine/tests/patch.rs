@@ -222,6 +222,31 @@ fn reference_written_and_freed_patches_still_restore() {
     assert_nothing_held(&e, "reference freed");
 }
 
+#[test]
+fn noted_references_serve_other_blocks() {
+    let _g = serial();
+    let e = Engine::new(cfg());
+    let reference = kind_page(Kind::Random, 10);
+    let r = e.alloc(2 * PAGE, Hint::None);
+    unsafe { std::ptr::copy_nonoverlapping(reference.as_ptr(), r, PAGE) };
+    // The second page is all zero: no reference.
+    assert_eq!(e.note_references(r, 2 * PAGE), 1);
+    let anon = Engine::new(Config { frames: false, ..cfg() });
+    let a = anon.alloc(PAGE, Hint::None);
+    unsafe { std::ptr::copy_nonoverlapping(reference.as_ptr(), a, PAGE) };
+    assert_eq!(anon.note_references(a, PAGE), 0, "an anonymous page has no frame to pin");
+    let n = 8;
+    let want: Vec<u8> = (0..n).flat_map(|k| similar(&reference, Change::Scattered, 50 + k as u64)).collect();
+    let p = e.alloc(n * PAGE, Hint::None);
+    unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
+    assert_eq!(e.evict(p, n * PAGE).patched, n as u64);
+    assert!(bytes(r, PAGE) == &reference[..] && bytes(p, n * PAGE) == &want[..]);
+    unsafe {
+        assert!(e.free(p) && e.free(r) && anon.free(a));
+    }
+    assert_nothing_held(&e, "noted references");
+}
+
 /// The reference is a sole shared page (a copy whose source is gone), which
 /// eviction takes first — its frame would be punched — then a later page of
 /// the same chunk picks it as reference: it must be put back, not punched.
