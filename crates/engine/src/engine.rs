@@ -603,8 +603,9 @@ impl State {
             s.evict_lifetime_ms_log2 = t.counts.lifetime_ms_log2;
             s.store = t.store.bytes();
             s.metadata_bytes += t.records_bytes() as u64;
-            self.patch_stats(&mut s, &t.patches);
+            t.patches.stats(&mut s);
         }
+        self.patch_stats(&mut s);
         s.frames_active = self.current_pool().is_some();
         s
     }

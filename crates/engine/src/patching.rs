@@ -218,17 +218,22 @@ impl Patches {
         }
     }
 
-    /// Patches stored now, their bytes, and the patch store's footprint
-    /// (slabs, cached slabs, its tables and ours).
-    fn bytes(&self) -> (u64, u64, u64) {
+    /// Patches stored now, their bytes, the patch store's footprint (slabs,
+    /// cached slabs, its tables and ours) and restore counts, into `s`.
+    pub fn stats(&self, s: &mut crate::Stats) {
         let ours = (self.entries.capacity() * std::mem::size_of::<Option<PatchEntry>>() + self.free.capacity() * 4) as u64;
-        match &self.slab {
-            Some(s) => {
-                let st = s.stats();
+        let (n, payload, footprint) = match &self.slab {
+            Some(st) => {
+                let st = st.stats();
                 (st.objects, st.payload_bytes, st.footprint_bytes() + ours)
             }
             None => (0, 0, ours),
-        }
+        };
+        s.patched_now = n;
+        s.patch_bytes = payload;
+        s.patch_store_bytes = footprint;
+        s.patch_restores = self.reads;
+        s.patch_restore_ns = self.read_ns;
     }
 }
 
@@ -496,14 +501,8 @@ impl State {
         self.release(reuse, true);
     }
 
-    /// Patching's part of the statistics.
-    pub(crate) fn patch_stats(&self, s: &mut crate::Stats, patches: &Patches) {
-        let (n, payload, footprint) = patches.bytes();
-        s.patched_now = n;
-        s.patch_bytes = payload;
-        s.patch_store_bytes = footprint;
-        s.patch_restores = patches.reads;
-        s.patch_restore_ns = patches.read_ns;
+    /// Patching's part of the statistics (the patch store's with the eviction table's).
+    pub(crate) fn patch_stats(&self, s: &mut crate::Stats) {
         let Some(p) = &self.patching else { return };
         s.references_pinned = p.pins.len() as u64;
         s.patch_work_ns = p.work_ns;
