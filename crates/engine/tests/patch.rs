@@ -367,6 +367,80 @@ fn patched_pages_under_scan_copy_and_free() {
     assert_nothing_held(&b.e, "scan/copy/free");
 }
 
+/// Another thread evicts a block of similar pages over and over while this
+/// one writes into patched pages and their reference (copy-on-write breaks),
+/// reads them, and has the kernel read from and write into them. What it
+/// writes is mostly the reference's bytes at the same offsets (one byte in 16
+/// random), so the pages stay similar and keep being patched.
+#[test]
+fn concurrent_eviction_writes_and_kernel_io() {
+    let _g = serial();
+    let n = 48;
+    // Text compresses: pages go to the store too, and candidates are put back.
+    let mut b = Similar::of(Kind::Text, Engine::new(cfg()), n, Change::Scattered, 11);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let evictor = {
+        let (e, p, stop) = (b.e.clone(), b.ptr as usize, stop.clone());
+        std::thread::spawn(move || {
+            let mut patched = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                patched += e.evict(p as *const u8, n * PAGE).patched;
+                std::thread::yield_now();
+            }
+            patched
+        })
+    };
+    let (rd, wr) = pipe();
+    let mut rng = Rng::new(12);
+    let reference = b.want[..PAGE].to_vec();
+    let mut like_reference = |rng: &mut Rng, off: usize, len: usize| -> Vec<u8> {
+        (off..off + len).map(|o| if rng.below(16) == 0 { rng.next_u64() as u8 } else { reference[o % PAGE] }).collect()
+    };
+    let mut out = vec![0u8; 2 * PAGE];
+    let t0 = Instant::now();
+    let mut i = 0;
+    while t0.elapsed() < Duration::from_millis(600) {
+        i += 1;
+        let len = 1 + rng.below(2 * PAGE as u64 - 1) as usize;
+        // Page 0, the reference, is hit as often as all others together.
+        let off = if rng.below(2) == 0 { rng.below((PAGE) as u64) as usize / 2 } else { rng.below((n * PAGE - len) as u64) as usize };
+        let dst = unsafe { b.ptr.add(off) };
+        match i % 3 {
+            0 => {
+                let v = like_reference(&mut rng, off, 1)[0];
+                unsafe { dst.write_volatile(v) };
+                b.want[off] = v;
+            }
+            1 => {
+                must("write(2) from patched pages", unsafe { libc::write(wr, dst.cast(), len) }, len);
+                must("pipe read", unsafe { libc::read(rd, out.as_mut_ptr().cast(), len) }, len);
+                assert!(out[..len] == b.want[off..off + len], "#{i}: write(2) from [{off}, +{len}) sent wrong bytes");
+            }
+            _ => {
+                let data = like_reference(&mut rng, off, len);
+                must("pipe write", unsafe { libc::write(wr, data.as_ptr().cast(), len) }, len);
+                must("read(2) into patched pages", unsafe { libc::read(rd, dst.cast(), len) }, len);
+                b.want[off..off + len].copy_from_slice(&data);
+            }
+        }
+        if i % 200 == 0 {
+            b.check(&format!("after {i} operations"));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let patched = evictor.join().unwrap();
+    unsafe {
+        libc::close(rd);
+        libc::close(wr);
+    }
+    assert!(patched > 0, "the evictor patched nothing");
+    b.check(&format!("after {i} operations and {patched} patches"));
+    assert_eq!(b.e.stats().restore_errors, 0);
+    assert!(unsafe { b.e.free(b.ptr) });
+    assert_nothing_held(&b.e, "concurrent");
+    eprintln!("{i} operations, {patched} pages patched");
+}
+
 /// Savings and costs; run with
 /// `cargo test -p pagefold-engine --release --test patch -- --ignored --nocapture`.
 #[test]
