@@ -102,7 +102,7 @@ impl Default for Config {
             evict_store_bytes: u64::MAX,
             patch_blocks: 8,
             patch_block_bytes: 8,
-            patch_candidates: 1 << 16,
+            patch_candidates: 1 << 14,
             inject: Inject::default(),
         }
     }

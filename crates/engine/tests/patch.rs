@@ -247,6 +247,28 @@ fn noted_references_serve_other_blocks() {
     assert_nothing_held(&e, "noted references");
 }
 
+#[test]
+fn the_detector_memory_is_bounded_and_counted() {
+    let _g = serial();
+    let n = 2048;
+    let metadata_growth = |candidates: usize| {
+        let e = Engine::new(Config { patch_candidates: candidates, ..cfg() });
+        let p = e.alloc(n * PAGE, Hint::None);
+        for k in 0..n {
+            unsafe { std::ptr::copy_nonoverlapping(kind_page(Kind::Random, k as u64).as_ptr(), p.add(k * PAGE), PAGE) };
+        }
+        let before = e.stats().metadata_bytes;
+        assert_eq!(e.note_references(p, n * PAGE), n as u64);
+        let growth = e.stats().metadata_bytes - before;
+        assert!(unsafe { e.free(p) });
+        growth
+    };
+    let (bounded, unbounded) = (metadata_growth(64), metadata_growth(1 << 16));
+    eprintln!("detector: {bounded} B with 64 candidates at most, {unbounded} B for {n}");
+    assert!(unbounded > 100 * n as u64, "the index of {n} pages is not counted: {unbounded} B");
+    assert!(bounded * 10 < unbounded, "64 candidates at most cost {bounded} B, {n} cost {unbounded} B");
+}
+
 /// The reference is a sole shared page (a copy whose source is gone), which
 /// eviction takes first — its frame would be punched — then a later page of
 /// the same chunk picks it as reference: it must be put back, not punched.
