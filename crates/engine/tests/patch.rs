@@ -269,6 +269,27 @@ fn the_detector_memory_is_bounded_and_counted() {
     assert!(bounded * 10 < unbounded, "64 candidates at most cost {bounded} B, {n} cost {unbounded} B");
 }
 
+/// The engine goes away (its pools close their memfds) while pages are
+/// patched: the fault thread still rebuilds them from its own descriptors,
+/// even when the program opens files that reuse the closed numbers.
+#[test]
+fn patched_pages_outlive_the_engine() {
+    let _g = serial();
+    let Similar { e, ptr, want } = Similar::new(Engine::new(cfg()), 16, Change::Scattered, 13);
+    assert_eq!(e.evict(ptr, 16 * PAGE).patched, 15);
+    drop(e);
+    // Descriptor numbers the engine closed now name other files.
+    let others: Vec<i32> = (0..4).map(|_| unsafe { libc::memfd_create(c"other".as_ptr(), 0) }).collect();
+    for &fd in &others {
+        assert!(fd >= 0);
+        assert_eq!(unsafe { libc::ftruncate(fd, 1 << 30) }, 0);
+    }
+    assert!(bytes(ptr, 16 * PAGE) == &want[..], "patched pages after the engine was dropped");
+    others.into_iter().for_each(|fd| unsafe {
+        libc::close(fd);
+    });
+}
+
 /// The reference is a sole shared page (a copy whose source is gone), which
 /// eviction takes first — its frame would be punched — then a later page of
 /// the same chunk picks it as reference: it must be put back, not punched.
