@@ -81,6 +81,7 @@
 //! the last pass, bit 28 restored since the last pass, bits 29-31 passes
 //! without access (capped at `MAX_AGE`).
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -335,7 +336,7 @@ impl State {
     /// The clock's look at the pages of a protected chunk that hold content
     /// (`present`, sorted; none evicted or folded): classifies each, then
     /// evicts what the policy allows.
-    pub(crate) fn clock_chunk(&mut self, base: usize, present: &[usize], pass: &mut Pass) {
+    pub(crate) fn clock_chunk(&mut self, base: usize, chunk: Range<usize>, present: &[usize], pass: &mut Pass) {
         let cold_passes = self.cfg.cold_passes;
         let mut chosen = Vec::new();
         // Pages taken for pressure alone: no more than the excess, in pages.
@@ -358,14 +359,14 @@ impl State {
             }
         }
         if pass.evict && !chosen.is_empty() {
-            self.evict_chosen(base, &chosen, pass);
+            self.evict_chosen(base, chunk, &chosen, pass);
         }
         let block = &self.blocks[&base];
         pass.private_resident += present.iter().filter(|&&k| matches!(block.pages[k], Page::Anon | Page::Diverged(_))).count() as u64;
     }
 
     /// Evicts the chosen pages; what they freed counts against the excess.
-    fn evict_chosen(&mut self, base: usize, chosen: &[(usize, Allow)], pass: &mut Pass) {
+    fn evict_chosen(&mut self, base: usize, chunk: Range<usize>, chosen: &[(usize, Allow)], pass: &mut Pass) {
         let stored = |st: &State| {
             st.evictions.as_ref().map_or(0, |ev| {
                 let b = ev.lock().store.bytes();
@@ -374,7 +375,7 @@ impl State {
         };
         let before = stored(self);
         let mut rep = EvictReport::default();
-        self.evict_pages(base, chosen, &mut rep);
+        self.evict_pages(base, chunk, chosen, &mut rep);
         pass.counts.evicted += rep.evicted;
         pass.counts.not_eligible += rep.not_eligible;
         pass.counts.refused += rep.refused;

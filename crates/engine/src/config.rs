@@ -75,6 +75,14 @@ pub struct Config {
     pub swap_file: Option<std::path::PathBuf>,
     /// Largest size of the swap file in bytes.
     pub swap_bytes: u64,
+    /// Similarity detection for patching (patching.rs): indices (DE's k,
+    /// each of one block) and block size in bytes. DE's HashSimilarityDetector
+    /// is (2, 64 B); see docs/MECHANISMS.md "Patching" for why the default differs.
+    pub patch_blocks: usize,
+    pub patch_block_bytes: usize,
+    /// Candidate reference pages the detector remembers at most (its memory
+    /// is bounded: beyond this it starts afresh, as DE clears it each cycle).
+    pub patch_candidates: usize,
     /// Fault injection, for tests.
     pub inject: Inject,
 }
@@ -93,6 +101,8 @@ pub struct Inject {
     pub fail_mmap_after: Option<u64>,
     /// Pretend vm.max_map_count is this value.
     pub max_map_count: Option<usize>,
+    /// Every patch fails to decode when restored: the page is poisoned (SIGBUS).
+    pub fail_patch: bool,
 }
 
 impl Default for Config {
@@ -123,6 +133,9 @@ impl Default for Config {
             low_water: None,
             swap_file: None,
             swap_bytes: 1 << 30,
+            patch_blocks: 8,
+            patch_block_bytes: 8,
+            patch_candidates: 1 << 14,
             inject: Inject::default(),
         }
     }
@@ -137,9 +150,10 @@ impl Config {
     /// `PAGEFOLD_EVICT_STORE_MB`, `PAGEFOLD_SWAP_FILE` (path prefix), `PAGEFOLD_SWAP_MB`;
     /// tiering: `PAGEFOLD_TIER`, `PAGEFOLD_TIER_PATCH`, `PAGEFOLD_TIER_COMPRESS` (0/1),
     /// `PAGEFOLD_CLOCK_MS`, `PAGEFOLD_COLD_PASSES`, `PAGEFOLD_HIGH_MB`, `PAGEFOLD_LOW_MB`
-    /// (0 = no watermark); fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
-    /// `PAGEFOLD_INJECT_FAIL_UFFD`, `PAGEFOLD_INJECT_FAIL_UFFD_MISSING` (0/1), `PAGEFOLD_INJECT_MMAP_AFTER`,
-    /// `PAGEFOLD_INJECT_MAX_MAP_COUNT`.
+    /// (0 = no watermark); patching: `PAGEFOLD_PATCH_BLOCKS`, `PAGEFOLD_PATCH_BLOCK_BYTES`,
+    /// `PAGEFOLD_PATCH_CANDIDATES`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
+    /// `PAGEFOLD_INJECT_FAIL_UFFD`, `PAGEFOLD_INJECT_FAIL_UFFD_MISSING`, `PAGEFOLD_INJECT_FAIL_PATCH` (0/1),
+    /// `PAGEFOLD_INJECT_MMAP_AFTER`, `PAGEFOLD_INJECT_MAX_MAP_COUNT`.
     /// Unparsable values keep the default; the preload cannot report errors.
     pub fn from_env() -> Config {
         let mut c = Config::default();
@@ -186,6 +200,15 @@ impl Config {
         if let Some(v) = num("PAGEFOLD_RECYCLE_MS") {
             c.recycle_age = Duration::from_millis(v);
         }
+        if let Some(v) = num("PAGEFOLD_PATCH_BLOCKS") {
+            c.patch_blocks = v as usize;
+        }
+        if let Some(v) = num("PAGEFOLD_PATCH_BLOCK_BYTES") {
+            c.patch_block_bytes = v as usize;
+        }
+        if let Some(v) = num("PAGEFOLD_PATCH_CANDIDATES") {
+            c.patch_candidates = v as usize;
+        }
         if let Some(v) = num("PAGEFOLD_PIN_GRACE_US") {
             c.pin_grace = Duration::from_micros(v);
         }
@@ -217,7 +240,7 @@ impl Inject {
     /// preload (which cannot be given a Config) can be made to take every
     /// fallback path: `PAGEFOLD_INJECT_FAIL_MEMFD=1`, `PAGEFOLD_INJECT_FAIL_UFFD=1`,
     /// `PAGEFOLD_INJECT_FAIL_UFFD_MISSING=1`,
-    /// `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
+    /// `PAGEFOLD_INJECT_FAIL_PATCH=1`, `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
     pub fn from_env() -> Inject {
         let num = |name: &str| std::env::var(name).ok().and_then(|s| s.trim().parse::<u64>().ok());
         let on = |name: &str| num(name).is_some_and(|v| v != 0);
@@ -227,6 +250,7 @@ impl Inject {
             fail_uffd_missing: on("PAGEFOLD_INJECT_FAIL_UFFD_MISSING"),
             fail_mmap_after: num("PAGEFOLD_INJECT_MMAP_AFTER"),
             max_map_count: num("PAGEFOLD_INJECT_MAX_MAP_COUNT").map(|v| v as usize),
+            fail_patch: on("PAGEFOLD_INJECT_FAIL_PATCH"),
         }
     }
 }

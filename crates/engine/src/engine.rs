@@ -76,6 +76,8 @@ pub(crate) struct State {
     pub protector: Option<Arc<Protector>>,
     /// Evicted pages and their store (evict.rs, fault.rs); made on first use.
     pub evictions: Option<Arc<Evictions>>,
+    /// Similarity detection and reference pins (patching.rs); made on first use.
+    pub patching: Option<crate::patching::Patching>,
     /// The thread restoring evicted pages, once eviction was used.
     pub fault_thread: Option<std::thread::JoinHandle<()>>,
     pub pagemap: Option<sys::Pagemap>,
@@ -244,6 +246,7 @@ impl State {
             recycled_bytes: 0,
             protector,
             evictions: None,
+            patching: None,
             fault_thread: None,
             pagemap: sys::Pagemap::open().ok(),
             stable: ContentIndex::default(),
@@ -387,10 +390,12 @@ impl State {
         }
         self.release(punch, false);
         self.release(reuse, true);
+        // Forgotten evicted pages may have been patches.
+        self.settle_pins();
     }
 
     /// Punches frames (in runs); with `reuse` their slots are free again.
-    fn release(&mut self, mut frames: Vec<FrameId>, reuse: bool) {
+    pub(crate) fn release(&mut self, mut frames: Vec<FrameId>, reuse: bool) {
         frames.sort_unstable();
         let mut i = 0;
         while i < frames.len() {
@@ -608,7 +613,9 @@ impl State {
             s.evict_lifetime_ms_log2 = t.counts.lifetime_ms_log2;
             s.store = t.store.bytes();
             s.metadata_bytes += t.records_bytes() as u64;
+            t.patches.stats(&mut s);
         }
+        self.patch_stats(&mut s);
         s.frames_active = self.current_pool().is_some();
         s.clock = self.clock.stats;
         s

@@ -228,7 +228,7 @@ impl State {
                     .into_iter()
                     .filter(|&k| resident[k - i] & 1 != 0 && !block.pages[k].is_evicted() && zero.binary_search(&k).is_err())
                     .collect();
-                self.clock_chunk(base, &present, pass);
+                self.clock_chunk(base, i..i + c, &present, pass);
             }
         }
         if let Some(p) = &self.protector {

@@ -63,3 +63,18 @@ fn config_reads_the_swap_file_from_the_environment() {
     assert_eq!(c.swap_file.as_deref(), Some(std::path::Path::new("/var/tmp/pf.swap")));
     assert_eq!(c.swap_bytes, 64 << 20);
 }
+
+#[test]
+fn config_reads_patching_from_the_environment() {
+    let vars = [("PAGEFOLD_PATCH_BLOCKS", "2"), ("PAGEFOLD_PATCH_BLOCK_BYTES", "64"), ("PAGEFOLD_PATCH_CANDIDATES", "100"), ("PAGEFOLD_INJECT_FAIL_PATCH", "1")];
+    for (k, v) in vars {
+        std::env::set_var(k, v);
+    }
+    let c = Config::from_env();
+    for (k, _) in vars {
+        std::env::remove_var(k);
+    }
+    assert_eq!((c.patch_blocks, c.patch_block_bytes, c.patch_candidates, c.inject.fail_patch), (2, 64, 100, true));
+    let d = Config::from_env();
+    assert_eq!((d.patch_blocks, d.patch_block_bytes, d.inject.fail_patch), (8, 8, false));
+}

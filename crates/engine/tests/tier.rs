@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use pagefold_engine::{Config, Engine, Handle, Hint, Inject, Lz4Store, PageStore, StoreBytes, StoreError, PAGE};
+use pagefold_engine::{Config, Engine, Handle, Hint, Inject, PageStore, StoreBytes, StoreError, TierConfig, TierStore, PAGE};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -163,10 +163,10 @@ fn duplicate_cold_pages_are_merged_not_compressed() {
     }
 }
 
-/// An LZ4 store that records what the policy asked it to spill, and with
+/// A tier store (no swap file) that records what the policy asked it to spill, and with
 /// `releases` says it released that much (as a store with a disk tier would).
 struct SpyStore {
-    inner: Lz4Store,
+    inner: TierStore,
     spill_asked: AtomicU64,
     releases: bool,
 }
@@ -194,10 +194,11 @@ impl PageStore for SpyStore {
     }
 }
 
-/// Passes 1-2 over 4 MiB written once, with C4 only at the third pass.
+/// Passes 1-2 over 4 MiB written once, with C4 only at the third pass
+/// (patching off: what is at stake is what compression does under pressure).
 fn two_passes(cfg: Config, releases: bool) -> (Engine, *mut u8, Vec<u8>, Arc<SpyStore>) {
-    let e = Engine::new(Config { cold_passes: 3, ..cfg });
-    let spy = Arc::new(SpyStore { inner: Lz4Store::new(u64::MAX, PAGE * 3 / 4), spill_asked: AtomicU64::new(0), releases });
+    let e = Engine::new(Config { cold_passes: 3, tier_patch: false, ..cfg });
+    let spy = Arc::new(SpyStore { inner: TierStore::new(TierConfig::from_engine(&Config::default())).expect("tier store"), spill_asked: AtomicU64::new(0), releases });
     assert!(e.set_store(spy.clone()));
     let (p, want) = filled(&e, 1024, 600);
     scans(&e, 2);
@@ -338,4 +339,45 @@ fn a_copy_of_evicted_pages_shares_them_instead_of_copying_plainly() {
         e.free(p);
         e.free(dst);
     }
+}
+
+#[test]
+fn the_policy_patches_similar_cold_pages_against_a_reference_and_they_read_back_exactly() {
+    let _s = serial();
+    // Compression off: only patching can take these pages.
+    let e = Engine::new(Config { cold_passes: 1, tier_compress: false, ..tier_cfg() });
+    let n = 64;
+    let p = e.alloc(n * PAGE, Hint::None);
+    assert!(!p.is_null());
+    // One random-looking base; every page differs from it in 16 bytes (DE's write pattern).
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let base: Vec<u8> = (0..PAGE)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let mut want = Vec::with_capacity(n * PAGE);
+    for k in 0..n {
+        let mut page = base.clone();
+        (0..16).for_each(|j| page[j * 256 + 3] = (k as u8).wrapping_add(j as u8) | 1);
+        want.extend_from_slice(&page);
+    }
+    unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
+    scans(&e, 4);
+    let st = e.stats();
+    assert!(st.patched_now >= n as u64 / 2, "most similar cold pages are patches: {st:?}");
+    assert_eq!(st.evicted_now, st.patched_now, "nothing compressed with compression off");
+    assert!(st.patch_bytes < st.patched_now * 512, "patches are small: {st:?}");
+    // Writing every page (the reference included) restores and changes them; nothing is lost.
+    for k in 0..n {
+        unsafe { *p.add(k * PAGE + 100) ^= 0x5a };
+        want[k * PAGE + 100] ^= 0x5a;
+    }
+    assert_eq!(bytes(p, n * PAGE), &want[..]);
+    scans(&e, 4);
+    assert_eq!(bytes(p, n * PAGE), &want[..]);
+    unsafe { e.free(p) };
 }
