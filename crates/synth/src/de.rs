@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use pagefold_tier::kinds::{self, Kind};
 
-use crate::buffer::{Buffer, PAGE};
+use crate::buffer::Buffer;
 use crate::digest::digest;
 use crate::pace::Pacer;
 use crate::{mib, Params};
@@ -130,6 +130,7 @@ fn allocate(kind: PageType, bytes: usize, seed: u64) -> Result<Buffer, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::buffer::PAGE;
 
     #[test]
     fn the_schedule_is_the_phases_with_their_idle_periods() {
