@@ -102,6 +102,10 @@ pub struct Args {
     /// The synthetic suite's program (default: pagefold-synth beside this program).
     #[arg(long)]
     pub synth: Option<PathBuf>,
+    /// Seconds of each idle period of the de suite's workloads (default 10, 3 with --quick); the
+    /// tiering mechanisms act only on pages the clock has found cold.
+    #[arg(long, value_name = "SECONDS")]
+    pub de_idle: Option<f64>,
     /// Workloads whose memory over time is drawn (default: the four pagefold changes most).
     #[arg(long, value_delimiter = ',')]
     pub timelines: Vec<String>,
@@ -220,6 +224,9 @@ fn preflight(a: &Args, has: &dyn Fn(Suite) -> bool) -> anyhow::Result<()> {
         program::parse_config(&c).map_err(anyhow::Error::msg)?;
     }
     program::find_preload(a.preload.as_deref()).map_err(anyhow::Error::msg)?;
+    if let Some(idle) = a.de_idle.filter(|i| !(0.0..=pagefold_synth::MAX_HOLD).contains(i)) {
+        anyhow::bail!("--de-idle must be 0 to {} seconds, not {idle}", pagefold_synth::MAX_HOLD);
+    }
     if chosen.iter().any(|ps| matches!(ps, ProgramSuite::Synthetic | ProgramSuite::De)) {
         workloads::find_synth(a.synth.as_deref()).map_err(anyhow::Error::msg)?;
     }
@@ -231,7 +238,7 @@ fn preflight(a: &Args, has: &dyn Fn(Suite) -> bool) -> anyhow::Result<()> {
 pub(crate) fn suite_workloads(a: &Args, ps: ProgramSuite) -> Result<Vec<workloads::Workload>, String> {
     match ps {
         ProgramSuite::Synthetic | ProgramSuite::De => {
-            workloads::find_synth(a.synth.as_deref()).and_then(|synth| workloads::discover_synthetic(&synth, ps, a.quick, &a.only))
+            workloads::find_synth(a.synth.as_deref()).and_then(|synth| workloads::discover_synthetic(&synth, ps, a.quick, a.de_idle, &a.only))
         }
         _ => workloads::discover(ps, &a.workloads, &a.only),
     }

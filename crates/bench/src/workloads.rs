@@ -82,8 +82,9 @@ pub fn discover(suite: ProgramSuite, root: &Path, only: &[String]) -> Result<Vec
 
 /// The workloads of a pagefold-synth suite (synthetic or de): every
 /// subcommand `synth list SUITE` names, run as `synth NAME` (`--quick` for
-/// the small sizes; de workloads with `--idle` given), in its order.
-pub fn discover_synthetic(synth: &Path, suite: ProgramSuite, quick: bool, only: &[String]) -> Result<Vec<Workload>, String> {
+/// the small sizes; de workloads with `--idle` given: `idle`, or the
+/// default), in its order.
+pub fn discover_synthetic(synth: &Path, suite: ProgramSuite, quick: bool, idle: Option<f64>, only: &[String]) -> Result<Vec<Workload>, String> {
     let listed = std::process::Command::new(synth).args(["list", suite.name()]).output().map_err(|e| format!("{}: {e}", synth.display()))?;
     if !listed.status.success() {
         return Err(format!("{} list {} failed: {}", synth.display(), suite.name(), String::from_utf8_lossy(&listed.stderr).trim()));
@@ -95,7 +96,7 @@ pub fn discover_synthetic(synth: &Path, suite: ProgramSuite, quick: bool, only: 
         .map(|name| {
             let mut cmd = vec![program.clone(), name.to_string()];
             if suite == ProgramSuite::De {
-                cmd.extend(["--idle".to_string(), crate::de::idle_seconds(quick).to_string()]);
+                cmd.extend(["--idle".to_string(), idle.unwrap_or_else(|| crate::de::idle_seconds(quick)).to_string()]);
             }
             if quick {
                 cmd.push("--quick".into());
@@ -170,24 +171,26 @@ mod tests {
         std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         // A fork elsewhere in this test process may still hold the script
         // open for writing for an instant (ETXTBSY): try again then.
-        let mut quick = discover_synthetic(&fake, ProgramSuite::Synthetic, true, &[]);
+        let mut quick = discover_synthetic(&fake, ProgramSuite::Synthetic, true, None, &[]);
         for _ in 0..50 {
             if !quick.as_ref().is_err_and(|e| e.contains("os error 26")) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
-            quick = discover_synthetic(&fake, ProgramSuite::Synthetic, true, &[]);
+            quick = discover_synthetic(&fake, ProgramSuite::Synthetic, true, None, &[]);
         }
         let quick = quick.unwrap();
         assert_eq!(quick.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(), ["copies", "zeros"]);
         assert_eq!(quick[1].cmd[1..], ["zeros", "--quick"]);
-        let full = discover_synthetic(&fake, ProgramSuite::Synthetic, false, &["zeros".into()]).unwrap();
+        let full = discover_synthetic(&fake, ProgramSuite::Synthetic, false, None, &["zeros".into()]).unwrap();
         assert_eq!(full.len(), 1);
         assert_eq!(full[0].cmd.len(), 2);
-        let de = discover_synthetic(&fake, ProgramSuite::De, true, &[]).unwrap();
+        let de = discover_synthetic(&fake, ProgramSuite::De, true, None, &[]).unwrap();
         assert_eq!(de.len(), 1);
         assert_eq!(de[0].cmd[1..], ["de-zero", "--idle", "3", "--quick"]);
-        let err = discover_synthetic(&fake, ProgramSuite::Synthetic, false, &["nope".into()]).unwrap_err();
+        let de = discover_synthetic(&fake, ProgramSuite::De, false, Some(2.5), &[]).unwrap();
+        assert_eq!(de[0].cmd[1..], ["de-zero", "--idle", "2.5"]);
+        let err = discover_synthetic(&fake, ProgramSuite::Synthetic, false, None, &["nope".into()]).unwrap_err();
         assert!(err.contains("no workload 'nope'"), "{err}");
         let err = find_synth(Some(&dir.join("missing"))).unwrap_err();
         assert!(err.contains("--synth"), "{err}");

@@ -14,46 +14,20 @@
 //! configurations, are left out to keep the test under a minute: sharing
 //! does nothing there by design. No KSM configuration runs here.
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::Command;
 
+use common::{average_ratio, counter, pagefold, scratch, stats};
 use serde_json::Value;
 
 const CONFIGS: [&str; 3] = ["plain", "de-share", "de-all"];
 const WORKLOADS: [&str; 2] = ["de-zero", "de-identical"];
 
-/// The pagefold binary of this build with libpagefold_preload.so and
-/// pagefold-synth beside it, built for this test (see pagefold-testkit).
-fn pagefold() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_pagefold"));
-    pagefold_testkit::build_into(bin.parent().unwrap(), &["pagefold-preload", "pagefold-synth"], &["libpagefold_preload.so", "pagefold-synth"]);
-    bin
-}
-
-fn scratch() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pagefold-de-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn stats<'a>(suite: &'a Value, workload: &str, config: &str) -> &'a Value {
-    let w = suite["workloads"].as_array().unwrap().iter().find(|w| w["name"] == workload).unwrap_or_else(|| panic!("no workload {workload}"));
-    w["stats"].as_array().unwrap().iter().find(|s| s["config"] == config).unwrap_or_else(|| panic!("{workload}: no config {config}"))
-}
-
-fn average_ratio(suite: &Value, workload: &str, config: &str) -> f64 {
-    stats(suite, workload, config)["average_ratio"]["median"].as_f64().unwrap()
-}
-
-fn counter(suite: &Value, workload: &str, config: &str, name: &str) -> f64 {
-    stats(suite, workload, config)["engine"][name].as_f64().unwrap_or(0.0)
-}
-
 #[test]
 fn quick_de_suite_matches_plain_and_sharing_saves_on_zero_and_identical_pages() {
     let bin = pagefold();
-    let out = scratch();
+    let out = scratch("de");
     let run = Command::new(&bin)
         .args(["bench", "--quick", "--suite", "de", "--configs", &CONFIGS.join(","), "--only", &WORKLOADS.join(",")])
         .arg("--out")
