@@ -46,15 +46,20 @@ pub fn phases(cmd: &[String]) -> Vec<(&'static str, f64, f64)> {
     starts.iter().zip(ends).map(|(&(name, start), end)| (name, start, end)).collect()
 }
 
-/// Savings over time: for each sample (ms, bytes) of `run` inside plain's
-/// span, (seconds, percent saved against plain interpolated there).
+/// Each sample (ms, bytes) of `run` inside plain's span as (seconds,
+/// bytes, plain's bytes interpolated there).
+fn paired(plain: &[(u64, u64)], run: &[(u64, u64)]) -> Vec<(f64, f64, f64)> {
+    run.iter().filter_map(|&(t, bytes)| Some((t as f64 / 1000.0, bytes as f64, interpolate(plain, t)?))).filter(|p| p.2 > 0.0).collect()
+}
+
+/// Savings over time: (seconds, percent saved against plain at that moment).
 pub fn savings(plain: &[(u64, u64)], run: &[(u64, u64)]) -> Vec<(f64, f64)> {
-    run.iter()
-        .filter_map(|&(t, bytes)| {
-            let base = interpolate(plain, t)?;
-            (base > 0.0).then(|| (t as f64 / 1000.0, 100.0 * (1.0 - bytes as f64 / base)))
-        })
-        .collect()
+    curve(&paired(plain, run))
+}
+
+/// Paired samples as (seconds, percent saved).
+fn curve(pairs: &[(f64, f64, f64)]) -> Vec<(f64, f64)> {
+    pairs.iter().map(|&(t, used, base)| (t, 100.0 * (1.0 - used / base))).collect()
 }
 
 /// `samples` (sorted by time) at `t`, linearly between neighbours; None
@@ -70,13 +75,17 @@ fn interpolate(samples: &[(u64, u64)], t: u64) -> Option<f64> {
     Some(b0 as f64 + f * (b1 as f64 - b0 as f64))
 }
 
-/// Mean of the curve's values with start <= t < end; NaN if none.
-fn mean_in(curve: &[(f64, f64)], start: f64, end: f64) -> f64 {
-    let inside: Vec<f64> = curve.iter().filter(|p| p.0 >= start && p.0 < end).map(|p| p.1).collect();
-    if inside.is_empty() {
-        return f64::NAN;
+/// Percent saved over start <= t < end: 1 - the memory-time used / plain's
+/// (a ratio of sums, so the first milliseconds, when both programs hold
+/// almost nothing, weigh as little as they hold); NaN without samples.
+fn saved_in(pairs: &[(f64, f64, f64)], start: f64, end: f64) -> f64 {
+    let inside = pairs.iter().filter(|p| p.0 >= start && p.0 < end);
+    let (used, base) = inside.fold((0.0, 0.0), |(u, b), p| (u + p.1, b + p.2));
+    if base > 0.0 {
+        100.0 * (1.0 - used / base)
+    } else {
+        f64::NAN
     }
-    inside.iter().sum::<f64>() / inside.len() as f64
 }
 
 /// The first run's footprint timeline of `config`.
@@ -84,35 +93,35 @@ fn timeline<'a>(w: &'a WorkloadResult, config: &str) -> Option<&'a [(u64, u64)]>
     w.outcomes.iter().find(|o| o.config == config && !o.timeline.is_empty()).map(|o| o.timeline.as_slice())
 }
 
-/// Savings curves of every configuration but plain, in the suite's order,
-/// while the pages are allocated (up to the free phase: after it both
-/// footprints are the bare program's, and their ratio says nothing of the
-/// mechanisms).
-fn curves(r: &SuiteResult, w: &WorkloadResult) -> Vec<(String, Vec<(f64, f64)>)> {
+/// Every configuration but plain, in the suite's order, with its samples
+/// paired with plain's (see `paired`) while the pages are allocated (up to
+/// the free phase: after it both footprints are the bare program's, and
+/// their ratio says nothing of the mechanisms).
+fn pairs(r: &SuiteResult, w: &WorkloadResult) -> Vec<(String, Vec<(f64, f64, f64)>)> {
     let Some(plain) = timeline(w, "plain") else { return Vec::new() };
     let until = phases(&w.cmd).iter().find(|p| p.0 == "free").map_or(f64::INFINITY, |p| p.1);
-    let curve = |c: &str| timeline(w, c).map(|t| savings(plain, t).into_iter().filter(|p| p.0 <= until).collect()).unwrap_or_default();
-    r.configs.iter().filter(|c| *c != "plain").map(|c| (c.clone(), curve(c))).collect()
+    let of = |c: &str| timeline(w, c).map(|t| paired(plain, t).into_iter().filter(|p| p.0 <= until).collect()).unwrap_or_default();
+    r.configs.iter().filter(|c| *c != "plain").map(|c| (c.clone(), of(c))).collect()
 }
 
 /// The suite's DE part: mean savings per phase and what the engine did.
 pub fn markdown(r: &SuiteResult) -> String {
     let mut out = String::from(
-        "**Savings over time** (Difference Engine's Figures 5-7): 1 - footprint / plain's footprint at the same \
-         moment, in %, first run of each configuration, averaged over each phase of the workload (the phase and \
-         the idle period after it) and over all three (`allocated`: until the free). Negative: more memory than \
-         plain.\n\n\
+        "**Savings over time** (Difference Engine's Figures 5-7), first run of each configuration: 1 - footprint / \
+         plain's footprint at the same moment, in %, over each phase of the workload (the phase and the idle period \
+         after it) and over all three (`allocated`: until the free); over a phase it is 1 - the memory-time used / \
+         plain's. Negative: more memory than plain.\n\n\
          | workload | configuration | alloc | read | write | allocated |\n|---|---|---:|---:|---:|---:|\n",
     );
     for w in &r.workloads {
         let phases = phases(&w.cmd);
-        for (config, curve) in curves(r, w) {
+        for (config, pairs) in pairs(r, w) {
             out += &format!("| {} | {config} |", w.name);
             for name in ["alloc", "read", "write"] {
-                let mean = phases.iter().find(|p| p.0 == name).map_or(f64::NAN, |p| mean_in(&curve, p.1, p.2));
-                out += &format!(" {} |", percent(mean));
+                let saved = phases.iter().find(|p| p.0 == name).map_or(f64::NAN, |p| saved_in(&pairs, p.1, p.2));
+                out += &format!(" {} |", percent(saved));
             }
-            out += &format!(" {} |\n", percent(mean_in(&curve, 0.0, f64::INFINITY)));
+            out += &format!(" {} |\n", percent(saved_in(&pairs, 0.0, f64::INFINITY)));
         }
     }
     out.push('\n');
@@ -180,7 +189,7 @@ fn engine_table(r: &SuiteResult) -> String {
 pub fn charts(r: &SuiteResult, dir: &Path) -> Result<Vec<PathBuf>, String> {
     let mut files = Vec::new();
     for w in &r.workloads {
-        let series = curves(r, w);
+        let series: Vec<_> = pairs(r, w).into_iter().map(|(c, p)| (c, curve(&p))).collect();
         if series.is_empty() {
             continue;
         }
@@ -212,9 +221,10 @@ mod tests {
         let cmd: Vec<String> = ["synth", "de-zero", "--idle", "4", "--quick"].map(String::from).to_vec();
         assert_eq!(phases(&cmd), [("alloc", 0.0, 4.0), ("read", 4.0, 8.0), ("write", 8.0, 12.0), ("free", 12.0, 14.0)]);
         assert!(phases(&cmd[..2]).is_empty());
-        let curve = [(0.0, 10.0), (3.9, 30.0), (4.0, 99.0)];
-        assert_eq!(mean_in(&curve, 0.0, 4.0), 20.0);
-        assert!(mean_in(&curve, 20.0, 30.0).is_nan());
+        // 1 MiB against 10 at first, then 10 against 10: 11 of 20 used.
+        let pairs = [(0.0, 1.0, 10.0), (3.9, 10.0, 10.0), (4.0, 0.0, 10.0)];
+        assert!((saved_in(&pairs, 0.0, 4.0) - 45.0).abs() < 1e-9);
+        assert!(saved_in(&pairs, 20.0, 30.0).is_nan());
     }
 
     #[test]

@@ -178,7 +178,9 @@ fn draw_savings(path: &Path, s: &SavingsChart) -> Res {
     let points = || s.series.iter().flat_map(|(_, p)| p.iter().copied()).filter(|(t, v)| t.is_finite() && v.is_finite());
     let phase_end = s.phases.iter().map(|p| p.1).fold(0.0, f64::max);
     let t_max = points().map(|p| p.0).fold(phase_end, f64::max).max(1.0);
-    let y_min = points().map(|p| p.1).fold(-10.0, f64::min).max(-100.0);
+    // Startup samples (both programs nearly empty) can be far below -100%:
+    // the axis stops at -50 and lower values are drawn on it.
+    let y_min = points().map(|p| p.1).fold(-10.0, f64::min).max(-50.0);
     let root = BitMapBackend::new(path, (W, H)).into_drawing_area();
     root.fill(&WHITE)?;
     let title: String = s.title.chars().take(90).collect();
@@ -199,7 +201,7 @@ fn draw_savings(path: &Path, s: &SavingsChart) -> Res {
         // Colour by position among all configurations (plain is the first and has no curve).
         let c = color(i + 1);
         chart
-            .draw_series(LineSeries::new(curve.iter().copied(), c.stroke_width(2)))?
+            .draw_series(LineSeries::new(curve.iter().map(|&(t, v)| (t, v.max(y_min))), c.stroke_width(2)))?
             .label(name.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
     }
