@@ -293,6 +293,13 @@ impl Patching {
     }
 }
 
+/// Whether a page with these bytes may be a reference. Not if it starts with
+/// zstd's dictionary magic: a zstd-ref patch against it would need a one-off
+/// decoder context, i.e. an allocation on the fault thread.
+fn may_serve(bytes: &[u8; PAGE]) -> bool {
+    bytes[..4] != 0xEC30_A437u32.to_le_bytes()
+}
+
 /// Why a candidate is no reference for a page.
 enum Unusable {
     /// It cannot serve any page now (forget it).
@@ -344,7 +351,7 @@ impl State {
             _ => return false,
         };
         let mut bytes = [0u8; PAGE];
-        if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut bytes) || bytes.iter().all(|&x| x == 0) {
+        if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut bytes) || !may_serve(&bytes) || bytes.iter().all(|&x| x == 0) {
             return false;
         }
         let addr = b.page_addr(k) as u64;
@@ -409,7 +416,7 @@ impl State {
             _ => return Err(Unusable::Stale),
         };
         let mut r = Reference { frame, bytes: [0u8; PAGE] };
-        if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut r.bytes) {
+        if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut r.bytes) || !may_serve(&r.bytes) {
             return Err(Unusable::Stale);
         }
         let inside = cb == base && chunk.pages.contains(&ck);
@@ -433,7 +440,7 @@ impl State {
                 return Err(Unusable::Stale);
             }
             // Frozen now: what the frame holds from here on is the reference.
-            if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut r.bytes) {
+            if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut r.bytes) || !may_serve(&r.bytes) {
                 return Err(Unusable::Stale);
             }
         }
