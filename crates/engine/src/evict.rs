@@ -65,7 +65,8 @@ pub struct EvictReport {
     /// Pages left in memory because patching found no reference (or no patch
     /// small enough) and compression was not allowed.
     pub unpatched: u64,
-    /// Pages whose state does not allow it (shared with others, pre-fork, exempt block).
+    /// Pages whose state does not allow it (shared with others, pre-fork,
+    /// exempt block) or for which the caller allowed no mechanism.
     pub not_eligible: u64,
     /// Pages holding nothing (never touched, already folded or evicted).
     pub not_resident: u64,
@@ -194,6 +195,17 @@ impl State {
 
     /// Evicts what it may of pages `[i, i+c)` of a block.
     pub(crate) fn evict_range(&mut self, base: usize, i: usize, c: usize, allow: Allow, rep: &mut EvictReport) {
+        self.evict_pages(base, i, c, &|_| allow, rep);
+    }
+
+    /// As `evict_range`, with what may take each page `k` given by `allow(k)`
+    /// (the policy's per-class choice; neither: the page is left alone).
+    /// Registers and protects the chunk itself: not inside a scan's chunk.
+    pub(crate) fn evict_pages(&mut self, base: usize, i: usize, c: usize, allow: &dyn Fn(usize) -> Allow, rep: &mut EvictReport) {
+        if !self.fault_thread_ready() {
+            rep.unavailable = true;
+            return;
+        }
         self.reconcile(base, i, c);
         // A signal handler of this thread writing into the protected chunk
         // would wait for this very thread: no signals until it is unprotected.
@@ -203,7 +215,7 @@ impl State {
         self.settle_pins();
     }
 
-    fn evict_chunk(&mut self, base: usize, i: usize, c: usize, allow: Allow, rep: &mut EvictReport) {
+    fn evict_chunk(&mut self, base: usize, i: usize, c: usize, allow: &dyn Fn(usize) -> Allow, rep: &mut EvictReport) {
         let addr = self.blocks[&base].page_addr(i);
         let Some(protector) = self.protector.clone() else { return };
         if protector.protect(addr, c * PAGE).is_err() {
@@ -246,7 +258,15 @@ impl State {
 
     /// Puts the eligible, resident, non-zero pages of the protected chunk
     /// starting at page `i` into the store; their bytes go to `copies`.
-    fn take_pages(&mut self, base: usize, i: usize, resident: &[u8], copies: &mut Vec<u8>, allow: Allow, rep: &mut EvictReport) -> Vec<Taken> {
+    fn take_pages(
+        &mut self,
+        base: usize,
+        i: usize,
+        resident: &[u8],
+        copies: &mut Vec<u8>,
+        allow: &dyn Fn(usize) -> Allow,
+        rep: &mut EvictReport,
+    ) -> Vec<Taken> {
         let store = match &self.evictions {
             Some(ev) => ev.lock().store.clone(),
             None => return Vec::new(),
@@ -259,7 +279,8 @@ impl State {
                 rep.not_resident += 1;
                 continue;
             }
-            let Some(kind) = self.evictable(base, k) else {
+            let allow = allow(k);
+            let Some(kind) = self.evictable(base, k).filter(|_| allow.patch || allow.compress) else {
                 rep.not_eligible += 1;
                 continue;
             };

@@ -519,3 +519,40 @@ impl State {
         s.metadata_bytes += (p.detector.metadata_bytes() + p.pins.capacity() * 17) as u64;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::evict::{Allow, EvictReport};
+    use crate::{Config, Engine, Hint, PAGE};
+
+    /// The policy's entry: a mechanism choice per page. Even pages may be
+    /// patched only, odd ones nothing; all pages are one reference's variants.
+    #[test]
+    fn evict_pages_takes_a_choice_per_page() {
+        let e = Engine::new(Config { pin_grace: std::time::Duration::ZERO, ..Config::default() });
+        let n = 16;
+        let reference: Vec<u8> = (0..PAGE).map(|i| (i * 31 % 251) as u8 | 1).collect();
+        let p = e.alloc(n * PAGE, Hint::None);
+        for k in 0..n {
+            let mut page = reference.clone();
+            page[k * 7] ^= 0x55;
+            unsafe { std::ptr::copy_nonoverlapping(page.as_ptr(), p.add(k * PAGE), PAGE) };
+        }
+        assert_eq!(e.note_references(p, PAGE), 1);
+        let mut rep = EvictReport::default();
+        {
+            let mut st = e.inner.lock();
+            let base = p as usize;
+            let only_even = |k: usize| Allow { patch: k % 2 == 0, compress: false };
+            st.evict_pages(base, 0, n, &only_even, &mut rep);
+        }
+        // Page 0 is the reference; pages 2, 4, .. 14 are patched; odd pages are left.
+        assert_eq!((rep.patched, rep.not_eligible), (7, 8), "{rep:?}");
+        for k in 0..n {
+            let got = unsafe { std::slice::from_raw_parts(p.add(k * PAGE), PAGE) };
+            assert_eq!(got[k * 7], reference[k * 7] ^ 0x55);
+        }
+        assert!(unsafe { e.free(p) });
+        assert_eq!(e.stats().references_pinned, 0);
+    }
+}
