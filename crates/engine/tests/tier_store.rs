@@ -20,9 +20,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use pagefold_engine::{Config, Engine, Handle, Hint, PageStore, TierConfig, TierStore, PAGE};
+use pagefold_engine::{Allow, Config, Engine, Handle, Hint, PageStore, TierConfig, TierStore, PAGE};
 use pagefold_testkit::TmpMount;
 use pagefold_tier::kinds::{page as kind_page, Kind};
+
+/// These tests are about the page store: patching (which would take similar pages) is not offered.
+const STORE_ONLY: Allow = Allow { patch: false, compress: true };
 
 /// Counts allocations made while armed, on engine threads (the fault
 /// thread) or on a thread that asked to be counted.
@@ -128,7 +131,7 @@ impl Fixture {
 
     fn evict_all(&self, swap: bool) {
         let n = self.pages() as u64;
-        let r = self.e.evict(self.ptr, self.want.len());
+        let r = self.e.evict_with(self.ptr, self.want.len(), STORE_ONLY);
         assert_eq!(r.evicted, n, "{r:?}");
         let c = self.store.counts();
         assert!(c.lz4 > 0 && c.zstd > 0 && c.same > 0, "every method used: {c:?}");
@@ -248,7 +251,7 @@ fn compressed_and_swapped_pages_come_back_on_every_touch() {
 
 impl Fixture {
     fn evict_all_remaining(&self, swap: bool, ctx: &str) {
-        let r = self.e.evict(self.ptr, self.want.len());
+        let r = self.e.evict_with(self.ptr, self.want.len(), STORE_ONLY);
         assert_eq!(r.evicted + r.not_resident, self.pages() as u64, "{ctx}: {r:?}");
         if swap {
             self.store.spill(u64::MAX);
@@ -306,6 +309,33 @@ fn the_fault_path_allocates_nothing() {
             unsafe { (libc::close(r), libc::close(w)) };
             f.finish(&format!("no allocation, swap {swap}"));
         }
+
+        // Patched pages: reference read, patch read and decode on the fault thread.
+        let e = Engine::new(Config::default());
+        let n = 30;
+        let p = e.alloc(n * PAGE, Hint::None);
+        let base = content_page(2);
+        let mut want = Vec::with_capacity(n * PAGE);
+        for k in 0..n {
+            let mut page = base.clone();
+            (0..16).for_each(|j| page[j * 256 + 5] = (k * 16 + j) as u8 | 1);
+            want.extend_from_slice(&page);
+        }
+        unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
+        let r = e.evict_with(p, n * PAGE, Allow { patch: true, compress: false });
+        assert!(r.patched >= n as u64 - 2, "{r:?}");
+        COUNTED.store(0, Ordering::SeqCst);
+        ARMED.store(true, Ordering::SeqCst);
+        let mut sum = 0u64;
+        for k in 0..n {
+            sum = sum.wrapping_add(unsafe { p.add(k * PAGE + 8).read_volatile() } as u64);
+        }
+        ARMED.store(false, Ordering::SeqCst);
+        std::hint::black_box(sum);
+        assert_eq!(COUNTED.load(Ordering::SeqCst), 0, "the fault thread allocated restoring patches");
+        assert_eq!(unsafe { std::slice::from_raw_parts(p, n * PAGE) }, &want[..]);
+        assert!(e.stats().patch_restores >= r.patched);
+        assert!(unsafe { e.free(p) });
     });
 }
 
@@ -329,7 +359,7 @@ fn a_full_disk_keeps_pages_in_memory() {
         let want: Vec<u8> = (0..n as u64).flat_map(|k| kind_page(Kind::Text, k)).collect();
         let p = e.alloc(n * PAGE, Hint::None);
         unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
-        let r = e.evict(p, n * PAGE);
+        let r = e.evict_with(p, n * PAGE, STORE_ONLY);
         let c = s.counts();
         let b = s.bytes();
         assert!(r.evicted > 0 && r.refused > 0 && r.evicted + r.refused == n as u64, "{r:?}");
@@ -501,7 +531,7 @@ fn fork_with_swapped_pages() {
             // fresh block: pre-fork frames are not evicted, the parent maps them).
             let fresh = f.e.alloc(want.len(), Hint::None);
             unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), fresh, want.len()) };
-            f.e.evict(fresh, want.len());
+            f.e.evict_with(fresh, want.len(), STORE_ONLY);
             if f.store.spill(u64::MAX) == 0 || f.store.bytes().swapped == 0 {
                 return 2;
             }
@@ -527,7 +557,7 @@ fn fork_with_swapped_pages() {
         assert_eq!(f.store.bytes().pages, 0);
         let fresh = f.e.alloc(want.len(), Hint::None);
         unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), fresh, want.len()) };
-        assert_eq!(f.e.evict(fresh, want.len()).evicted, 30);
+        assert_eq!(f.e.evict_with(fresh, want.len(), STORE_ONLY).evicted, 30);
         f.store.spill(u64::MAX);
         assert_eq!(f.store.bytes().swapped, 30);
         assert!(bytes(fresh, want.len()) == &want[..], "parent: wrong bytes from its swap file after the child swapped");
