@@ -52,12 +52,8 @@ fn paired(plain: &[(u64, u64)], run: &[(u64, u64)]) -> Vec<(f64, f64, f64)> {
     run.iter().filter_map(|&(t, bytes)| Some((t as f64 / 1000.0, bytes as f64, interpolate(plain, t)?))).filter(|p| p.2 > 0.0).collect()
 }
 
-/// Savings over time: (seconds, percent saved against plain at that moment).
-pub fn savings(plain: &[(u64, u64)], run: &[(u64, u64)]) -> Vec<(f64, f64)> {
-    curve(&paired(plain, run))
-}
-
-/// Paired samples as (seconds, percent saved).
+/// Savings over time: paired samples as (seconds, percent saved against
+/// plain at that moment).
 fn curve(pairs: &[(f64, f64, f64)]) -> Vec<(f64, f64)> {
     pairs.iter().map(|&(t, used, base)| (t, 100.0 * (1.0 - used / base))).collect()
 }
@@ -210,9 +206,9 @@ mod tests {
     fn savings_compare_with_plain_at_the_same_moment() {
         let plain = [(0, 100), (1000, 200), (2000, 200)];
         let run = [(0, 50), (500, 75), (2000, 20), (2500, 10)];
-        let s = savings(&plain, &run);
+        let s = curve(&paired(&plain, &run));
         assert_eq!(s, [(0.0, 50.0), (0.5, 50.0), (2.0, 90.0)], "plain is 150 at 0.5 s; 2.5 s is past plain's end");
-        assert!(savings(&[], &run).is_empty());
+        assert!(paired(&[], &run).is_empty());
         assert_eq!(interpolate(&plain, 1500), Some(200.0));
     }
 

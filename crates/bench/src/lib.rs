@@ -76,7 +76,8 @@ pub struct Args {
     #[arg(long, value_enum, value_delimiter = ',', num_args = 1.., default_value = "all")]
     pub suite: Vec<Suite>,
     /// For CI: fewer runs (3 for micro/fold, 1 for workload suites), only the aggressive KSM setting
-    /// for the fold, and the synthetic workloads at their small sizes (pagefold-synth --quick).
+    /// for the fold, and the synthetic and de workloads at their small sizes (pagefold-synth --quick;
+    /// de: 16 MiB, 3 s idle periods, 10.5 s a run).
     /// On a 2-core machine `--quick` alone (micro, fold, synthetic, every configuration) takes about
     /// 2.5 minutes (3.5 when it is busy), `--quick --suite synthetic` about 1.5 (2).
     #[arg(long)]

@@ -81,6 +81,7 @@ pub fn run(p: &Params, kind: PageType) -> Result<Vec<String>, String> {
     let idle = p.idle();
     let (starts, end) = schedule(idle.as_secs_f64());
     let at = |phase: usize| Duration::from_secs_f64(starts[phase].1);
+    // A pacer of no steps, as a clock started now: phases wait for their start.
     let clock = Pacer::new(Duration::ZERO, 1);
     let mut buf = allocate(kind, bytes, p.seed)?;
     clock.wait_until(at(1));
@@ -113,6 +114,7 @@ fn allocate(kind: PageType, bytes: usize, seed: u64) -> Result<Buffer, String> {
     if kind == PageType::Zero {
         return Buffer::memset_zero(bytes);
     }
+    // Zeroed first: a buffer is initialised before its bytes are sliced.
     let mut buf = Buffer::memset_zero(bytes)?;
     let reference = kinds::page(Kind::Random, seed);
     for i in 0..buf.pages() {

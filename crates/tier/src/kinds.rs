@@ -244,3 +244,23 @@ pub fn pair(kind: Kind, seed: u64) -> (Vec<u8>, Vec<u8>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn similar_and_written_pages_are_what_de_describes() {
+        let (reference, similar) = pair(Kind::Similar95, 3);
+        assert_eq!(similar, similar95(&reference, 3));
+        let differ = reference.iter().zip(&similar).filter(|(a, b)| a != b).count();
+        assert!((150..=PAGE * 5 / 100).contains(&differ), "{differ} bytes differ");
+        assert_ne!(similar95(&reference, 4), similar, "the seed chooses the bytes");
+        let mut written = reference.clone();
+        write16(&mut written);
+        let changed: Vec<usize> = (0..PAGE).filter(|&i| written[i] != reference[i] || (i % (PAGE / 16) == 7)).collect();
+        assert_eq!(changed, (0..16).map(|i| i * (PAGE / 16) + 7).collect::<Vec<_>>());
+        assert!(changed.iter().all(|&i| written[i] == WRITE16_BYTE));
+        assert_eq!(pair(Kind::Write16, 3).1, written);
+    }
+}
