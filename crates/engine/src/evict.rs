@@ -297,6 +297,10 @@ impl State {
         allow: Allow,
         rep: &mut EvictReport,
     ) -> Option<crate::store::Handle> {
+        if !allow.compress {
+            rep.not_allowed += 1;
+            return None;
+        }
         let err = match store.put(page) {
             Ok(handle) => return Some(handle),
             Err(e) => e,
