@@ -658,4 +658,26 @@ mod tests {
         assert!(load(&path).unwrap_err().contains("not a suite result"));
         std::fs::remove_dir_all(dir).unwrap();
     }
+
+    #[test]
+    fn tiering_table_shows_configurations_that_made_clock_passes() {
+        let tiered = |evicted: u64| {
+            let mut o = outcome("pagefold:TIER=1", 40, 10.0, "x");
+            let clock = serde_json::json!({"passes": 5, "pressure_passes": 0,
+                "total": {"c1": 1, "c2": 2, "c3": 3, "c4": 4, "evicted": evicted, "not_eligible": 7, "refused": 1, "incompressible": 2}});
+            o.engine = vec![serde_json::json!({"stats": {"restored": 9, "clock": clock}})];
+            o
+        };
+        let names: Vec<String> = vec!["plain".into(), "pagefold".into(), "pagefold:TIER=1".into()];
+        let runs = vec![outcome("plain", 100, 10.0, "x"), outcome("pagefold", 50, 10.0, "x"), tiered(10), tiered(30), tiered(20)];
+        let wl = WorkloadResult { name: "w".into(), cmd: vec![], stats: summarize(&names, &runs), outcomes: runs };
+        let r = assemble("t", names, 3, Duration::from_millis(50), vec![wl]);
+        let table = tier_table(&r);
+        assert!(table.contains("| w | pagefold:TIER=1 | 5 | 1 / 2 / 3 / 4 | 20 | 7 / 3 | 9 | 0 |"), "{table}");
+        assert!(!table.contains("| w | pagefold |"), "configurations without passes are left out");
+        let plain_runs = vec![outcome("plain", 100, 10.0, "x"), outcome("pagefold", 50, 10.0, "x")];
+        let names: Vec<String> = vec!["plain".into(), "pagefold".into()];
+        let untiered = WorkloadResult { name: "w".into(), cmd: vec![], stats: summarize(&names, &plain_runs), outcomes: plain_runs };
+        assert!(tier_table(&assemble("t", names, 1, Duration::from_millis(50), vec![untiered])).is_empty());
+    }
 }

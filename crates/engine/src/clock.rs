@@ -3,8 +3,8 @@
 //!
 //! With `Config::tier`, some scans are *clock passes*: scans at least
 //! `clock_interval` apart that look at every resident page (the smart scan's
-//! skipping is off for them, idle.rs). Each pass sorts every page it looks at
-//! into one of DE's four classes:
+//! skipping is off for them, idle.rs; but see incompressible pages below).
+//! Each pass sorts every page it looks at into one of DE's four classes:
 //!
 //! - **C1**, recently written: a write was seen since the previous pass;
 //! - **C2**, recently accessed, not written: restored from the page store
@@ -61,11 +61,12 @@
 //! (a writer must sleep while a scan compares and remaps its page, or its
 //! write is lost) and MISSING mode for evicted pages, so the clock would need
 //! a second descriptor; but a mapping can be registered with one
-//! userfaultfd only, and to catch writes between passes the clock's
-//! registration would have to stay on every page all the time, so the scan
-//! could no longer register its chunks and eviction could no longer
-//! register MISSING. Keeping ranges registered also turns off fault-around
-//! (a first read costs 1.0 instead of 0.16 us per page, protect.rs). Making
+//! userfaultfd only (measured: EBUSY, probes/wpasync.c), and to catch writes
+//! between passes the clock's registration would have to stay on every page
+//! all the time, so the scan could no longer register its chunks and
+//! eviction could no longer register MISSING. Keeping ranges registered also
+//! turns off fault-around (a first read of a memfd private page: 4.9 against
+//! 0.86 us in the probe on a busy machine, 1.0 against 0.16 us in protect.rs). Making
 //! the whole engine use WP_ASYNC would need another way to stop writers
 //! during a merge (mprotect: VMAs and signals); that is a redesign, not a
 //! clock. So C1 is based on what scans see, as above.

@@ -243,6 +243,60 @@ fn kernel_reads_and_writes_blocks_inside_syscalls_under_scans() {
     assert_eq!(stat(&r, "fallbacks.uffd"), 0, "{r:?}");
 }
 
+/// Tiering under real programs: every scan a clock pass and pages cold after
+/// one quiet pass, so the policy evicts under kernel I/O into and out of the
+/// blocks, signal handlers, fork and plain copies; every byte must come back.
+#[test]
+fn tiering_evicts_under_real_programs_and_keeps_every_byte() {
+    let tier = [
+        ("PAGEFOLD_TIER", "1"),
+        ("PAGEFOLD_CLOCK_MS", "1"),
+        ("PAGEFOLD_COLD_PASSES", "1"),
+        ("PAGEFOLD_SCAN_INTERVAL_MS", "1"),
+    ];
+    let (mut evicted, mut restored) = (0, 0);
+    // Not `workload`: it checks frames_resident drops by a shrink, which a
+    // page evicted in between has already done.
+    for program in ["kernel_io", "fork_threads", "signals", "alloc_copy"] {
+        let r = same_output(program, &tier);
+        assert!(stat(&r, "clock.passes") > 0, "{program}: no clock pass: {r:?}");
+        assert_eq!(stat(&r, "restore_errors"), 0, "{program}: {r:?}");
+        evicted += stat(&r, "clock.total.evicted");
+        restored += stat(&r, "restored");
+    }
+    assert!(evicted > 0 && restored > 0, "the policy never evicted, or nothing touched what it evicted: {evicted} {restored}");
+}
+
+/// Python data left cold is evicted by the policy, then written to a file by
+/// the kernel (write(2) reading the evicted pages) and read back into a fresh
+/// buffer (read(2)): same bytes as plain Python.
+#[test]
+fn tiering_evicts_cold_python_data_and_syscalls_read_it_back() {
+    if !python() {
+        return;
+    }
+    let dir = scratch("tier-py");
+    let script = format!(
+        "import hashlib, os, time\n\
+         a = bytearray(16_000_000)\n\
+         for i in range(0, len(a), 4096): a[i:i + 8] = (i // 4096 + 1).to_bytes(8, 'little')\n\
+         time.sleep(0.5)\n\
+         path = '{}'\n\
+         with open(path, 'wb') as f: f.write(a)\n\
+         b = bytearray(len(a))\n\
+         with open(path, 'rb') as f: f.readinto(b)\n\
+         print(hashlib.sha256(a).hexdigest(), b == a)\n",
+        dir.join("cold.bin").display()
+    );
+    let cmd = ["python3", "-c", script.as_str()];
+    let tier = [("PAGEFOLD_TIER", "1"), ("PAGEFOLD_CLOCK_MS", "20"), ("PAGEFOLD_SCAN_INTERVAL_MS", "20")];
+    let (got, r) = preloaded(&cmd, &tier);
+    assert_eq!(plain(&cmd), got);
+    assert!(got.trim_end().ends_with("True"), "{got}");
+    assert!(stat(&r, "clock.total.evicted") >= 3000 && stat(&r, "restored") >= 3000, "{r:?}");
+    assert_eq!(stat(&r, "restore_errors"), 0, "{r:?}");
+}
+
 /// fork while three threads copy and the scanner runs: children see the
 /// fork-time data and write their copies, parents' blocks stay untouched.
 #[test]
