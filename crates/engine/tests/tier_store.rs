@@ -12,12 +12,12 @@
 //! every engine in the process, and the allocation count is process-wide).
 
 mod common;
-use common::{pipe, with_deadline};
+use common::{bytes, pipe, serial, with_deadline};
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use pagefold_engine::{Config, Engine, Handle, Hint, PageStore, TierConfig, TierStore, PAGE};
@@ -61,16 +61,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
-    unsafe { std::slice::from_raw_parts(p, len) }
-}
 
 /// Page `k` of the test content: text (LZ4), integer doubles, heap records
 /// and sparse pages (zstd), one repeated word (same-filled), in turn.
