@@ -294,7 +294,7 @@ impl Inner {
         let tables = self.objects.capacity() * size_of::<Object>()
             + self.free.capacity() * 4
             + self.oldest.capacity() * size_of::<(u32, u32)>()
-            + size_of::<Inner>();
+            + size_of::<TierStore>();
         let swap = self.swap.as_ref().map_or(0, |f| f.stats().metadata_bytes as usize + size_of::<SwapFile>());
         self.slabs.stats().footprint_bytes() + (tables + swap + self.codec.memory_bytes()) as u64
     }
@@ -304,6 +304,8 @@ impl Inner {
         let sh = self.slabs.insert(obj).map_err(|_| StoreError::Full)?;
         if capacity != u64::MAX && self.memory_bytes() > capacity {
             let _ = self.slabs.remove(sh);
+            // A slab made for this object would stay cached, and counted.
+            self.slabs.trim();
             return Err(StoreError::Full);
         }
         let index = match self.free.pop() {
