@@ -525,3 +525,27 @@ fn fork_with_swapped_pages() {
         f.finish("fork");
     });
 }
+
+#[test]
+fn without_a_usable_swap_file_a_full_store_refuses() {
+    let _g = serial();
+    // No swap configured: spill moves nothing. A swap file that cannot be
+    // made (its directory does not exist): the same, and a full store refuses.
+    for prefix in [None, Some(PathBuf::from("/nonexistent-pagefold-dir/swap"))] {
+        let s = store(empty_store_bytes() + (32 << 10), prefix.clone());
+        let n = 64;
+        let e = Engine::new(Config { pin_grace: Duration::from_micros(100), ..Config::default() });
+        assert!(e.set_store(s.clone()));
+        let want: Vec<u8> = (0..n as u64).flat_map(|k| kind_page(Kind::Text, k)).collect();
+        let p = e.alloc(n * PAGE, Hint::None);
+        unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
+        let r = e.evict(p, n * PAGE);
+        assert!(r.evicted > 0 && r.refused > 0, "{prefix:?}: {r:?}");
+        assert_eq!(s.spill(1 << 20), 0, "{prefix:?}");
+        assert_eq!(s.bytes().swapped, 0);
+        assert_eq!(s.counts().swap_write_errors, prefix.is_some() as u64, "{prefix:?}: {:?}", s.counts());
+        assert!(bytes(p, n * PAGE) == &want[..], "{prefix:?}: wrong bytes");
+        assert!(unsafe { e.free(p) });
+        assert_eq!(s.audit().unwrap(), s.bytes());
+    }
+}
