@@ -348,6 +348,7 @@ pub fn markdown(r: &SuiteResult) -> String {
     }
     out += &crate::compass::markdown(r);
     out += &engine_table(r);
+    out += &tier_table(r);
     out += &if r.all_identical {
         "Outputs: every run of every workload printed exactly what plain printed.\n".to_string()
     } else {
@@ -388,6 +389,50 @@ fn engine_table(r: &SuiteResult) -> String {
     }
     out.push('\n');
     out
+}
+
+/// What the tiering clock and policy did (engine clock.rs), for every
+/// configuration whose runs made clock passes (`pagefold:TIER=1`).
+fn tier_table(r: &SuiteResult) -> String {
+    let mut rows = String::new();
+    for w in &r.workloads {
+        for c in &r.configs {
+            let totals: Vec<serde_json::Value> =
+                w.outcomes.iter().filter(|o| &o.config == c && !o.engine.is_empty()).map(|o| engine_total(&o.engine)).collect();
+            let med = |path: &[&str]| {
+                let at = |t: &serde_json::Value| path.iter().fold(t, |v, k| &v[*k]).as_f64().unwrap_or(0.0);
+                crate::timing::median(&totals.iter().map(at).collect::<Vec<f64>>())
+            };
+            if totals.is_empty() || med(&["clock", "passes"]) == 0.0 {
+                continue;
+            }
+            let class = |k: &str| med(&["clock", "total", k]);
+            rows += &format!(
+                "| {} | {} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {:.0} | {:.0} / {:.0} | {:.0} | {:.0} |\n",
+                w.name,
+                c,
+                med(&["clock", "passes"]),
+                class("c1"),
+                class("c2"),
+                class("c3"),
+                class("c4"),
+                class("evicted"),
+                class("not_eligible"),
+                class("refused") + class("incompressible"),
+                med(&["restored"]),
+                med(&["clock", "pressure_passes"]),
+            );
+        }
+    }
+    if rows.is_empty() {
+        return rows;
+    }
+    "**What tiering did** (medians over runs, summed over processes; page looks per class summed over passes)\n\n\
+     | workload | configuration | clock passes | C1 / C2 / C3 / C4 | evicted by policy | left: shared / incompressible | restored on touch | pressure passes |\n\
+     |---|---|---:|---:|---:|---:|---:|---:|\n"
+        .to_string()
+        + &rows
+        + "\n"
 }
 
 fn fallback_count(total: &serde_json::Value) -> u64 {

@@ -185,6 +185,7 @@ impl pf_config {
                 fail_uffd_missing: false,
                 fail_mmap_after: (self.inject_fail_mmap_after >= 0).then_some(self.inject_fail_mmap_after as u64),
                 max_map_count: (self.inject_max_map_count > 0).then_some(self.inject_max_map_count as usize),
+                ..Inject::default()
             },
             // Settings the C ABI does not expose (smart scan, recycle age) keep the engine's defaults.
             ..Config::default()

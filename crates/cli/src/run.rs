@@ -199,6 +199,24 @@ fn table(runs: &[Summary], identical: Option<bool>) -> String {
             t["fallbacks"]["uffd"].as_u64().unwrap_or(0),
             t["fallbacks"]["frames"].as_u64().unwrap_or(0),
         );
+        let clock = &t["clock"];
+        if clock["passes"].as_u64().unwrap_or(0) > 0 {
+            let c = |k: &str| clock["total"][k].as_u64().unwrap_or(0);
+            out += &format!(
+                "tiering: {} clock passes (page looks C1 {} C2 {} C3 {} C4 {}), {} pages evicted by the policy, \
+                 {} restored on touch, {} evicted now, {} pressure passes, evict fallbacks {}\n",
+                clock["passes"].as_u64().unwrap_or(0),
+                c("c1"),
+                c("c2"),
+                c("c3"),
+                c("c4"),
+                c("evicted"),
+                n("restored"),
+                n("evicted_now"),
+                clock["pressure_passes"].as_u64().unwrap_or(0),
+                t["fallbacks"]["evict"].as_u64().unwrap_or(0),
+            );
+        }
     }
     if let Some(same) = identical {
         out += if same { "outputs: byte-identical in every run\n" } else { "outputs: DIFFER between runs\n" };

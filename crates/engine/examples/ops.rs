@@ -29,11 +29,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pagefold_engine::{Config, Engine, Hint, PageStore, SwapSettings, TierConfig, TierStore, PAGE};
+use pagefold_engine::{Allow, Config, Engine, Hint, PageStore, SwapSettings, TierConfig, TierStore, PAGE};
 use pagefold_tier::compress::{CompressConfig, ZstdPolicy};
 use pagefold_tier::kinds::{page, Kind};
 use pagefold_tier::ops::{patch_ops, OpsConfig, DE_TABLE2};
 use pagefold_tier::patch::Encoder;
+
+/// compress is the page store's op: eviction with patching off.
+const STORE_ONLY: Allow = Allow { patch: false, compress: true };
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -142,14 +145,14 @@ fn tier_round(kind: Option<Kind>, n: usize, grace: Duration, salt: u64) -> TierR
     };
     let p = block(&e, &data);
     let t = Instant::now();
-    let r = e.evict(p, data.len());
+    let r = e.evict_with(p, data.len(), STORE_ONLY);
     let evict = per_page(t, r.evicted);
     assert_eq!(r.evicted, n as u64, "{kind:?}: {r:?}");
     let restore = touch_all(p);
     assert!(same(p, &data), "{kind:?}: wrong bytes after uncompress");
 
     e.scan(); // reconcile, so the pages can be evicted again
-    assert_eq!(e.evict(p, data.len()).evicted, n as u64);
+    assert_eq!(e.evict_with(p, data.len(), STORE_ONLY).evicted, n as u64);
     let t = Instant::now();
     store.spill(u64::MAX);
     let swap_out = per_page(t, store.bytes().swapped);
@@ -158,7 +161,7 @@ fn tier_round(kind: Option<Kind>, n: usize, grace: Duration, salt: u64) -> TierR
     assert!(same(p, &data), "{kind:?}: wrong bytes after swap_in");
 
     e.scan();
-    assert_eq!(e.evict(p, data.len()).evicted, n as u64);
+    assert_eq!(e.evict_with(p, data.len(), STORE_ONLY).evicted, n as u64);
     store.spill(u64::MAX);
     drop_swap_cache(&prefix);
     let swap_in_device = touch_all(p);

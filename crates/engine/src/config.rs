@@ -53,11 +53,36 @@ pub struct Config {
     /// slabs' slack, tables and codecs); beyond it pages go to the swap file
     /// if there is one, else stay in memory.
     pub evict_store_bytes: u64,
+    /// Tiering (clock.rs): scans classify pages by access (Difference
+    /// Engine's C1-C4) and evict cold ones by the policy below. Off by default.
+    pub tier: bool,
+    /// Least time between two clock passes (full scans that classify every
+    /// page); the background scanner wakes at least this often with `tier`.
+    pub clock_interval: Duration,
+    /// Passes without a write or restore after which a page is C4 (cold); 1..=7.
+    pub cold_passes: u32,
+    /// The policy may store C3 and C4 pages as patches against a similar page.
+    pub tier_patch: bool,
+    /// The policy may compress C4 pages (send them to the page store).
+    pub tier_compress: bool,
+    /// Above this engine footprint (resident memory + page store), C3 pages are
+    /// compressed too and the store is asked to spill to a lower tier; None: no watermark.
+    pub high_water: Option<u64>,
+    /// ... until the footprint is below this (defaults to 7/8 of `high_water`).
+    pub low_water: Option<u64>,
     /// Swap file below the page store: `<path>.<pid>.<n>` is created on
     /// first use and deleted with the store. None (default): no swap.
     pub swap_file: Option<std::path::PathBuf>,
     /// Largest size of the swap file in bytes.
     pub swap_bytes: u64,
+    /// Similarity detection for patching (patching.rs): indices (DE's k,
+    /// each of one block) and block size in bytes. DE's HashSimilarityDetector
+    /// is (2, 64 B); see docs/MECHANISMS.md "Patching" for why the default differs.
+    pub patch_blocks: usize,
+    pub patch_block_bytes: usize,
+    /// Candidate reference pages the detector remembers at most (its memory
+    /// is bounded: beyond this it starts afresh, as DE clears it each cycle).
+    pub patch_candidates: usize,
     /// Fault injection, for tests.
     pub inject: Inject,
 }
@@ -76,6 +101,8 @@ pub struct Inject {
     pub fail_mmap_after: Option<u64>,
     /// Pretend vm.max_map_count is this value.
     pub max_map_count: Option<usize>,
+    /// Every patch fails to decode when restored: the page is poisoned (SIGBUS).
+    pub fail_patch: bool,
 }
 
 impl Default for Config {
@@ -97,8 +124,18 @@ impl Default for Config {
             recycle_age: Duration::from_millis(250),
             evict: true,
             evict_store_bytes: u64::MAX,
+            tier: false,
+            clock_interval: Duration::from_millis(500),
+            cold_passes: 2,
+            tier_patch: true,
+            tier_compress: true,
+            high_water: None,
+            low_water: None,
             swap_file: None,
             swap_bytes: 1 << 30,
+            patch_blocks: 8,
+            patch_block_bytes: 8,
+            patch_candidates: 1 << 14,
             inject: Inject::default(),
         }
     }
@@ -110,9 +147,13 @@ impl Config {
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction),
     /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
-    /// `PAGEFOLD_EVICT_STORE_MB`, `PAGEFOLD_SWAP_FILE` (path prefix), `PAGEFOLD_SWAP_MB`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
-    /// `PAGEFOLD_INJECT_FAIL_UFFD`, `PAGEFOLD_INJECT_FAIL_UFFD_MISSING` (0/1), `PAGEFOLD_INJECT_MMAP_AFTER`,
-    /// `PAGEFOLD_INJECT_MAX_MAP_COUNT`.
+    /// `PAGEFOLD_EVICT_STORE_MB`, `PAGEFOLD_SWAP_FILE` (path prefix), `PAGEFOLD_SWAP_MB`;
+    /// tiering: `PAGEFOLD_TIER`, `PAGEFOLD_TIER_PATCH`, `PAGEFOLD_TIER_COMPRESS` (0/1),
+    /// `PAGEFOLD_CLOCK_MS`, `PAGEFOLD_COLD_PASSES`, `PAGEFOLD_HIGH_MB`, `PAGEFOLD_LOW_MB`
+    /// (0 = no watermark); patching: `PAGEFOLD_PATCH_BLOCKS`, `PAGEFOLD_PATCH_BLOCK_BYTES`,
+    /// `PAGEFOLD_PATCH_CANDIDATES`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
+    /// `PAGEFOLD_INJECT_FAIL_UFFD`, `PAGEFOLD_INJECT_FAIL_UFFD_MISSING`, `PAGEFOLD_INJECT_FAIL_PATCH` (0/1),
+    /// `PAGEFOLD_INJECT_MMAP_AFTER`, `PAGEFOLD_INJECT_MAX_MAP_COUNT`.
     /// Unparsable values keep the default; the preload cannot report errors.
     pub fn from_env() -> Config {
         let mut c = Config::default();
@@ -128,6 +169,9 @@ impl Config {
         flag("PAGEFOLD_VOLATILE_CHECK", &mut c.volatile_check);
         flag("PAGEFOLD_SMART_SCAN", &mut c.smart_scan);
         flag("PAGEFOLD_EVICT", &mut c.evict);
+        flag("PAGEFOLD_TIER", &mut c.tier);
+        flag("PAGEFOLD_TIER_PATCH", &mut c.tier_patch);
+        flag("PAGEFOLD_TIER_COMPRESS", &mut c.tier_compress);
         let num = |name: &str| std::env::var(name).ok().and_then(|s| s.trim().parse::<u64>().ok());
         if let Some(v) = num("PAGEFOLD_VMA_BUDGET") {
             c.vma_budget = v as usize;
@@ -156,8 +200,30 @@ impl Config {
         if let Some(v) = num("PAGEFOLD_RECYCLE_MS") {
             c.recycle_age = Duration::from_millis(v);
         }
+        if let Some(v) = num("PAGEFOLD_PATCH_BLOCKS") {
+            c.patch_blocks = v as usize;
+        }
+        if let Some(v) = num("PAGEFOLD_PATCH_BLOCK_BYTES") {
+            c.patch_block_bytes = v as usize;
+        }
+        if let Some(v) = num("PAGEFOLD_PATCH_CANDIDATES") {
+            c.patch_candidates = v as usize;
+        }
         if let Some(v) = num("PAGEFOLD_PIN_GRACE_US") {
             c.pin_grace = Duration::from_micros(v);
+        }
+        if let Some(v) = num("PAGEFOLD_CLOCK_MS") {
+            c.clock_interval = Duration::from_millis(v);
+        }
+        if let Some(v) = num("PAGEFOLD_COLD_PASSES") {
+            c.cold_passes = v.clamp(1, crate::clock::MAX_AGE as u64) as u32;
+        }
+        let mb = |name: &str| num(name).map(|v| (v > 0).then(|| v.saturating_mul(1 << 20)));
+        if let Some(v) = mb("PAGEFOLD_HIGH_MB") {
+            c.high_water = v;
+        }
+        if let Some(v) = mb("PAGEFOLD_LOW_MB") {
+            c.low_water = v;
         }
         c.inject = Inject::from_env();
         if let Some(f) = std::env::var("PAGEFOLD_SCAN_CPU").ok().and_then(|s| s.parse::<f64>().ok()) {
@@ -174,7 +240,7 @@ impl Inject {
     /// preload (which cannot be given a Config) can be made to take every
     /// fallback path: `PAGEFOLD_INJECT_FAIL_MEMFD=1`, `PAGEFOLD_INJECT_FAIL_UFFD=1`,
     /// `PAGEFOLD_INJECT_FAIL_UFFD_MISSING=1`,
-    /// `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
+    /// `PAGEFOLD_INJECT_FAIL_PATCH=1`, `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
     pub fn from_env() -> Inject {
         let num = |name: &str| std::env::var(name).ok().and_then(|s| s.trim().parse::<u64>().ok());
         let on = |name: &str| num(name).is_some_and(|v| v != 0);
@@ -184,6 +250,7 @@ impl Inject {
             fail_uffd_missing: on("PAGEFOLD_INJECT_FAIL_UFFD_MISSING"),
             fail_mmap_after: num("PAGEFOLD_INJECT_MMAP_AFTER"),
             max_map_count: num("PAGEFOLD_INJECT_MAX_MAP_COUNT").map(|v| v as usize),
+            fail_patch: on("PAGEFOLD_INJECT_FAIL_PATCH"),
         }
     }
 }

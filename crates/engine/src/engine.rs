@@ -45,6 +45,9 @@ pub struct ScanReport {
     pub volatile: u64,
     /// Pages not looked at: earlier looks found nothing to do (smart scan).
     pub skipped_idle: u64,
+    /// This scan was a clock pass (clock.rs); what it classified and evicted.
+    pub pass: bool,
+    pub clock: crate::clock::PassCounts,
     pub wall_ns: u64,
     pub cpu_ns: u64,
 }
@@ -73,6 +76,8 @@ pub(crate) struct State {
     pub protector: Option<Arc<Protector>>,
     /// Evicted pages and their store (evict.rs, fault.rs); made on first use.
     pub evictions: Option<Arc<Evictions>>,
+    /// Similarity detection and reference pins (patching.rs); made on first use.
+    pub patching: Option<crate::patching::Patching>,
     /// The thread restoring evicted pages, once eviction was used.
     pub fault_thread: Option<std::thread::JoinHandle<()>>,
     pub pagemap: Option<sys::Pagemap>,
@@ -87,6 +92,8 @@ pub(crate) struct State {
     pub remaps_since_count: usize,
     /// A scan has blocks registered with userfaultfd.
     pub scanning: bool,
+    /// The tiering clock's state between passes.
+    pub clock: crate::clock::Clock,
     pub stats: Stats,
     pub cfg: Config,
 }
@@ -239,6 +246,7 @@ impl State {
             recycled_bytes: 0,
             protector,
             evictions: None,
+            patching: None,
             fault_thread: None,
             pagemap: sys::Pagemap::open().ok(),
             stable: ContentIndex::default(),
@@ -247,6 +255,7 @@ impl State {
             max_map,
             remaps_since_count: 0,
             scanning: false,
+            clock: Default::default(),
             stats,
             cfg,
         }
@@ -381,10 +390,12 @@ impl State {
         }
         self.release(punch, false);
         self.release(reuse, true);
+        // Forgotten evicted pages may have been patches.
+        self.settle_pins();
     }
 
     /// Punches frames (in runs); with `reuse` their slots are free again.
-    fn release(&mut self, mut frames: Vec<FrameId>, reuse: bool) {
+    pub(crate) fn release(&mut self, mut frames: Vec<FrameId>, reuse: bool) {
         frames.sort_unstable();
         let mut i = 0;
         while i < frames.len() {
@@ -499,6 +510,7 @@ impl State {
             if let Page::Shared(f) = block.pages[i + k] {
                 if sys::is_diverged(*e) {
                     block.set(i + k, Page::Diverged(f));
+                    block.seen[i + k] = crate::clock::written(block.seen[i + k]);
                     released.push(f);
                 }
             }
@@ -548,6 +560,9 @@ impl State {
 
         let si = (s0 as usize - sb) / PAGE;
         let di = (d0 as usize - db) / PAGE;
+        // Evicted source pages come back first (from this thread, no fault),
+        // so the copy can share them instead of copying them plainly.
+        self.restore_evicted(sb, si, whole);
         self.refresh_divergence(sb, si, whole);
         self.freeze(sb, si, whole);
         let src_pages: Vec<Page> = self.blocks[&sb].pages[si..si + whole].to_vec();
@@ -598,8 +613,11 @@ impl State {
             s.evict_lifetime_ms_log2 = t.counts.lifetime_ms_log2;
             s.store = t.store.bytes();
             s.metadata_bytes += t.records_bytes() as u64;
+            t.patches.stats(&mut s);
         }
+        self.patch_stats(&mut s);
         s.frames_active = self.current_pool().is_some();
+        s.clock = self.clock.stats;
         s
     }
 
@@ -615,7 +633,7 @@ impl State {
         per_frame.values().filter(|&&n| n > 1).sum()
     }
 
-    fn metadata_bytes(&self) -> usize {
+    pub fn metadata_bytes(&self) -> usize {
         let blocks: usize = self.blocks.values().map(|b| b.metadata_bytes() + 48).sum();
         let pools: usize = self.pools.iter().map(|p| p.metadata_bytes()).sum();
         blocks + pools + self.stable.bytes() + std::mem::size_of::<State>()

@@ -11,7 +11,9 @@
 //! 2. register the chunk and write-protect it: writers sleep, so nothing
 //!    written after the page is read can be lost;
 //! 3. refresh divergence and ask mincore which pages hold content;
-//! 4. read each eligible, resident, non-zero page and `put` it in the store,
+//! 4. read each eligible, resident, non-zero page and, if patching is
+//!    allowed and a similar page serves as reference, keep it as a patch
+//!    (patching.rs); else, if compression is allowed, `put` it in the store,
 //!    which may refuse (incompressible, full): that page stays;
 //! 5. give writes through pages the kernel pinned earlier (O_DIRECT) the pin
 //!    grace to land, and keep only the pages that still equal what was stored;
@@ -37,18 +39,24 @@
 //! registering a run inside a mapping adds two), so an evicted run costs up to
 //! two mappings until restored and reconciled, under the same budget as remaps.
 //!
+//! Scans evict too (clock.rs): a clock pass hands the pages its policy chose,
+//! each with what it may become (`Allow`), to `evict_pages`, which runs steps
+//! 4-6 inside the chunk the scan has already registered and write-protected.
+//!
 //! Everything else copes with evicted pages: scans skip them (nothing to
-//! fold or merge, and reading would restore them); copies read them plainly
-//! (the fault restores them) and replace them when they are the destination;
+//! fold or merge, and reading would restore them); copies restore them
+//! first (so they can share them) and replace them when they are the destination;
 //! free, shrink, discard and remaps forget their records and stored copies;
 //! fork and exempt restore them first (fork.rs, advice.rs).
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::engine::{Engine, State};
 use crate::fault::Evictions;
 use crate::frames::FrameId;
+use crate::patching::{Chunk, Content};
 use crate::space::{Block, Page, Restores};
 use crate::store::{PageStore, StoreError};
 use crate::tier_store::{TierConfig, TierStore};
@@ -58,6 +66,11 @@ use crate::{sys, PAGE};
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct EvictReport {
     pub evicted: u64,
+    /// Of the evicted pages, those kept as patches against a reference page.
+    pub patched: u64,
+    /// Pages left in memory because patching found no reference (or no patch
+    /// small enough) and compression was not allowed.
+    pub unpatched: u64,
     /// Pages whose state does not allow it (shared with others, pre-fork, exempt block).
     pub not_eligible: u64,
     /// Pages holding nothing (never touched, already folded or evicted).
@@ -66,6 +79,8 @@ pub struct EvictReport {
     pub zero: u64,
     /// Pages the store refused (incompressible or full).
     pub refused: u64,
+    /// Pages the policy allowed only a treatment that did not apply (a patch, without one).
+    pub not_allowed: u64,
     /// Pages that changed during the pin grace.
     pub changed: u64,
     /// Pages left because the VMA budget was spent.
@@ -75,13 +90,27 @@ pub struct EvictReport {
     pub wall_ns: u64,
 }
 
+/// Which mechanisms may take a page (the policy allows them per clock class).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allow {
+    /// As a patch against a similar page kept in memory.
+    pub patch: bool,
+    /// Into the page store (compressed, or whatever the store does).
+    pub compress: bool,
+}
+
+impl Allow {
+    /// `Engine::evict`: a hint from the program allows everything.
+    pub const ALL: Allow = Allow { patch: true, compress: true };
+}
+
 /// A page taken into the store in this chunk, not yet armed.
-struct Taken {
-    k: usize,
+pub(crate) struct Taken {
+    pub k: usize,
     kind: Restores,
     /// Its memory is freed by punching this frame (owned, sole shared), else by MADV_DONTNEED.
     punch: Option<FrameId>,
-    handle: crate::store::Handle,
+    pub handle: Content,
 }
 
 impl Engine {
@@ -89,6 +118,12 @@ impl Engine {
     /// content goes to the page store and their memory is freed; any later
     /// touch restores them. A hint: never changes what the program reads.
     pub fn evict(&self, ptr: *const u8, len: usize) -> EvictReport {
+        self.evict_with(ptr, len, Allow::ALL)
+    }
+
+    /// As `evict`, with only the mechanisms `allow` names: a page neither
+    /// may take stays in memory.
+    pub fn evict_with(&self, ptr: *const u8, len: usize, allow: Allow) -> EvictReport {
         let t0 = Instant::now();
         let (start, end) = (ptr as usize, (ptr as usize).saturating_add(len));
         let mut rep = EvictReport::default();
@@ -117,7 +152,7 @@ impl Engine {
                     break;
                 }
                 let c = chunk.min(hi - k);
-                st.evict_range(base, k, c, &mut rep);
+                st.evict_range(base, k, c, allow, &mut rep);
                 i = Some(k + c);
             }
         }
@@ -149,7 +184,7 @@ impl Engine {
 impl State {
     /// The fault thread runs (started on first use); false if userfaultfd
     /// MISSING mode is unavailable or the thread cannot be started.
-    fn fault_thread_ready(&mut self) -> bool {
+    pub(crate) fn fault_thread_ready(&mut self) -> bool {
         if self.fault_thread.is_some() {
             return true;
         }
@@ -160,6 +195,7 @@ impl State {
             self.evictions = Some(Arc::new(Evictions::new(Arc::new(store))));
         }
         let Some(ev) = self.evictions.clone() else { return false };
+        ev.lock().patches.fail_decode = self.cfg.inject.fail_patch;
         let spawned = std::thread::Builder::new()
             .name("pagefold-fault".into())
             .stack_size(256 << 10)
@@ -169,16 +205,17 @@ impl State {
     }
 
     /// Evicts what it may of pages `[i, i+c)` of a block.
-    fn evict_range(&mut self, base: usize, i: usize, c: usize, rep: &mut EvictReport) {
+    pub(crate) fn evict_range(&mut self, base: usize, i: usize, c: usize, allow: Allow, rep: &mut EvictReport) {
         self.reconcile(base, i, c);
         // A signal handler of this thread writing into the protected chunk
         // would wait for this very thread: no signals until it is unprotected.
         let mask = sys::block_signals();
-        self.with_registered(base, i, c, |st| st.evict_chunk(base, i, c, rep));
+        self.with_registered(base, i, c, |st| st.evict_chunk(base, i, c, allow, rep));
         sys::restore_signals(&mask);
+        self.settle_pins();
     }
 
-    fn evict_chunk(&mut self, base: usize, i: usize, c: usize, rep: &mut EvictReport) {
+    fn evict_chunk(&mut self, base: usize, i: usize, c: usize, allow: Allow, rep: &mut EvictReport) {
         let addr = self.blocks[&base].page_addr(i);
         let Some(protector) = self.protector.clone() else { return };
         if protector.protect(addr, c * PAGE).is_err() {
@@ -189,12 +226,29 @@ impl State {
         self.refresh_divergence(base, i, c);
         let mut resident = vec![0u8; c];
         if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
-            let mut copies = Vec::new();
-            let taken = self.take_pages(base, i, &resident, &mut copies, rep);
-            let taken = self.unchanged_after_grace(base, taken, &copies, rep);
-            self.arm_and_free(base, taken, rep);
+            let pages = self.holding_content(base, i, &resident, allow, rep);
+            self.evict_pages(base, i..i + c, &pages, rep);
         }
         let _ = protector.unprotect(addr, c * PAGE);
+    }
+
+    /// The pages of the chunk starting at page `i` that hold content (not
+    /// evicted, resident), each allowed `allow`; counts the others.
+    fn holding_content(&self, base: usize, i: usize, resident: &[u8], allow: Allow, rep: &mut EvictReport) -> Vec<(usize, Allow)> {
+        let pages = &self.blocks[&base].pages;
+        let (holding, not): (Vec<usize>, Vec<usize>) =
+            (i..i + resident.len()).partition(|&k| !pages[k].is_evicted() && resident[k - i] & 1 != 0);
+        rep.not_resident += not.len() as u64;
+        holding.into_iter().map(|k| (k, allow)).collect()
+    }
+
+    /// Steps 4-6 for `pages` (sorted, resident, not evicted) of a chunk the
+    /// caller has registered and write-protected, each as its `Allow` permits.
+    pub(crate) fn evict_pages(&mut self, base: usize, chunk: Range<usize>, pages: &[(usize, Allow)], rep: &mut EvictReport) {
+        let mut copies = Vec::new();
+        let taken = self.take_pages(base, chunk, pages, &mut copies, rep);
+        let taken = self.unchanged_after_grace(base, taken, &copies, rep);
+        self.arm_and_free(base, taken, rep);
     }
 
     /// How page `k` would be evicted, if it may be (see the module comment).
@@ -219,19 +273,19 @@ impl State {
         }
     }
 
-    /// Puts the eligible, resident, non-zero pages of the protected chunk
-    /// starting at page `i` into the store; their bytes go to `copies`.
-    fn take_pages(&mut self, base: usize, i: usize, resident: &[u8], copies: &mut Vec<u8>, rep: &mut EvictReport) -> Vec<Taken> {
+    /// Takes the eligible, non-zero ones of `pages` (resident, in the protected
+    /// chunk `chunk`) as allowed: as a patch if one fits, else into the store;
+    /// their bytes go to `copies`.
+    fn take_pages(&mut self, base: usize, chunk: Range<usize>, pages: &[(usize, Allow)], copies: &mut Vec<u8>, rep: &mut EvictReport) -> Vec<Taken> {
         let store = match &self.evictions {
             Some(ev) => ev.lock().store.clone(),
             None => return Vec::new(),
         };
         let mut taken = Vec::new();
         let mut buf = [0u8; PAGE];
-        for (j, &res) in resident.iter().enumerate() {
-            let k = i + j;
-            if self.blocks[&base].pages[k].is_evicted() || res & 1 == 0 {
-                rep.not_resident += 1;
+        for &(k, allow) in pages {
+            if !allow.patch && !allow.compress {
+                rep.not_allowed += 1;
                 continue;
             }
             let Some(kind) = self.evictable(base, k) else {
@@ -244,22 +298,52 @@ impl State {
                 continue;
             }
             unsafe { std::ptr::copy_nonoverlapping(page, buf.as_mut_ptr(), PAGE) };
-            match store.put(&buf) {
-                Ok(handle) => {
-                    copies.extend_from_slice(&buf);
-                    let punch = match self.blocks[&base].pages[k] {
-                        Page::Owned(f) | Page::Shared(f) => Some(f),
-                        _ => None,
-                    };
-                    taken.push(Taken { k, kind, punch, handle });
+            let punch = match self.blocks[&base].pages[k] {
+                Page::Owned(f) | Page::Shared(f) => Some(f),
+                _ => None,
+            };
+            let patch = match allow.patch {
+                true => self.patch_page(base, k, &buf, &mut Chunk { pages: chunk.clone(), taken: &mut taken, copies }),
+                false => None,
+            };
+            let handle = match (patch, allow.compress) {
+                (Some(p), _) => p,
+                (None, true) => match self.store_page(base, k, &store, &buf, rep) {
+                    Some(h) => Content::Stored(h),
+                    None => continue,
+                },
+                (None, false) => {
+                    rep.unpatched += 1;
+                    continue;
                 }
-                Err(StoreError::Incompressible | StoreError::Full | StoreError::Lost) => {
-                    rep.refused += 1;
-                    self.stats.evict_refused += 1;
-                }
-            }
+            };
+            copies.extend_from_slice(&buf);
+            taken.push(Taken { k, kind, punch, handle });
         }
         taken
+    }
+
+    /// Puts the bytes of page `k` in the store; None: it stays in memory.
+    fn store_page(
+        &mut self,
+        base: usize,
+        k: usize,
+        store: &Arc<dyn PageStore>,
+        page: &[u8; PAGE],
+        rep: &mut EvictReport,
+    ) -> Option<crate::store::Handle> {
+        let err = match store.put(page) {
+            Ok(handle) => return Some(handle),
+            Err(e) => e,
+        };
+        rep.refused += 1;
+        self.stats.evict_refused += 1;
+        if err == StoreError::Incompressible {
+            // The clock offers it again once it is written (clock.rs).
+            let seen = &mut self.blocks.get_mut(&base).expect("block vanished under the lock").seen[k];
+            *seen = crate::clock::refused(*seen);
+        }
+        None
     }
 
     /// Waits the pin grace (writes through pages the kernel pinned before
@@ -275,7 +359,10 @@ impl State {
         let (keep, changed): (Vec<(usize, Taken)>, Vec<(usize, Taken)>) = taken
             .into_iter()
             .enumerate()
-            .partition(|(n, t)| crate::index::page_eq(block.page_addr(t.k), copies[n * PAGE..].as_ptr()));
+            .partition(|(n, t)| {
+                crate::index::page_eq(block.page_addr(t.k), copies[n * PAGE..].as_ptr())
+                    && self.patch_still_exact(t.handle, &copies[n * PAGE..])
+            });
         rep.changed += changed.len() as u64;
         self.unstore(changed.into_iter().map(|(_, t)| t));
         keep.into_iter().map(|(_, t)| t).collect()
@@ -284,8 +371,8 @@ impl State {
     /// Removes stored copies of pages that stay in memory after all.
     fn unstore(&self, pages: impl Iterator<Item = Taken>) {
         if let Some(ev) = &self.evictions {
-            let store = ev.lock().store.clone();
-            pages.for_each(|t| store.remove(t.handle));
+            let mut t = ev.lock();
+            pages.for_each(|p| t.drop_content(p.handle));
         }
     }
 
@@ -321,8 +408,11 @@ impl State {
             // present reads what was stored, and one freed faults and is restored.
             self.free_run(base, &run);
             self.mark_evicted(base, &run);
+            let patched = run.iter().filter(|p| matches!(p.handle, Content::Patch(_))).count() as u64;
             rep.evicted += n as u64;
+            rep.patched += patched;
             self.stats.evicted += n as u64;
+            self.stats.patched += patched;
         }
     }
 
@@ -336,6 +426,8 @@ impl State {
     fn free_run(&mut self, base: usize, run: &[Taken]) {
         let addr = self.blocks[&base].page_addr(run[0].k);
         let n = run.len();
+        // A frame a patch pins as its reference must never be punched (patching.rs).
+        debug_assert!(run.iter().all(|t| t.punch.is_none_or(|f| self.pools[f.pool()].refs(f.slot()) == 1)));
         let _ = match run[0].punch {
             Some(f) => sys::punch(self.pools[f.pool()].fd, f.slot(), n as u64),
             None => sys::madvise(addr, n * PAGE, libc::MADV_DONTNEED),
@@ -355,7 +447,7 @@ impl State {
         let before = block.boundaries(a, n);
         for t in run {
             block.set(t.k, Page::Evicted(t.kind));
-            block.seen[t.k] = 0;
+            block.seen[t.k] = crate::clock::on_evict(block.seen[t.k]);
         }
         let after = block.boundaries(a, n);
         block.vmas = block.vmas + after - before;
@@ -391,11 +483,14 @@ impl State {
             for k in a..b {
                 let Page::Evicted(kind) = block.pages[k] else { unreachable!() };
                 block.set(k, kind.page());
+                // Touched since it was evicted: recently accessed for the clock.
+                block.seen[k] = crate::clock::accessed(block.seen[k]);
             }
             let after = block.boundaries(a, b - a);
             block.vmas = block.vmas + after - before;
             self.vmas = self.vmas + after - before;
         }
+        self.settle_pins();
     }
 
     /// Brings every evicted page of `[i, i+n)` back now, from this thread
@@ -437,6 +532,7 @@ impl State {
         }
     }
 }
+
 
 /// Neighbouring pages `b` after `a` that one system call frees together
 /// and one registration covers as one mapping.

@@ -6,12 +6,13 @@
 //! thread, by a signal handler, by the kernel inside read(2), write(2),
 //! process_vm_readv or send — stops in the kernel and queues a fault on the
 //! engine's descriptor. A dedicated thread reads those faults and answers
-//! each with UFFDIO_COPY of the page's content from the store, which maps the
-//! page and wakes every thread waiting on it. This is not SIGBUS mode: there a
+//! each with UFFDIO_COPY of the page's content — from the store, or rebuilt
+//! from a patch and its reference frame (patching.rs) — which maps the page
+//! and wakes every thread waiting on it. This is not SIGBUS mode: there a
 //! system call touching the page fails with EFAULT instead of waiting.
 //!
 //! The table maps page addresses to records, under its own mutex:
-//! - `Evicted { handle, at }`: the store holds the content since `at`;
+//! - `Evicted { handle, at }`: the store (or the table's patch store) holds the content since `at`;
 //! - `Restored { handle }`: the fault thread put it back; the engine has not
 //!   looked yet (the page is still `Page::Evicted` and still registered, and
 //!   the store copy is removed when the engine reconciles, on its own threads).
@@ -39,8 +40,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use crate::patching::{Content, Patches};
 use crate::protect::{Fault, Protector};
-use crate::store::{Handle, PageStore};
+use crate::store::PageStore;
 use crate::{sys, PAGE};
 
 /// Lifetime buckets: [0] under 1 ms, [b] from 2^(b-1) to 2^b ms, the last open.
@@ -48,8 +50,8 @@ pub const LIFETIME_BUCKETS: usize = 24;
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Record {
-    Evicted { handle: Handle, at: Instant },
-    Restored { handle: Handle },
+    Evicted { handle: Content, at: Instant },
+    Restored { handle: Content },
 }
 
 /// What restoring has done since the engine began.
@@ -73,6 +75,8 @@ pub(crate) struct Table {
     pub evicted_now: u64,
     pub counts: Counts,
     pub store: Arc<dyn PageStore>,
+    /// Pages evicted as patches against a reference frame (patching.rs).
+    pub patches: Patches,
 }
 
 /// Shared by the engine and its fault thread.
@@ -113,7 +117,7 @@ impl Drop for Locked<'_> {
 
 impl Evictions {
     pub fn new(store: Arc<dyn PageStore>) -> Evictions {
-        let table = Table { records: HashMap::new(), evicted_now: 0, counts: Counts::default(), store };
+        let table = Table { records: HashMap::new(), evicted_now: 0, counts: Counts::default(), store, patches: Patches::default() };
         Evictions { table: Mutex::new(table), stop: AtomicBool::new(false) }
     }
 
@@ -164,7 +168,7 @@ pub fn lifetime_bucket(ms: u64) -> usize {
 
 impl Table {
     /// Records that the page at `addr` is evicted with content `handle`.
-    pub fn insert(&mut self, addr: usize, handle: Handle) {
+    pub fn insert(&mut self, addr: usize, handle: Content) {
         self.records.insert(addr, Record::Evicted { handle, at: Instant::now() });
         self.evicted_now += 1;
     }
@@ -182,9 +186,9 @@ impl Table {
             Some(Record::Evicted { handle, .. }) => {
                 self.evicted_now -= 1;
                 self.counts.dropped += 1;
-                self.store.remove(handle);
+                self.drop_content(handle);
             }
-            Some(Record::Restored { handle }) => self.store.remove(handle),
+            Some(Record::Restored { handle }) => self.drop_content(handle),
             None => {}
         }
     }
@@ -194,7 +198,24 @@ impl Table {
     pub fn unrecord(&mut self, addr: usize) {
         if let Some(Record::Evicted { handle, .. }) = self.records.remove(&addr) {
             self.evicted_now -= 1;
-            self.store.remove(handle);
+            self.drop_content(handle);
+        }
+    }
+
+    /// Removes stored content: a page store's copy, or a patch (whose
+    /// reference the engine unpins later, patching.rs).
+    pub fn drop_content(&mut self, c: Content) {
+        match c {
+            Content::Stored(h) => self.store.remove(h),
+            Content::Patch(id) => self.patches.remove(id),
+        }
+    }
+
+    /// Reads content back into `buf` (on the fault thread: no allocation); false if it is lost.
+    fn read_content(&mut self, c: Content, buf: &mut [u8; PAGE]) -> bool {
+        match c {
+            Content::Stored(h) => self.store.get(h, buf).is_ok(),
+            Content::Patch(id) => self.patches.read(id, buf),
         }
     }
 
@@ -216,8 +237,8 @@ impl Table {
     /// Puts the stored content back at `addr` (mapping it and waking its
     /// faulters) and marks the record restored. False if the mapping is no
     /// longer registered (being replaced by the engine, which then forgets the record).
-    fn restore(&mut self, uffd: &Protector, addr: usize, handle: Handle, buf: &mut [u8; PAGE]) -> bool {
-        if self.store.get(handle, buf).is_err() {
+    fn restore(&mut self, uffd: &Protector, addr: usize, handle: Content, buf: &mut [u8; PAGE]) -> bool {
+        if !self.read_content(handle, buf) {
             self.lose(uffd, addr);
         } else if let Err(e) = uffd.copy(addr, buf) {
             if e.raw_os_error() != Some(libc::EEXIST) {

@@ -179,6 +179,20 @@ impl Pool {
         self.live += 1;
     }
 
+    /// A patch depends on the slot's content (patching.rs): one reference
+    /// more, no mapping, so the frame is neither punched nor reused while
+    /// the patch lives, whatever happens to the pages that map it.
+    pub fn pin(&mut self, slot: u64) {
+        self.refs[slot as usize] += 1;
+        self.live += 1;
+    }
+
+    /// A patch stopped depending on the slot. Returns (punch, reuse) as `unmap` does.
+    pub fn unpin(&mut self, slot: u64) -> (bool, bool) {
+        let punch = self.drop_ref(slot);
+        (punch, punch && self.maps(slot) == 0)
+    }
+
     /// A page mapping the slot wrote its own copy: one reference fewer.
     /// True if the slot's content is no longer needed (punch it).
     pub fn diverge(&mut self, slot: u64) -> bool {

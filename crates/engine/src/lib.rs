@@ -22,7 +22,9 @@
 //! swap file below when configured) while the page is not present and
 //! registered for userfaultfd MISSING faults; a fault thread
 //! puts the content back on any touch, including the kernel's inside a system
-//! call (evict.rs, fault.rs, store.rs).
+//! call (evict.rs, fault.rs, store.rs). A page similar to one kept in memory
+//! is evicted as a small patch against that page's frame instead, which the
+//! patch pins (one more frame reference) until the patch is gone (patching.rs).
 //!
 //! A virtual copy (`copy`) freezes the source's owned pages (remaps them
 //! `MAP_PRIVATE` in place; the content stays in the page cache) and maps the
@@ -41,7 +43,8 @@
 //! wake. Without userfaultfd only the steps that are safe against concurrent
 //! writers run (releasing frames of diverged pages).
 //!
-//! Frames are reference counted (one reference per owned or shared page) and
+//! Frames are reference counted (one reference per owned or shared page, and
+//! one per patch using the frame as its reference) and
 //! freed by punching a hole, so a free frame is always zero. Every remap in
 //! the middle of a block can cost mappings, and the kernel refuses mmap beyond
 //! `vm.max_map_count`; the engine keeps its own VMA count under a budget and
@@ -76,10 +79,13 @@ mod store;
 mod tier_store;
 mod fault;
 mod evict;
+mod clock;
+mod patching;
 
+pub use clock::{ClockStats, PassCounts};
 pub use config::{Config, Inject};
 pub use engine::{Engine, Hint, ScanReport};
-pub use evict::EvictReport;
+pub use evict::{Allow, EvictReport};
 pub use fault::LIFETIME_BUCKETS;
 pub use store::{Handle, PageStore, StoreBytes, StoreError};
 pub use tier_store::{SwapSettings, TierConfig, TierCounts, TierStore};

@@ -32,6 +32,12 @@
 //! registration survives the chunk's (registering adds modes, and step 6
 //! unregisters only the pages that are not evicted).
 //!
+//! With tiering on, a scan at least `clock_interval` after the previous one
+//! is a clock pass (clock.rs): step 3 looks at every page, and after step 5
+//! the clock classifies the chunk's pages and evicts the cold ones the policy
+//! chooses, inside the same protection (evict.rs `evict_pages`). Every scan
+//! records each look, so a write any scan sees marks the page for the next pass.
+//!
 //! Without userfaultfd, steps 4-5 would race with writers and are skipped;
 //! step 2 is safe on its own (divergence never reverts).
 
@@ -40,6 +46,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
+use crate::clock::Pass;
 use crate::engine::{Inner, ScanReport, State};
 use crate::idle;
 use crate::frames::FrameId;
@@ -54,15 +61,16 @@ pub fn scan(inner: &Inner) -> ScanReport {
     let (t0, c0) = (Instant::now(), sys::thread_cpu_ns());
     let mut rep = ScanReport::default();
     let mut unstable = Unstable::default();
-    let bases: Vec<usize> = {
+    let (bases, mut pass) = {
         let mut st = inner.lock();
         st.expire_recycled();
         st.refresh_other_maps();
         if st.protector.is_none() {
             st.stats.fallbacks.uffd += 1;
         }
-        st.blocks.keys().copied().collect()
+        (st.blocks.keys().copied().collect::<Vec<usize>>(), st.begin_pass())
     };
+    let spilled = pass.as_mut().map_or(0, |p| p.spill_now());
     let chunk = inner.cfg.scan_chunk_pages.max(1);
     for base in bases {
         let mut i = 0;
@@ -78,7 +86,7 @@ pub fn scan(inner: &Inner) -> ScanReport {
             // A signal handler of this thread writing into the protected chunk
             // would wait for this very thread: no signals until it is unprotected.
             let mask = sys::block_signals();
-            st.with_registered(base, i, c, |st| st.scan_chunk(base, i, c, &mut unstable, &mut rep));
+            st.with_registered(base, i, c, |st| st.scan_chunk(base, i, c, &mut unstable, &mut rep, pass.as_mut()));
             sys::restore_signals(&mask);
             i += c;
         }
@@ -86,18 +94,26 @@ pub fn scan(inner: &Inner) -> ScanReport {
     rep.wall_ns = t0.elapsed().as_nanos() as u64;
     rep.cpu_ns = sys::thread_cpu_ns() - c0;
     let mut st = inner.lock();
+    if let Some(p) = pass {
+        st.end_pass(p, spilled, &mut rep);
+    }
     st.stats.scans += 1;
     st.stats.scan_cpu_ns += rep.cpu_ns;
     st.stats.scan_skipped_idle += rep.skipped_idle;
     rep
 }
 
-/// The background scanner: scans every `interval`, or earlier when woken
-/// (`Engine::request_scan`), but after a scan that took CPU time c it waits
-/// at least c * (1/budget - 1), so it averages at most `budget` of one core.
+/// The background scanner: scans every `interval` (with tiering, at least
+/// every clock interval), or earlier when woken (`Engine::request_scan`),
+/// but after a scan that took CPU time c it waits at least
+/// c * (1/budget - 1), so it averages at most `budget` of one core.
 pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
     // Process signals go to the program's threads, never to the scanner.
     let _ = sys::block_signals();
+    let interval = match weak.upgrade() {
+        Some(inner) if inner.cfg.tier => interval.min(inner.cfg.clock_interval.max(Duration::from_millis(10))),
+        _ => interval,
+    };
     crate::ENGINE_THREAD.with(|t| t.set(true));
     let mut earliest = Instant::now();
     loop {
@@ -157,10 +173,18 @@ impl State {
         }
     }
 
-    fn scan_chunk(&mut self, base: usize, i: usize, c: usize, unstable: &mut Unstable, rep: &mut ScanReport) {
+    fn scan_chunk(
+        &mut self,
+        base: usize,
+        i: usize,
+        c: usize,
+        unstable: &mut Unstable,
+        rep: &mut ScanReport,
+        pass: Option<&mut Pass>,
+    ) {
         let addr = self.blocks[&base].page_addr(i);
         rep.diverged_released += self.refresh_divergence(base, i, c);
-        let due = self.due_pages(base, i, c, rep);
+        let due = self.due_pages(base, i, c, pass.is_some(), rep);
         if due.is_empty() {
             return; // nothing to read: no need to stop writers either
         }
@@ -177,7 +201,8 @@ impl State {
         let mut resident = vec![0u8; c];
         if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
             let looked: Vec<usize> = due
-                .into_iter()
+                .iter()
+                .copied()
                 .filter(|&k| resident[k - i] & 1 != 0 && !self.blocks[&base].pages[k].is_evicted())
                 .filter(|&k| !self.already_indexed(base, k))
                 .collect();
@@ -197,17 +222,28 @@ impl State {
             self.fold_zero(base, &zero, rep);
             self.apply_merges(base, &plan, rep);
             self.record_looks(base, &looked, &zero, &plan);
+            if let Some(pass) = pass {
+                let block = &self.blocks[&base];
+                let present: Vec<usize> = due
+                    .into_iter()
+                    .filter(|&k| resident[k - i] & 1 != 0 && !block.pages[k].is_evicted() && zero.binary_search(&k).is_err())
+                    .collect();
+                self.clock_chunk(base, i..i + c, &present, pass);
+            }
         }
         if let Some(p) = &self.protector {
             let _ = p.unprotect(addr, c * PAGE);
         }
     }
 
-    /// The pages of `[i, i+c)` this scan looks at (see idle.rs); counts the others.
-    fn due_pages(&self, base: usize, i: usize, c: usize, rep: &mut ScanReport) -> Vec<usize> {
+    /// The pages of `[i, i+c)` this scan looks at (see idle.rs; a clock
+    /// pass looks at every page the policy may act on, clock.rs); counts the others.
+    fn due_pages(&self, base: usize, i: usize, c: usize, pass: bool, rep: &mut ScanReport) -> Vec<usize> {
         let seen = &self.blocks[&base].seen;
         let scan_no = self.stats.scans;
-        let due: Vec<usize> = (i..i + c).filter(|&k| !self.cfg.smart_scan || idle::due(seen[k], scan_no)).collect();
+        let due: Vec<usize> = (i..i + c)
+            .filter(|&k| !self.cfg.smart_scan || idle::due(seen[k], scan_no) || pass && crate::clock::wanted(seen[k]))
+            .collect();
         rep.skipped_idle += (c - due.len()) as u64;
         due
     }
@@ -224,9 +260,11 @@ impl State {
     }
 
     /// The pages that look as they did to the previous scan; records what
-    /// this scan saw. Shared pages need no check: their frame cannot change.
+    /// this scan saw, and a change as a write for the clock. Shared pages
+    /// need no check: their frame cannot change.
     fn settled(&mut self, base: usize, pages: Vec<usize>, zero: bool, rep: &mut ScanReport) -> Vec<usize> {
-        if !self.cfg.volatile_check {
+        let check = self.cfg.volatile_check;
+        if !check && !self.cfg.tier {
             return pages;
         }
         let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
@@ -240,8 +278,12 @@ impl State {
                 // 1 marks "zero"; other contents by sampled hash, never 0 or 1.
                 let look = if zero { 1 } else { (sample_hash(block.page_addr(k)) as u32 & idle::LOOK_MASK) | 2 };
                 let before = block.seen[k];
+                let same = before & idle::LOOK_MASK == look;
                 block.seen[k] = idle::with_look(before, look);
-                before & idle::LOOK_MASK == look
+                if !same {
+                    block.seen[k] = crate::clock::written(block.seen[k]);
+                }
+                same || !check
             })
             .collect();
         rep.volatile += (before - kept.len()) as u64;

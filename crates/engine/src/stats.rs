@@ -77,6 +77,24 @@ pub struct Stats {
     pub restored_by_engine: u64,
     /// Total evicted pages freed or overwritten before anything touched them.
     pub evicted_dropped: u64,
+    /// Total pages evicted as patches against a reference page (patching.rs).
+    pub patched: u64,
+    /// Patches held now, their bytes, and the patch store's footprint (its
+    /// slabs, cached slabs and tables).
+    pub patched_now: u64,
+    pub patch_bytes: u64,
+    pub patch_store_bytes: u64,
+    /// Frames pinned as references by patches now.
+    pub references_pinned: u64,
+    /// Bytes of pinned frames no page holds any more (kept only for patches).
+    pub reference_bytes: u64,
+    /// Time eviction spent finding references and encoding patches (every
+    /// page tried, patched or not), in nanoseconds.
+    pub patch_work_ns: u64,
+    /// Patched pages rebuilt by the fault thread, and the time that took
+    /// (reference read, patch read, decode; not the fault's round trip).
+    pub patch_restores: u64,
+    pub patch_restore_ns: u64,
     /// Total pages the store refused to take (incompressible, full): left in memory.
     pub evict_refused: u64,
     /// Restores that went wrong (page found present, stored copy lost); 0 unless a bug.
@@ -86,4 +104,7 @@ pub struct Stats {
     /// Time from eviction to the touch that restored the page: bucket 0 under
     /// 1 ms, bucket b from 2^(b-1) to 2^b ms, the last one open (DE's Figure 4).
     pub evict_lifetime_ms_log2: [u64; crate::fault::LIFETIME_BUCKETS],
+    /// The tiering clock (clock.rs): passes, pages per class in the last pass
+    /// and summed over passes, pages the policy evicted, restores it saw, watermarks.
+    pub clock: crate::clock::ClockStats,
 }

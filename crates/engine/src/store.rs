@@ -73,12 +73,13 @@ pub trait PageStore: Send + Sync {
     fn get(&self, h: Handle, out: &mut [u8; PAGE]) -> Result<(), StoreError>;
     fn remove(&self, h: Handle);
     fn bytes(&self) -> StoreBytes;
-    /// Moves at least `bytes` of what the store holds in memory to a lower
-    /// tier (disk), if it has one; returns the memory bytes released (0:
-    /// nothing to move, or nowhere to move it).
+    /// Called in a forked child before it uses the store.
+    fn after_fork_in_child(&self) {}
+    /// Moves at least `bytes` of in-memory content to a lower tier (disk);
+    /// returns the memory bytes released (0: nothing to move, or nowhere to
+    /// move it). Called by the policy above the high watermark (clock.rs), on
+    /// an engine thread without the engine lock.
     fn spill(&self, _bytes: u64) -> u64 {
         0
     }
-    /// Called in a forked child before it uses the store.
-    fn after_fork_in_child(&self) {}
 }

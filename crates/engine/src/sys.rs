@@ -48,6 +48,22 @@ pub fn punch(fd: i32, frame: u64, n: u64) -> io::Result<()> {
     check(unsafe { libc::fallocate(fd, mode, off, (n * PAGE as u64) as libc::off_t) }).map(|_| ())
 }
 
+/// Reads frame `frame` of a memfd into `out` (no allocation: the fault
+/// thread uses it). A hole reads as zero; false on any error or short read.
+pub fn pread_frame(fd: i32, frame: u64, out: &mut [u8; PAGE]) -> bool {
+    let off = (frame * PAGE as u64) as libc::off_t;
+    let mut done = 0usize;
+    while done < PAGE {
+        let r = unsafe { libc::pread(fd, out[done..].as_mut_ptr().cast(), PAGE - done, off + done as libc::off_t) };
+        match r {
+            n if n > 0 => done += n as usize,
+            n if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
 pub fn pwrite_all(fd: i32, buf: *const u8, len: usize, off: u64) -> io::Result<()> {
     let mut done = 0usize;
     while done < len {

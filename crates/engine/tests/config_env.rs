@@ -30,6 +30,29 @@ fn config_reads_recycling_from_the_environment() {
 }
 
 #[test]
+fn config_reads_tiering_from_the_environment() {
+    let d = Config::default();
+    assert!(!d.tier && d.tier_patch && d.tier_compress && d.high_water.is_none());
+    let vars = [
+        ("PAGEFOLD_TIER", "1"),
+        ("PAGEFOLD_CLOCK_MS", "250"),
+        ("PAGEFOLD_COLD_PASSES", "99"),
+        ("PAGEFOLD_TIER_PATCH", "0"),
+        ("PAGEFOLD_TIER_COMPRESS", "off"),
+        ("PAGEFOLD_HIGH_MB", "512"),
+        ("PAGEFOLD_LOW_MB", "0"),
+    ];
+    vars.iter().for_each(|(k, v)| std::env::set_var(k, v));
+    let c = Config::from_env();
+    vars.iter().for_each(|(k, _)| std::env::remove_var(k));
+    assert!(c.tier && !c.tier_patch && !c.tier_compress);
+    assert_eq!(c.clock_interval, std::time::Duration::from_millis(250));
+    assert_eq!(c.cold_passes, 7, "capped to the age the clock can count");
+    assert_eq!((c.high_water, c.low_water), (Some(512 << 20), None), "0 MiB: no watermark");
+    assert!(!Config::from_env().tier);
+}
+
+#[test]
 fn config_reads_the_swap_file_from_the_environment() {
     assert!(Config::from_env().swap_file.is_none(), "no swap unless asked for");
     std::env::set_var("PAGEFOLD_SWAP_FILE", "/var/tmp/pf.swap");
@@ -39,4 +62,19 @@ fn config_reads_the_swap_file_from_the_environment() {
     std::env::remove_var("PAGEFOLD_SWAP_MB");
     assert_eq!(c.swap_file.as_deref(), Some(std::path::Path::new("/var/tmp/pf.swap")));
     assert_eq!(c.swap_bytes, 64 << 20);
+}
+
+#[test]
+fn config_reads_patching_from_the_environment() {
+    let vars = [("PAGEFOLD_PATCH_BLOCKS", "2"), ("PAGEFOLD_PATCH_BLOCK_BYTES", "64"), ("PAGEFOLD_PATCH_CANDIDATES", "100"), ("PAGEFOLD_INJECT_FAIL_PATCH", "1")];
+    for (k, v) in vars {
+        std::env::set_var(k, v);
+    }
+    let c = Config::from_env();
+    for (k, _) in vars {
+        std::env::remove_var(k);
+    }
+    assert_eq!((c.patch_blocks, c.patch_block_bytes, c.patch_candidates, c.inject.fail_patch), (2, 64, 100, true));
+    let d = Config::from_env();
+    assert_eq!((d.patch_blocks, d.patch_block_bytes, d.inject.fail_patch), (8, 8, false));
 }

@@ -15,12 +15,12 @@
 //! page of every engine in the process, which would upset another's counts.
 
 mod common;
-use common::{bytes, pipe, serial, socketpair, with_deadline};
+use common::{assert_killed_for_lost_page, bytes, pipe, serial, socketpair, with_deadline};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use pagefold_engine::{Config, Engine, Handle, Hint, Inject, PageStore, StoreBytes, StoreError, PAGE};
+use pagefold_engine::{Allow, Config, Engine, Handle, Hint, Inject, PageStore, StoreBytes, StoreError, PAGE};
 
 /// Compressible content, different for every `k`, never all zero.
 fn pattern(k: usize) -> Vec<u8> {
@@ -44,6 +44,9 @@ fn resident_pages(p: *const u8, n: usize) -> usize {
     assert_eq!(unsafe { libc::mincore(p as *mut _, n * PAGE, v.as_mut_ptr()) }, 0);
     v.iter().filter(|&&b| b & 1 != 0).count()
 }
+
+/// Eviction to the page store alone, for tests of the store path (tests/patch.rs tests patching).
+const STORE_ONLY: Allow = Allow { patch: false, compress: true };
 
 fn cfg() -> Config {
     Config { pin_grace: Duration::from_micros(100), ..Config::default() }
@@ -110,7 +113,7 @@ impl Blk {
     /// Evicts the whole block and checks that all of it left memory.
     fn evicted(kind: Kind, n: usize) -> Blk {
         let b = Blk::new(kind, n);
-        let r = b.e.evict(b.ptr, n * PAGE);
+        let r = b.e.evict_with(b.ptr, n * PAGE, STORE_ONLY);
         assert_eq!(r.evicted, n as u64, "{kind:?}: {r:?}");
         let s = b.e.stats();
         assert_eq!(s.evicted_now, n as u64, "{kind:?}: {s:?}");
@@ -424,13 +427,16 @@ fn evict_then_free_releases_the_store() {
 fn evict_then_copy_either_way() {
     let _g = serial();
     for kind in KINDS {
-        // Evicted source: the copy reads it (restoring it) or shares what it can.
+        // Evicted source: the copy restores it and shares what it can.
         let b = Blk::evicted(kind, 32);
-        let dst = b.e.alloc(32 * PAGE, Hint::None);
-        unsafe { b.e.copy(dst, b.ptr, 32 * PAGE) };
-        assert!(bytes(dst, 32 * PAGE) == &b.want[..], "{kind:?}: copy of an evicted block");
+        let copy = b.e.alloc(32 * PAGE, Hint::None);
+        unsafe { b.e.copy(copy, b.ptr, 32 * PAGE) };
+        assert!(bytes(copy, 32 * PAGE) == &b.want[..], "{kind:?}: copy of an evicted block");
         b.check(&format!("{kind:?}: source after the copy"));
-        // Evicted destination, whole pages and a ragged edge.
+        assert!(unsafe { b.e.free(copy) });
+        // Evicted destination (written plainly, so its pages are its own), whole pages and a ragged edge.
+        let dst = b.e.alloc(32 * PAGE, Hint::None);
+        unsafe { std::ptr::copy_nonoverlapping(b.want.as_ptr(), dst, 32 * PAGE) };
         let r = b.e.evict(dst, 32 * PAGE);
         assert!(r.evicted > 0, "{kind:?}: {r:?}");
         let src = b.e.alloc(32 * PAGE, Hint::None);
@@ -463,7 +469,7 @@ fn evict_then_scan_skips_evicted_pages() {
         }
     }
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
-    let r = e.evict(unsafe { p.add(16 * PAGE) }, 16 * PAGE);
+    let r = e.evict_with(unsafe { p.add(16 * PAGE) }, 16 * PAGE, STORE_ONLY);
     assert_eq!((r.evicted, r.zero), (14, 2), "{r:?}");
     let before = e.stats();
     e.scan();
@@ -522,7 +528,7 @@ fn refusals_leave_pages_untouched() {
     let p = e.alloc(n * PAGE, Hint::None);
     let want: Vec<u8> = (0..n as u64).flat_map(incompressible).collect();
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
-    let r = e.evict(p, n * PAGE);
+    let r = e.evict_with(p, n * PAGE, STORE_ONLY);
     assert_eq!((r.evicted, r.refused), (0, n as u64), "{r:?}");
     assert_eq!(resident_pages(p, n), n);
     assert!(bytes(p, n * PAGE) == &want[..]);
@@ -538,7 +544,7 @@ fn refusals_leave_pages_untouched() {
     let p = e.alloc(n * PAGE, Hint::None);
     let want: Vec<u8> = (0..n).flat_map(pattern).collect();
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
-    let r = e.evict(p, n * PAGE);
+    let r = e.evict_with(p, n * PAGE, STORE_ONLY);
     assert!(r.evicted > 0 && r.refused > 0 && r.evicted + r.refused == n as u64, "{r:?}");
     assert_eq!(resident_pages(p, n), r.refused as usize);
     assert!(bytes(p, n * PAGE) == &want[..]);
@@ -587,7 +593,7 @@ fn a_failing_store_never_yields_wrong_bytes() {
     let p = e.alloc(n * PAGE, Hint::None);
     let want: Vec<u8> = (0..n).flat_map(pattern).collect();
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
-    let r = e.evict(p, n * PAGE);
+    let r = e.evict_with(p, n * PAGE, STORE_ONLY);
     assert_eq!((r.evicted, r.refused), (0, n as u64), "{r:?}");
     assert_eq!(store.puts.load(Ordering::Relaxed), n as u64);
     assert!(bytes(p, n * PAGE) == &want[..]);
@@ -607,14 +613,8 @@ fn a_failing_store_never_yields_wrong_bytes() {
         let v = unsafe { p.read_volatile() };
         unsafe { libc::_exit(if v == pattern(1)[0] { 4 } else { 5 }) };
     }
-    let mut status = 0;
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    // SIGBUS where UFFDIO_POISON exists (6.6 on), else the engine aborts.
-    assert!(
-        libc::WIFSIGNALED(status) && matches!(libc::WTERMSIG(status), libc::SIGBUS | libc::SIGABRT),
-        "a page whose stored copy is lost must not be read: child status {status:#x}"
-    );
-    eprintln!("lost page: the child died by signal {}", libc::WTERMSIG(status));
+    let sig = assert_killed_for_lost_page(pid, "a page whose stored copy is lost");
+    eprintln!("lost page: the child died by signal {sig}");
 }
 
 #[test]
@@ -852,7 +852,7 @@ fn signal_handler_touches_evicted_pages_while_its_thread_holds_the_engine_lock()
         let other = b.e.alloc(HANDLER_N as usize * PAGE, Hint::None);
         let content: Vec<u8> = (0..HANDLER_N as usize).flat_map(pattern).collect();
         unsafe { std::ptr::copy_nonoverlapping(content.as_ptr(), other, content.len()) };
-        assert_eq!(b.e.evict(other, content.len()).evicted, HANDLER_N);
+        assert_eq!(b.e.evict_with(other, content.len(), STORE_ONLY).evicted, HANDLER_N);
         HANDLER_PAGES.store(other as u64, Ordering::Relaxed);
         HANDLER_NEXT.store(0, Ordering::Relaxed);
         unsafe {

@@ -1100,6 +1100,22 @@ fn shadow_evict_small_vma_budget() {
 }
 
 #[test]
+fn shadow_tier() {
+    // Every scan a clock pass, C4 after one quiet pass: the policy evicts
+    // pages under the workers' feet, and their touches restore them.
+    let cfg = Config {
+        tier: true,
+        clock_interval: Duration::ZERO,
+        cold_passes: 1,
+        ..Config::default()
+    };
+    let (_, s) = run(cfg, Opts::new("tier"));
+    exercised(&s, "tier");
+    assert!(s.clock.total.evicted > 0, "[tier] the policy evicted nothing: {:?}", s.clock);
+    assert!(s.restored > 0, "[tier] no evicted page was touched: {s:?}");
+}
+
+#[test]
 fn shadow_small_scan_chunks() {
     let cfg = Config {
         scan_chunk_pages: 3,

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pagefold_engine::{Config, Engine, Handle, Hint, PageStore, TierConfig, TierStore, PAGE};
+use pagefold_engine::{Allow, Config, Engine, Handle, Hint, PageStore, TierConfig, TierStore, PAGE};
 use pagefold_testkit::TmpMount;
 use pagefold_tier::kinds::{page as kind_page, Kind};
 
@@ -74,6 +74,10 @@ fn content_page(k: usize) -> Vec<u8> {
     }
 }
 
+/// Eviction into the page store alone (patching, which keeps similar pages
+/// as patches against a reference in memory, is tests/patch.rs's).
+const STORE_ONLY: Allow = Allow { patch: false, compress: true };
+
 fn swap_prefix(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!("pagefold-tier-store-{tag}-{}", std::process::id()))
 }
@@ -118,7 +122,7 @@ impl Fixture {
 
     fn evict_all(&self, swap: bool) {
         let n = self.pages() as u64;
-        let r = self.e.evict(self.ptr, self.want.len());
+        let r = self.e.evict_with(self.ptr, self.want.len(), STORE_ONLY);
         assert_eq!(r.evicted, n, "{r:?}");
         let c = self.store.counts();
         assert!(c.lz4 > 0 && c.zstd > 0 && c.same > 0, "every method used: {c:?}");
@@ -238,7 +242,7 @@ fn compressed_and_swapped_pages_come_back_on_every_touch() {
 
 impl Fixture {
     fn evict_all_remaining(&self, swap: bool, ctx: &str) {
-        let r = self.e.evict(self.ptr, self.want.len());
+        let r = self.e.evict_with(self.ptr, self.want.len(), STORE_ONLY);
         assert_eq!(r.evicted + r.not_resident, self.pages() as u64, "{ctx}: {r:?}");
         if swap {
             self.store.spill(u64::MAX);
@@ -319,7 +323,7 @@ fn a_full_disk_keeps_pages_in_memory() {
         let want: Vec<u8> = (0..n as u64).flat_map(|k| kind_page(Kind::Text, k)).collect();
         let p = e.alloc(n * PAGE, Hint::None);
         unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
-        let r = e.evict(p, n * PAGE);
+        let r = e.evict_with(p, n * PAGE, STORE_ONLY);
         let c = s.counts();
         let b = s.bytes();
         assert!(r.evicted > 0 && r.refused > 0 && r.evicted + r.refused == n as u64, "{r:?}");
@@ -491,7 +495,7 @@ fn fork_with_swapped_pages() {
             // fresh block: pre-fork frames are not evicted, the parent maps them).
             let fresh = f.e.alloc(want.len(), Hint::None);
             unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), fresh, want.len()) };
-            f.e.evict(fresh, want.len());
+            f.e.evict_with(fresh, want.len(), STORE_ONLY);
             if f.store.spill(u64::MAX) == 0 || f.store.bytes().swapped == 0 {
                 return 2;
             }
@@ -517,7 +521,7 @@ fn fork_with_swapped_pages() {
         assert_eq!(f.store.bytes().pages, 0);
         let fresh = f.e.alloc(want.len(), Hint::None);
         unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), fresh, want.len()) };
-        assert_eq!(f.e.evict(fresh, want.len()).evicted, 30);
+        assert_eq!(f.e.evict_with(fresh, want.len(), STORE_ONLY).evicted, 30);
         f.store.spill(u64::MAX);
         assert_eq!(f.store.bytes().swapped, 30);
         assert!(bytes(fresh, want.len()) == &want[..], "parent: wrong bytes from its swap file after the child swapped");
@@ -539,7 +543,7 @@ fn without_a_usable_swap_file_a_full_store_refuses() {
         let want: Vec<u8> = (0..n as u64).flat_map(|k| kind_page(Kind::Text, k)).collect();
         let p = e.alloc(n * PAGE, Hint::None);
         unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
-        let r = e.evict(p, n * PAGE);
+        let r = e.evict_with(p, n * PAGE, STORE_ONLY);
         assert!(r.evicted > 0 && r.refused > 0, "{prefix:?}: {r:?}");
         assert_eq!(s.spill(1 << 20), 0, "{prefix:?}");
         assert_eq!(s.bytes().swapped, 0);

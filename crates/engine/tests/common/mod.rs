@@ -52,3 +52,16 @@ pub fn serial() -> MutexGuard<'static, ()> {
 pub fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(p, len) }
 }
+
+/// Waits for child `pid` and asserts it died of SIGBUS — or SIGABRT where
+/// UFFDIO_POISON is missing (before 6.6), when the engine aborts instead —
+/// for touching a page whose content is lost; returns the signal.
+pub fn assert_killed_for_lost_page(pid: i32, what: &str) -> i32 {
+    let mut status = 0;
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFSIGNALED(status) && matches!(libc::WTERMSIG(status), libc::SIGBUS | libc::SIGABRT),
+        "{what} must not be read: child status {status:#x}"
+    );
+    libc::WTERMSIG(status)
+}
