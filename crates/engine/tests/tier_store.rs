@@ -553,3 +553,66 @@ fn without_a_usable_swap_file_a_full_store_refuses() {
         assert_eq!(s.audit().unwrap(), s.bytes());
     }
 }
+
+#[test]
+fn fork_while_another_thread_holds_the_store_lock() {
+    let _g = serial();
+    // A policy spills outside the engine lock: a fork can come while that
+    // thread holds the store's lock. The child must not wait for it (the
+    // thread does not exist there): its store refuses, its pages stay right.
+    let s = store(u64::MAX, Some(swap_prefix("forklock")));
+    let e = Engine::new(Config { pin_grace: Duration::from_micros(100), ..Config::default() });
+    assert!(e.set_store(s.clone()));
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let holder = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            s.with_lock_held(|| {
+                held_tx.send(()).unwrap();
+                let _ = go_rx.recv();
+            })
+        })
+    };
+    held_rx.recv().unwrap();
+    let want: Vec<u8> = (0..8).flat_map(content_page).collect();
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let p = e.alloc(want.len(), Hint::None);
+            unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
+            let r = e.evict_with(p, want.len(), STORE_ONLY);
+            let right = bytes(p, want.len()) == &want[..];
+            match (r.evicted, r.refused, right) {
+                (0, 8, true) => 0,
+                (_, _, false) => 1,
+                _ => 2,
+            }
+        }))
+        .unwrap_or(99);
+        unsafe { libc::_exit(code) };
+    }
+    // The child has 10 s; a child waiting for the lock is killed and fails the test.
+    let mut status = 0;
+    let t = std::time::Instant::now();
+    while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
+        if t.elapsed() > Duration::from_secs(10) {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            go_tx.send(()).unwrap();
+            panic!("the child hung on the store's lock, held by a thread it does not have");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    go_tx.send(()).unwrap();
+    holder.join().unwrap();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child: status {status:#x} (1: wrong bytes, 2: the store took pages, 99: panicked)"
+    );
+    // The parent's store works on.
+    let f = Fixture::new(s, 20);
+    f.evict_all(true);
+    f.check("parent after the fork");
+    f.finish("parent after the fork");
+}
