@@ -12,8 +12,8 @@
 //!   volatility check merges only what two scans saw unchanged), is not
 //!   counted.
 //! - cow_break: the first write to a merged page (the kernel's copy-on-write fault).
-//! - compress: `Engine::evict` of a block of one page kind (compress, store,
-//!   register, free), per page; then the store's `put` alone (codec and slab store).
+//! - compress: `Engine::evict_with` of a block of one page kind, patching
+//!   off (compress, store, register, free), per page; then the store's `put` alone (codec and slab store).
 //! - uncompress: a thread touches the evicted pages one after another
 //!   (fault, fault thread, decompress, UFFDIO_COPY, wake), per page.
 //! - swap_out: `PageStore::spill` of the evicted block to the swap file
@@ -21,8 +21,9 @@
 //! - swap_in: touches of swapped pages, with the file in the page cache and
 //!   after `POSIX_FADV_DONTNEED` (read from the device), per page.
 //! - patch, unpatch: the tier crate's `Patcher` on DE's 95%-similar pages
-//!   (detector lookup, encode, store, pin; decode, remove, unpin): the
-//!   engine's patch path is not wired yet.
+//!   (detector lookup, encode, store, pin; decode, remove, unpin); the
+//!   engine's patch path has its own measurement (tests/patch.rs,
+//!   `measure_patching`).
 //!
 //! Every round checks the bytes it reads back.
 
