@@ -308,6 +308,18 @@ fn empty_store_bytes() -> u64 {
     store(u64::MAX, None).bytes().memory()
 }
 
+/// An engine on store `s`, a block of `n` text pages in it, and what
+/// evicting the block into the store did.
+fn evicted_text(s: &Arc<TierStore>, n: usize) -> (Engine, *mut u8, Vec<u8>, pagefold_engine::EvictReport) {
+    let e = Engine::new(Config { pin_grace: Duration::from_micros(100), ..Config::default() });
+    assert!(e.set_store(s.clone()));
+    let want: Vec<u8> = (0..n as u64).flat_map(|k| kind_page(Kind::Text, k)).collect();
+    let p = e.alloc(n * PAGE, Hint::None);
+    unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
+    let r = e.evict_with(p, n * PAGE, STORE_ONLY);
+    (e, p, want, r)
+}
+
 #[test]
 fn a_full_disk_keeps_pages_in_memory() {
     let _g = serial();
@@ -318,12 +330,7 @@ fn a_full_disk_keeps_pages_in_memory() {
         // 2 MiB of compressed text: it spills until the disk is full, then refuses.
         let s = store(empty_store_bytes() + (64 << 10), Some(prefix));
         let n = 1000;
-        let e = Engine::new(Config { pin_grace: Duration::from_micros(100), ..Config::default() });
-        assert!(e.set_store(s.clone()));
-        let want: Vec<u8> = (0..n as u64).flat_map(|k| kind_page(Kind::Text, k)).collect();
-        let p = e.alloc(n * PAGE, Hint::None);
-        unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
-        let r = e.evict_with(p, n * PAGE, STORE_ONLY);
+        let (e, p, want, r) = evicted_text(&s, n);
         let c = s.counts();
         let b = s.bytes();
         assert!(r.evicted > 0 && r.refused > 0 && r.evicted + r.refused == n as u64, "{r:?}");
@@ -538,12 +545,7 @@ fn without_a_usable_swap_file_a_full_store_refuses() {
     for prefix in [None, Some(PathBuf::from("/nonexistent-pagefold-dir/swap"))] {
         let s = store(empty_store_bytes() + (32 << 10), prefix.clone());
         let n = 64;
-        let e = Engine::new(Config { pin_grace: Duration::from_micros(100), ..Config::default() });
-        assert!(e.set_store(s.clone()));
-        let want: Vec<u8> = (0..n as u64).flat_map(|k| kind_page(Kind::Text, k)).collect();
-        let p = e.alloc(n * PAGE, Hint::None);
-        unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
-        let r = e.evict_with(p, n * PAGE, STORE_ONLY);
+        let (e, p, want, r) = evicted_text(&s, n);
         assert!(r.evicted > 0 && r.refused > 0, "{prefix:?}: {r:?}");
         assert_eq!(s.spill(1 << 20), 0, "{prefix:?}");
         assert_eq!(s.bytes().swapped, 0);
