@@ -618,3 +618,40 @@ fn fork_while_another_thread_holds_the_store_lock() {
     f.check("parent after the fork");
     f.finish("parent after the fork");
 }
+
+/// Resident bytes of this process (statm).
+fn resident_bytes() -> i64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    statm.split_whitespace().nth(1).unwrap().parse::<i64>().unwrap() * PAGE as i64
+}
+
+#[test]
+fn counted_memory_follows_what_the_kernel_sees() {
+    let _g = serial();
+    // The store's `bytes().memory()` against the process's resident size,
+    // the store alone (no engine memory moving): filling it, then spilling
+    // most of it to disk (slabs compacted and given back).
+    let s = store(u64::MAX, Some(swap_prefix("rss")));
+    let pages: Vec<Vec<u8>> = (0..4000).map(|k| kind_page(Kind::Text, k)).collect();
+    let (rss0, mem0) = (resident_bytes(), s.bytes().memory() as i64);
+    let hs: Vec<Handle> = pages.iter().map(|p| s.put(p.as_slice().try_into().unwrap()).unwrap()).collect();
+    let (rss1, mem1) = (resident_bytes(), s.bytes().memory() as i64);
+    let close = |what: &str, kernel: i64, counted: i64| {
+        let slack = kernel.abs() / 20 + (256 << 10);
+        assert!((kernel - counted).abs() <= slack, "{what}: resident size moved {kernel} B, the store counted {counted} B");
+        eprintln!("{what}: resident {kernel} B, counted {counted} B");
+    };
+    close("filled", rss1 - rss0, mem1 - mem0);
+    assert!(mem1 - mem0 > 8 << 20, "4000 text pages: {} B", mem1 - mem0);
+    let released = s.spill((mem1 - mem0) as u64 * 3 / 4) as i64;
+    let (rss2, mem2) = (resident_bytes(), s.bytes().memory() as i64);
+    assert_eq!(mem1 - mem2, released);
+    close("spilled", rss1 - rss2, released);
+    let mut out = [0u8; PAGE];
+    for (h, p) in hs.iter().zip(&pages) {
+        s.get(*h, &mut out).unwrap();
+        assert!(out[..] == p[..]);
+        s.remove(*h);
+    }
+    assert_eq!(s.audit().unwrap(), s.bytes());
+}
