@@ -215,7 +215,7 @@ impl TierStore {
     pub fn audit(&self) -> Result<StoreBytes, String> {
         let s = self.lock().ok_or("the store was locked by another thread at fork")?;
         let slabs = s.slabs.audit()?;
-        let (mut in_memory, mut swapped, mut payload) = (0u64, 0u64, 0u64);
+        let (mut in_memory, mut swapped, mut gone, mut payload) = (0u64, 0u64, 0u64, 0u64);
         for o in &s.objects {
             match o.place {
                 Place::Memory(sh) => {
@@ -226,17 +226,19 @@ impl TierStore {
                     swapped += 1;
                     s.swap.as_ref().and_then(|f| f.len_of(slot).ok()).ok_or("swapped object without a slot")?;
                 }
-                Place::Gone => swapped += 1,
+                Place::Gone => gone += 1,
                 Place::Free => {}
             }
         }
         let free = s.objects.iter().filter(|o| matches!(o.place, Place::Free)).count();
+        let swapped_here = swapped;
+        swapped += gone;
         if (in_memory, swapped, free) != (s.in_memory, s.swapped, s.free.len()) || payload != slabs.payload_bytes {
             return Err(format!("counted {in_memory} in memory, {swapped} swapped, {free} free, {payload} B; kept {} / {} / {} / {} B", s.in_memory, s.swapped, s.free.len(), slabs.payload_bytes));
         }
         let swap = s.swap.as_ref().map(|f| f.stats()).unwrap_or_default();
-        if s.swap.is_some() && swap.slots_used != swapped {
-            return Err(format!("{swapped} swapped objects but {} slots used", swap.slots_used));
+        if s.swap.is_some() && swap.slots_used != swapped_here {
+            return Err(format!("{swapped_here} swapped objects but {} slots used", swap.slots_used));
         }
         let memory = self.memory_bytes(&s) - s.slabs.stats().footprint_bytes() + slabs.footprint_bytes();
         Ok(StoreBytes { pages: in_memory + swapped, payload, overhead: memory - payload, swapped, swap_file_bytes: swap.slots_allocated * PAGE as u64 })

@@ -513,11 +513,15 @@ fn fork_with_swapped_pages() {
             if bytes(fresh, want.len()) != &want[..] {
                 return 4;
             }
+            // The parent's swapped objects are unreadable here but still counted.
+            if f.store.audit() != Ok(f.store.bytes()) {
+                return 5;
+            }
             0
         });
         assert!(
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "child: status {status:#x} (99: panicked, 1: wrong bytes after fork, 2: no swap, 3: not its own file, 4: wrong bytes)"
+            "child: status {status:#x} (99: panicked, 1: wrong bytes after fork, 2: no swap, 3: not its own file, 4: wrong bytes, 5: audit)"
         );
         let s = f.e.stats();
         assert_eq!((s.evicted_now, s.restored_by_engine), (0, 30), "{s:?}");
