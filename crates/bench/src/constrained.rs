@@ -234,7 +234,7 @@ pub struct LimitResult {
 pub fn run_suite(a: &crate::Args, ps: ProgramSuite) -> anyhow::Result<bool> {
     let l = &a.limits;
     check_fraction(l.limit_fraction).map_err(anyhow::Error::msg)?;
-    let mut configs = a.configs.iter().map(|c| program::parse_config(c)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+    let mut configs = a.configs_for(ps).iter().map(|c| program::parse_config(c)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
     plain_first(&mut configs);
     let mut devices = l.limit.clone();
     devices.sort();

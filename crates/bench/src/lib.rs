@@ -14,12 +14,15 @@
 //! need neither R nor Python) run under each configuration (see `program`),
 //! interleaved and summarised as ratios to plain (see `suite`), drawn (see
 //! `plot`); with `--limit`, the same programs under a memory limit with swap
-//! (see `constrained`).
+//! (see `constrained`). The workload suite `de` is Difference Engine's
+//! micro-benchmark (pagefold-synth's `de-*` workloads) with its savings over
+//! time per mechanism (see `de`).
 
 pub mod cgroup;
 pub mod compass;
 pub mod constrained;
 pub mod constrained_report;
+pub mod de;
 pub mod fold;
 pub mod kernel_ksm;
 pub mod ksm;
@@ -54,14 +57,22 @@ pub enum Suite {
     /// The synthetic workloads (pagefold-synth: copies, zeros, duplicates, mixed) under every
     /// configuration; needs neither R nor Python.
     Synthetic,
+    /// Difference Engine's micro-benchmark (pagefold-synth de-zero, de-random, de-identical,
+    /// de-similar): savings over time of sharing, patching and compression alone and together.
+    De,
 }
+
+/// The configurations a workload suite runs without `--configs`.
+const DEFAULT_CONFIGS: &str = "plain,pagefold,copy,zero,merge,ksm-100,ksm-1000,ksm-10000";
+/// The same for the de suite: Difference Engine's mechanisms alone and together.
+const DEFAULT_DE_CONFIGS: &str = "plain,de-share,de-patch,de-compress,de-all";
 
 /// Measure the engine next to what it replaces (memcpy, the kernel's CoW fault, KSM), and real
 /// programs under pagefold, plain and kernel KSM: print tables, write JSON, markdown and charts.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Suites to run, comma-separated or repeated: micro, fold, synthetic, all (= micro,fold,synthetic),
-    /// r, python.
+    /// r, python, de.
     #[arg(long, value_enum, value_delimiter = ',', num_args = 1.., default_value = "all")]
     pub suite: Vec<Suite>,
     /// For CI: fewer runs (3 for micro/fold, 1 for workload suites), only the aggressive KSM setting
@@ -75,9 +86,12 @@ pub struct Args {
     #[arg(long)]
     pub runs: Option<usize>,
     /// Configurations of the workload suites, comma-separated: plain, pagefold, copy, zero, merge,
-    /// ksm-100, ksm-1000, ksm-10000 (KSM ones need root; its knobs are restored afterwards), and
-    /// pagefold:KEY=V:... (pagefold with PAGEFOLD_KEY=V, see docs/CONFIG.md).
-    #[arg(long, value_delimiter = ',', default_value = "plain,pagefold,copy,zero,merge,ksm-100,ksm-1000,ksm-10000")]
+    /// ksm-100, ksm-1000, ksm-10000 (KSM ones need root; its knobs are restored afterwards),
+    /// de-share, de-patch, de-compress, de-all (Difference Engine's mechanisms, see docs/BENCHMARKS.md),
+    /// and pagefold:KEY=V:... (pagefold with PAGEFOLD_KEY=V, see docs/CONFIG.md). Default:
+    /// plain,pagefold,copy,zero,merge,ksm-100,ksm-1000,ksm-10000; for the de suite
+    /// plain,de-share,de-patch,de-compress,de-all.
+    #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
     /// Only these workloads of the workload suites (comma-separated names, e.g. glmnet,gbm).
     #[arg(long, value_delimiter = ',')]
@@ -88,6 +102,10 @@ pub struct Args {
     /// The synthetic suite's program (default: pagefold-synth beside this program).
     #[arg(long)]
     pub synth: Option<PathBuf>,
+    /// Seconds of each idle period of the de suite's workloads (default 10, 3 with --quick); the
+    /// tiering mechanisms act only on pages the clock has found cold.
+    #[arg(long, value_name = "SECONDS")]
+    pub de_idle: Option<f64>,
     /// Workloads whose memory over time is drawn (default: the four pagefold changes most).
     #[arg(long, value_delimiter = ',')]
     pub timelines: Vec<String>,
@@ -115,6 +133,17 @@ pub struct Args {
     pub results_doc: PathBuf,
     #[command(flatten)]
     pub limits: constrained::LimitArgs,
+}
+
+impl Args {
+    /// The configurations of workload suite `ps`: `--configs`, or the suite's default.
+    pub fn configs_for(&self, ps: ProgramSuite) -> Vec<String> {
+        if !self.configs.is_empty() {
+            return self.configs.clone();
+        }
+        let default = if ps == ProgramSuite::De { DEFAULT_DE_CONFIGS } else { DEFAULT_CONFIGS };
+        default.split(',').map(str::to_string).collect()
+    }
 }
 
 /// How much to measure.
@@ -171,7 +200,7 @@ fn run_suites(a: &Args) -> anyhow::Result<bool> {
         let markdown = report::fold_markdown(&results, &machine);
         publish(a, "fold", &markdown, serde_json::json!({ "machine": machine, "results": results }))?;
     }
-    for (s, ps) in [(Suite::R, ProgramSuite::R), (Suite::Python, ProgramSuite::Python), (Suite::Synthetic, ProgramSuite::Synthetic)] {
+    for (s, ps) in PROGRAM_SUITES {
         if has(s) {
             all_verified &= program_suite(a, ps)?;
         }
@@ -179,18 +208,26 @@ fn run_suites(a: &Args) -> anyhow::Result<bool> {
     Ok(all_verified)
 }
 
+/// The workload suites, by the suite that chooses them.
+const PROGRAM_SUITES: [(Suite, ProgramSuite); 4] =
+    [(Suite::R, ProgramSuite::R), (Suite::Python, ProgramSuite::Python), (Suite::Synthetic, ProgramSuite::Synthetic), (Suite::De, ProgramSuite::De)];
+
 /// Fails at once, not after minutes of micro and fold, when a chosen
 /// workload suite could not run anyway (unknown configuration, no preload
 /// library, no pagefold-synth).
 fn preflight(a: &Args, has: &dyn Fn(Suite) -> bool) -> anyhow::Result<()> {
-    if ![Suite::R, Suite::Python, Suite::Synthetic].into_iter().any(has) {
+    let chosen: Vec<ProgramSuite> = PROGRAM_SUITES.iter().filter(|(s, _)| has(*s)).map(|(_, ps)| *ps).collect();
+    if chosen.is_empty() {
         return Ok(());
     }
-    for c in &a.configs {
-        program::parse_config(c).map_err(anyhow::Error::msg)?;
+    for c in chosen.iter().flat_map(|ps| a.configs_for(*ps)) {
+        program::parse_config(&c).map_err(anyhow::Error::msg)?;
     }
     program::find_preload(a.preload.as_deref()).map_err(anyhow::Error::msg)?;
-    if has(Suite::Synthetic) {
+    if let Some(idle) = a.de_idle.filter(|i| !(0.0..=pagefold_synth::MAX_HOLD).contains(i)) {
+        anyhow::bail!("--de-idle must be 0 to {} seconds, not {idle}", pagefold_synth::MAX_HOLD);
+    }
+    if chosen.iter().any(|ps| matches!(ps, ProgramSuite::Synthetic | ProgramSuite::De)) {
         workloads::find_synth(a.synth.as_deref()).map_err(anyhow::Error::msg)?;
     }
     Ok(())
@@ -200,7 +237,9 @@ fn preflight(a: &Args, has: &dyn Fn(Suite) -> bool) -> anyhow::Result<()> {
 /// under `--workloads`, or pagefold-synth's subcommands (small with `--quick`).
 pub(crate) fn suite_workloads(a: &Args, ps: ProgramSuite) -> Result<Vec<workloads::Workload>, String> {
     match ps {
-        ProgramSuite::Synthetic => workloads::find_synth(a.synth.as_deref()).and_then(|synth| workloads::discover_synthetic(&synth, a.quick, &a.only)),
+        ProgramSuite::Synthetic | ProgramSuite::De => {
+            workloads::find_synth(a.synth.as_deref()).and_then(|synth| workloads::discover_synthetic(&synth, ps, a.quick, a.de_idle, &a.only))
+        }
         _ => workloads::discover(ps, &a.workloads, &a.only),
     }
 }
@@ -210,7 +249,7 @@ fn program_suite(a: &Args, ps: ProgramSuite) -> anyhow::Result<bool> {
     if !a.limits.limit.is_empty() {
         return constrained::run_suite(a, ps);
     }
-    let configs = a.configs.iter().map(|c| program::parse_config(c)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+    let configs = a.configs_for(ps).iter().map(|c| program::parse_config(c)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
     let workloads = suite_workloads(a, ps).map_err(anyhow::Error::msg)?;
     let preload = program::find_preload(a.preload.as_deref()).map_err(anyhow::Error::msg)?;
     let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 }).max(1);

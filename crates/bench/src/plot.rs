@@ -159,3 +159,59 @@ fn draw_bars(path: &Path, b: &Bars) -> Res {
     root.present()?;
     Ok(())
 }
+
+/// Savings over time as Difference Engine draws them (its Figures 5-7):
+/// one line per configuration of (seconds, percent saved), and a dashed
+/// vertical line with its name where each phase of the workload began.
+pub struct SavingsChart<'a> {
+    pub title: &'a str,
+    pub series: &'a [(String, Vec<(f64, f64)>)],
+    pub phases: &'a [(&'a str, f64)],
+}
+
+pub fn savings_over_time(path: &Path, chart: &SavingsChart) -> Result<(), String> {
+    load_font()?;
+    draw_savings(path, chart).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn draw_savings(path: &Path, s: &SavingsChart) -> Res {
+    let points = || s.series.iter().flat_map(|(_, p)| p.iter().copied()).filter(|(t, v)| t.is_finite() && v.is_finite());
+    let phase_end = s.phases.iter().map(|p| p.1).fold(0.0, f64::max);
+    let t_max = points().map(|p| p.0).fold(phase_end, f64::max).max(1.0);
+    // Startup samples (both programs nearly empty) can be far below -100%:
+    // the axis stops at -50 and lower values are drawn on it.
+    let y_min = points().map(|p| p.1).fold(-10.0, f64::min).max(-50.0);
+    let root = BitMapBackend::new(path, (W, H)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let title: String = s.title.chars().take(90).collect();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, (FONT, 20))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..t_max, y_min..105f64)?;
+    chart.configure_mesh().x_desc("time (s)").y_desc("savings vs plain (%)").label_style((FONT, 14)).draw()?;
+    for &(name, at) in s.phases {
+        let dashes = (0..40).map(|i| y_min + (105.0 - y_min) * i as f64 / 40.0).collect::<Vec<_>>();
+        chart.draw_series(dashes.chunks(2).filter(|c| c.len() == 2).map(|c| PathElement::new(vec![(at, c[0]), (at, c[1])], BLACK.mix(0.4))))?;
+        chart.draw_series(std::iter::once(Text::new(name.to_string(), (at + t_max * 0.005, 101.0), (FONT, 13))))?;
+    }
+    chart.draw_series(LineSeries::new([(0.0, 0.0), (t_max, 0.0)], BLACK.stroke_width(1)))?;
+    for (i, (name, curve)) in s.series.iter().enumerate() {
+        // Colour by position among all configurations (plain is the first and has no curve).
+        let c = color(i + 1);
+        chart
+            .draw_series(LineSeries::new(curve.iter().map(|&(t, v)| (t, v.max(y_min))), c.stroke_width(2)))?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT, 14))
+        .draw()?;
+    root.present()?;
+    Ok(())
+}

@@ -56,6 +56,19 @@ pub const CONFIG_NAMES: &[(&str, &str)] = &[
     ("ksm-100", "kernel KSM, 100 pages per 20 ms (its default)"),
     ("ksm-1000", "kernel KSM, 1000 pages per 20 ms"),
     ("ksm-10000", "kernel KSM, 10000 pages per 20 ms"),
+    ("de-share", "pagefold with tiering off: zero folding and merging (Difference Engine's sharing)"),
+    ("de-patch", "pagefold, tiering with patching only: no compression, no zero folding, no merging"),
+    ("de-compress", "pagefold, tiering with compression only: no patching, no zero folding, no merging"),
+    ("de-all", "pagefold, tiering on: sharing, patching and compression together"),
+];
+
+/// The `de-*` configurations as `PAGEFOLD_*` settings (docs/CONFIG.md): each
+/// of Difference Engine's mechanisms alone, and all together.
+const DE_CONFIGS: &[(&str, &[(&str, &str)])] = &[
+    ("de-share", &[("TIER", "0")]),
+    ("de-patch", &[("TIER", "1"), ("TIER_COMPRESS", "0"), ("MERGE", "0"), ("ZERO", "0")]),
+    ("de-compress", &[("TIER", "1"), ("TIER_PATCH", "0"), ("MERGE", "0"), ("ZERO", "0")]),
+    ("de-all", &[("TIER", "1")]),
 ];
 
 /// The configuration called `name` (see `CONFIG_NAMES`), or
@@ -73,6 +86,10 @@ pub fn parse_config(name: &str) -> Result<Config, String> {
         Setup::Pagefold { env }
     };
     let ksm = |pages_to_scan| Setup::Ksm { pages_to_scan, sleep_ms: 20 };
+    if let Some((_, settings)) = DE_CONFIGS.iter().find(|(n, _)| *n == name) {
+        let env = settings.iter().map(|(k, v)| (format!("PAGEFOLD_{k}"), v.to_string())).collect();
+        return Ok(Config { name: name.to_string(), setup: Setup::Pagefold { env } });
+    }
     let setup = match name {
         "plain" => Setup::Plain,
         "pagefold" => Setup::Pagefold { env: Vec::new() },
@@ -504,5 +521,21 @@ mod tests {
         let Setup::Pagefold { env } = parse_config("zero").unwrap().setup else { panic!() };
         assert_eq!(env, vec![("PAGEFOLD_COPY".to_string(), "0".to_string()), ("PAGEFOLD_MERGE".to_string(), "0".to_string())]);
         assert_eq!(parse_config("ksm").unwrap().setup, Setup::Ksm { pages_to_scan: 100, sleep_ms: 20 });
+    }
+
+    #[test]
+    fn de_configurations_are_the_pagefold_settings_they_stand_for() {
+        let env = |name: &str| match parse_config(name).unwrap().setup {
+            Setup::Pagefold { env } => env,
+            other => panic!("{name}: {other:?}"),
+        };
+        let by_hand = |s: &str| match parse_config(&format!("pagefold:{s}")).unwrap().setup {
+            Setup::Pagefold { env } => env,
+            other => panic!("{s}: {other:?}"),
+        };
+        assert_eq!(env("de-share"), by_hand("TIER=0"));
+        assert_eq!(env("de-patch"), by_hand("TIER=1:TIER_COMPRESS=0:MERGE=0:ZERO=0"));
+        assert_eq!(env("de-compress"), by_hand("TIER=1:TIER_PATCH=0:MERGE=0:ZERO=0"));
+        assert_eq!(env("de-all"), by_hand("TIER=1"));
     }
 }

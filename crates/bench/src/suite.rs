@@ -349,6 +349,9 @@ pub fn markdown(r: &SuiteResult) -> String {
     out += &crate::compass::markdown(r);
     out += &engine_table(r);
     out += &tier_table(r);
+    if r.suite == "de" {
+        out += &crate::de::markdown(r);
+    }
     out += &if r.all_identical {
         "Outputs: every run of every workload printed exactly what plain printed.\n".to_string()
     } else {
@@ -505,6 +508,9 @@ fn charts(r: &SuiteResult, dir: &Path, timelines: &[String]) -> Result<Vec<std::
     };
     crate::plot::relative_bars(&runtime, &bars)?;
     let mut files = vec![memory, runtime];
+    if r.suite == "de" {
+        files.extend(crate::de::charts(r, dir)?);
+    }
     for w in pick_timelines(r, timelines) {
         let path = dir.join(format!("{}-timeline-{}.png", r.suite, w.name));
         let series: Vec<_> = w.outcomes.iter().filter(|o| !o.timeline.is_empty()).map(|o| (o.config.clone(), o.timeline.clone())).collect();

@@ -4,7 +4,10 @@
 //! adding a workload is adding a file. The synthetic suite is the
 //! subcommands of `pagefold-synth` (crates/synth), built beside `pagefold`
 //! and asked for its list, so adding one is adding a subcommand; it needs
-//! neither R nor Python. Each program prints a deterministic result, which
+//! neither R nor Python. The de suite is pagefold-synth's `de-*`
+//! subcommands (Difference Engine's micro-benchmark, `list de`), each given
+//! its idle time explicitly so the command recorded with the results says
+//! when its phases began. Each program prints a deterministic result, which
 //! is how a run under any configuration is checked against the plain run.
 
 use std::path::{Path, PathBuf};
@@ -19,6 +22,8 @@ pub enum ProgramSuite {
     Python,
     /// The subcommands of pagefold-synth.
     Synthetic,
+    /// pagefold-synth's de-* subcommands: Difference Engine's micro-benchmark.
+    De,
 }
 
 impl ProgramSuite {
@@ -27,6 +32,7 @@ impl ProgramSuite {
             ProgramSuite::R => "r",
             ProgramSuite::Python => "python",
             ProgramSuite::Synthetic => "synthetic",
+            ProgramSuite::De => "de",
         }
     }
 
@@ -35,7 +41,7 @@ impl ProgramSuite {
         match self {
             ProgramSuite::R => Some(("r", "R", "Rscript")),
             ProgramSuite::Python => Some(("python", "py", "python3")),
-            ProgramSuite::Synthetic => None,
+            ProgramSuite::Synthetic | ProgramSuite::De => None,
         }
     }
 }
@@ -74,12 +80,14 @@ pub fn discover(suite: ProgramSuite, root: &Path, only: &[String]) -> Result<Vec
     Ok(out)
 }
 
-/// The synthetic workloads: every subcommand `synth list` names, run as
-/// `synth NAME` (`synth NAME --quick` for the small sizes), in its order.
-pub fn discover_synthetic(synth: &Path, quick: bool, only: &[String]) -> Result<Vec<Workload>, String> {
-    let listed = std::process::Command::new(synth).arg("list").output().map_err(|e| format!("{}: {e}", synth.display()))?;
+/// The workloads of a pagefold-synth suite (synthetic or de): every
+/// subcommand `synth list SUITE` names, run as `synth NAME` (`--quick` for
+/// the small sizes; de workloads with `--idle` given: `idle`, or the
+/// default), in its order.
+pub fn discover_synthetic(synth: &Path, suite: ProgramSuite, quick: bool, idle: Option<f64>, only: &[String]) -> Result<Vec<Workload>, String> {
+    let listed = std::process::Command::new(synth).args(["list", suite.name()]).output().map_err(|e| format!("{}: {e}", synth.display()))?;
     if !listed.status.success() {
-        return Err(format!("{} list failed: {}", synth.display(), String::from_utf8_lossy(&listed.stderr).trim()));
+        return Err(format!("{} list {} failed: {}", synth.display(), suite.name(), String::from_utf8_lossy(&listed.stderr).trim()));
     }
     let program = synth.to_string_lossy().into_owned();
     let all = String::from_utf8_lossy(&listed.stdout)
@@ -87,6 +95,9 @@ pub fn discover_synthetic(synth: &Path, quick: bool, only: &[String]) -> Result<
         .filter_map(|line| line.split_whitespace().next())
         .map(|name| {
             let mut cmd = vec![program.clone(), name.to_string()];
+            if suite == ProgramSuite::De {
+                cmd.extend(["--idle".to_string(), idle.unwrap_or_else(|| crate::de::idle_seconds(quick)).to_string()]);
+            }
             if quick {
                 cmd.push("--quick".into());
             }
@@ -95,7 +106,7 @@ pub fn discover_synthetic(synth: &Path, quick: bool, only: &[String]) -> Result<
         .collect();
     let out = keep_only(all, only, &program)?;
     if out.is_empty() {
-        return Err(format!("{} list named no workloads", synth.display()));
+        return Err(format!("{} list {} named no workloads", synth.display(), suite.name()));
     }
     Ok(out)
 }
@@ -155,25 +166,31 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("pagefold-synth-list-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let fake = dir.join("pagefold-synth");
-        std::fs::write(&fake, "#!/bin/sh\nprintf 'copies  copied arrays\\nzeros   zero pages\\n'\n").unwrap();
+        let script = "#!/bin/sh\ncase $2 in de) printf 'de-zero  zero pages\\n';; *) printf 'copies  copied arrays\\nzeros   zero pages\\n';; esac\n";
+        std::fs::write(&fake, script).unwrap();
         std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         // A fork elsewhere in this test process may still hold the script
         // open for writing for an instant (ETXTBSY): try again then.
-        let mut quick = discover_synthetic(&fake, true, &[]);
+        let mut quick = discover_synthetic(&fake, ProgramSuite::Synthetic, true, None, &[]);
         for _ in 0..50 {
             if !quick.as_ref().is_err_and(|e| e.contains("os error 26")) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
-            quick = discover_synthetic(&fake, true, &[]);
+            quick = discover_synthetic(&fake, ProgramSuite::Synthetic, true, None, &[]);
         }
         let quick = quick.unwrap();
         assert_eq!(quick.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(), ["copies", "zeros"]);
         assert_eq!(quick[1].cmd[1..], ["zeros", "--quick"]);
-        let full = discover_synthetic(&fake, false, &["zeros".into()]).unwrap();
+        let full = discover_synthetic(&fake, ProgramSuite::Synthetic, false, None, &["zeros".into()]).unwrap();
         assert_eq!(full.len(), 1);
         assert_eq!(full[0].cmd.len(), 2);
-        let err = discover_synthetic(&fake, false, &["nope".into()]).unwrap_err();
+        let de = discover_synthetic(&fake, ProgramSuite::De, true, None, &[]).unwrap();
+        assert_eq!(de.len(), 1);
+        assert_eq!(de[0].cmd[1..], ["de-zero", "--idle", "3", "--quick"]);
+        let de = discover_synthetic(&fake, ProgramSuite::De, false, Some(2.5), &[]).unwrap();
+        assert_eq!(de[0].cmd[1..], ["de-zero", "--idle", "2.5"]);
+        let err = discover_synthetic(&fake, ProgramSuite::Synthetic, false, None, &["nope".into()]).unwrap_err();
         assert!(err.contains("no workload 'nope'"), "{err}");
         let err = find_synth(Some(&dir.join("missing"))).unwrap_err();
         assert!(err.contains("--synth"), "{err}");

@@ -12,47 +12,19 @@
 //! scanner's clock, so the share of time spent folded only grows. No KSM
 //! configuration runs here (they drive machine-wide knobs).
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::Command;
 
+use common::{average_ratio, counter, pagefold, scratch, stats};
 use serde_json::Value;
 
 const CONFIGS: [&str; 5] = ["plain", "pagefold", "copy", "zero", "merge"];
 
-/// The pagefold binary of this build, with libpagefold_preload.so and
-/// pagefold-synth beside it (where `pagefold bench` looks), built for this
-/// test (see pagefold-testkit).
-fn pagefold() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_pagefold"));
-    pagefold_testkit::build_into(bin.parent().unwrap(), &["pagefold-preload", "pagefold-synth"], &["libpagefold_preload.so", "pagefold-synth"]);
-    bin
-}
-
-fn scratch() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pagefold-synthetic-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// The stats of `config` for `workload` in the suite's JSON.
-fn stats<'a>(suite: &'a Value, workload: &str, config: &str) -> &'a Value {
-    let w = suite["workloads"].as_array().unwrap().iter().find(|w| w["name"] == workload).unwrap_or_else(|| panic!("no workload {workload}"));
-    w["stats"].as_array().unwrap().iter().find(|s| s["config"] == config).unwrap_or_else(|| panic!("{workload}: no config {config}"))
-}
-
-fn average_ratio(suite: &Value, workload: &str, config: &str) -> f64 {
-    stats(suite, workload, config)["average_ratio"]["median"].as_f64().unwrap()
-}
-
-fn counter(suite: &Value, workload: &str, config: &str, name: &str) -> f64 {
-    stats(suite, workload, config)["engine"][name].as_f64().unwrap_or(0.0)
-}
-
 #[test]
 fn quick_synthetic_suite_runs_every_config_and_each_mechanism_saves_where_it_applies() {
     let bin = pagefold();
-    let out = scratch();
+    let out = scratch("synthetic");
     let run = Command::new(&bin)
         .args(["bench", "--quick", "--suite", "synthetic", "--configs", &CONFIGS.join(",")])
         .arg("--out")

@@ -14,8 +14,9 @@
 //!
 //! and the policy acts on the class, by default as DE does: C1 is left alone
 //! (the volatility check keeps it from being merged too); C2 may be merged
-//! (any scan merges settled pages) and may serve as a patch reference; C3 may
-//! be merged or patched; C4 may also be compressed (sent to the page store,
+//! (any scan merges settled pages) and is offered to the similarity detector
+//! as a patch reference (patching.rs); C3 may be merged or patched (a C3 page
+//! that finds no reference becomes a candidate reference itself); C4 may also be compressed (sent to the page store,
 //! which may spill it to disk). No page is compressed before a full sharing
 //! cycle: it must have been *settled* (unchanged, so eligible for merging)
 //! in an earlier complete pass, so every duplicate had the chance to meet it
@@ -29,7 +30,8 @@
 //! Watermarks. The engine's footprint is what it can see of its own memory:
 //! resident frames (the pool's allocated blocks), resident private pages
 //! (anonymous and diverged pages, counted by each pass's mincore), the page
-//! store's bytes and the engine's metadata. Above `high_water` a pass is
+//! store's bytes, the patches and the engine's metadata (the similarity
+//! detector's included); reference frames kept only for patches are frames. Above `high_water` a pass is
 //! under pressure until the footprint falls below `low_water`: it asks the
 //! store to `spill` the excess to a lower tier (disk) first, and then
 //! compresses C3 pages too (only having been looked at by an earlier pass,
@@ -314,11 +316,15 @@ impl State {
     /// What the engine can see of its own memory (see the module comment).
     fn footprint(&self) -> u64 {
         let frames: u64 = self.pools.iter().map(|p| p.resident_frames()).sum();
-        let store = self.evictions.as_ref().map_or(0, |ev| {
-            let b = ev.lock().store.bytes();
-            b.payload + b.overhead
+        // Patches, their table and the detector count as the statistics count them.
+        let mut s = crate::Stats::default();
+        let stored = self.evictions.as_ref().map_or(0, |ev| {
+            let t = ev.lock();
+            t.patches.stats(&mut s);
+            t.store.bytes().memory() + s.patch_store_bytes + t.records_bytes() as u64
         });
-        (frames + self.clock.private_resident) * PAGE as u64 + store + self.metadata_bytes() as u64
+        self.patch_stats(&mut s);
+        (frames + self.clock.private_resident) * PAGE as u64 + stored + self.metadata_bytes() as u64 + s.metadata_bytes
     }
 
     /// Ends a pass: its counts go to the statistics and to the scan's report.
@@ -338,7 +344,7 @@ impl State {
     /// evicts what the policy allows.
     pub(crate) fn clock_chunk(&mut self, base: usize, chunk: Range<usize>, present: &[usize], pass: &mut Pass) {
         let cold_passes = self.cfg.cold_passes;
-        let mut chosen = Vec::new();
+        let (mut chosen, mut references) = (Vec::new(), Vec::new());
         // Pages taken for pressure alone: no more than the excess, in pages.
         let mut pressure_pages = pass.shed.div_ceil(PAGE as u64);
         let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
@@ -356,7 +362,13 @@ impl State {
             if let Some(a) = allowed {
                 pressure_pages -= (pressing && a.compress) as u64;
                 chosen.push((k, a));
+            } else if class == Class::C2 && self.cfg.tier_patch {
+                // Read but not written: DE's reference pages (patching.rs).
+                references.push(k);
             }
+        }
+        for k in references {
+            self.note_reference(base, k);
         }
         if pass.evict && !chosen.is_empty() {
             self.evict_chosen(base, chunk, &chosen, pass);

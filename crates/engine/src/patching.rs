@@ -293,6 +293,13 @@ impl Patching {
     }
 }
 
+/// Whether a page with these bytes may be a reference. Not if it starts with
+/// zstd's dictionary magic: a zstd-ref patch against it would need a one-off
+/// decoder context, i.e. an allocation on the fault thread.
+fn may_serve(bytes: &[u8; PAGE]) -> bool {
+    bytes[..4] != 0xEC30_A437u32.to_le_bytes()
+}
+
 /// Why a candidate is no reference for a page.
 enum Unusable {
     /// It cannot serve any page now (forget it).
@@ -344,7 +351,7 @@ impl State {
             _ => return false,
         };
         let mut bytes = [0u8; PAGE];
-        if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut bytes) || bytes.iter().all(|&x| x == 0) {
+        if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut bytes) || !may_serve(&bytes) || bytes.iter().all(|&x| x == 0) {
             return false;
         }
         let addr = b.page_addr(k) as u64;
@@ -409,7 +416,7 @@ impl State {
             _ => return Err(Unusable::Stale),
         };
         let mut r = Reference { frame, bytes: [0u8; PAGE] };
-        if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut r.bytes) {
+        if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut r.bytes) || !may_serve(&r.bytes) {
             return Err(Unusable::Stale);
         }
         let inside = cb == base && chunk.pages.contains(&ck);
@@ -433,7 +440,7 @@ impl State {
                 return Err(Unusable::Stale);
             }
             // Frozen now: what the frame holds from here on is the reference.
-            if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut r.bytes) {
+            if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut r.bytes) || !may_serve(&r.bytes) {
                 return Err(Unusable::Stale);
             }
         }
@@ -510,5 +517,41 @@ impl State {
         let orphan = p.pins.iter().filter(|(f, &n)| self.pools[f.pool()].refs(f.slot()) == n).count();
         s.reference_bytes = (orphan * PAGE) as u64;
         s.metadata_bytes += (p.detector.metadata_bytes() + p.pins.capacity() * 17) as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::evict::{Allow, EvictReport};
+    use crate::{Config, Engine, Hint, PAGE};
+
+    /// Patch-only eviction page by page: even pages may be patched, odd
+    /// ones are not offered; all pages are one reference's variants.
+    #[test]
+    fn patch_only_eviction_takes_the_pages_offered() {
+        let e = Engine::new(Config { pin_grace: std::time::Duration::ZERO, ..Config::default() });
+        let n = 16;
+        let reference: Vec<u8> = (0..PAGE).map(|i| (i * 31 % 251) as u8 | 1).collect();
+        let p = e.alloc(n * PAGE, Hint::None);
+        for k in 0..n {
+            let mut page = reference.clone();
+            page[k * 7] ^= 0x55;
+            unsafe { std::ptr::copy_nonoverlapping(page.as_ptr(), p.add(k * PAGE), PAGE) };
+        }
+        assert_eq!(e.note_references(p, PAGE), 1);
+        let mut rep = EvictReport::default();
+        for k in (0..n).step_by(2) {
+            let r = e.evict_with(unsafe { p.add(k * PAGE) }, PAGE, Allow { patch: true, compress: false });
+            rep.patched += r.patched;
+            rep.unpatched += r.unpatched;
+        }
+        // Page 0 is the reference; pages 2, 4, .. 14 are patched; odd pages are left.
+        assert_eq!((rep.patched, rep.unpatched), (7, 1), "the reference itself finds no other reference: {rep:?}");
+        for k in 0..n {
+            let got = unsafe { std::slice::from_raw_parts(p.add(k * PAGE), PAGE) };
+            assert_eq!(got[k * 7], reference[k * 7] ^ 0x55);
+        }
+        assert!(unsafe { e.free(p) });
+        assert_eq!(e.stats().references_pinned, 0);
     }
 }

@@ -290,6 +290,28 @@ fn patched_pages_outlive_the_engine() {
     });
 }
 
+/// A page starting with zstd's dictionary magic is never a reference (its
+/// zstd-ref patches would need an allocation on the fault thread).
+#[test]
+fn no_reference_starts_with_the_zstd_dictionary_magic() {
+    let _g = serial();
+    let e = Engine::new(cfg());
+    let mut reference = kind_page(Kind::Random, 14);
+    reference[..4].copy_from_slice(&0xEC30_A437u32.to_le_bytes());
+    let n = 8;
+    let want: Vec<u8> = (0..n).flat_map(|k| similar(&reference, Change::Write16, k as u64)).collect();
+    let p = e.alloc(n * PAGE, Hint::None);
+    unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
+    assert_eq!(e.note_references(p, PAGE), 0);
+    let rep = e.evict_with(p, n * PAGE, Allow { patch: true, compress: false });
+    assert_eq!((rep.patched, rep.unpatched), (0, n as u64), "{rep:?}");
+    // Without the magic the same pages patch.
+    unsafe { *p.add(PAGE) = 0 };
+    assert_eq!(e.evict_with(p, n * PAGE, Allow { patch: true, compress: false }).patched, n as u64 - 2);
+    assert!(unsafe { e.free(p) });
+    assert_nothing_held(&e, "zstd magic");
+}
+
 /// The reference is a sole shared page (a copy whose source is gone), which
 /// eviction takes first — its frame would be punched — then a later page of
 /// the same chunk picks it as reference: it must be put back, not punched.

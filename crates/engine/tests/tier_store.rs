@@ -24,6 +24,9 @@ use pagefold_engine::{Allow, Config, Engine, Handle, Hint, PageStore, TierConfig
 use pagefold_testkit::TmpMount;
 use pagefold_tier::kinds::{page as kind_page, Kind};
 
+/// These tests are about the page store: patching (which would take similar pages) is not offered.
+const STORE_ONLY: Allow = Allow { patch: false, compress: true };
+
 /// Counts allocations made while armed, on engine threads (the fault
 /// thread) or on a thread that asked to be counted.
 struct Counting;
@@ -73,10 +76,6 @@ fn content_page(k: usize) -> Vec<u8> {
         _ => (0..PAGE).map(|i| [0xa5, k as u8 | 1, 3, 4, 5, 6, 7, 8][i % 8]).collect(),
     }
 }
-
-/// Eviction into the page store alone (patching, which keeps similar pages
-/// as patches against a reference in memory, is tests/patch.rs's).
-const STORE_ONLY: Allow = Allow { patch: false, compress: true };
 
 fn swap_prefix(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!("pagefold-tier-store-{tag}-{}", std::process::id()))
@@ -300,6 +299,33 @@ fn the_fault_path_allocates_nothing() {
             unsafe { (libc::close(r), libc::close(w)) };
             f.finish(&format!("no allocation, swap {swap}"));
         }
+
+        // Patched pages: reference read, patch read and decode on the fault thread.
+        let e = Engine::new(Config::default());
+        let n = 30;
+        let p = e.alloc(n * PAGE, Hint::None);
+        let base = content_page(2);
+        let mut want = Vec::with_capacity(n * PAGE);
+        for k in 0..n {
+            let mut page = base.clone();
+            (0..16).for_each(|j| page[j * 256 + 5] = (k * 16 + j) as u8 | 1);
+            want.extend_from_slice(&page);
+        }
+        unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
+        let r = e.evict_with(p, n * PAGE, Allow { patch: true, compress: false });
+        assert!(r.patched >= n as u64 - 2, "{r:?}");
+        COUNTED.store(0, Ordering::SeqCst);
+        ARMED.store(true, Ordering::SeqCst);
+        let mut sum = 0u64;
+        for k in 0..n {
+            sum = sum.wrapping_add(unsafe { p.add(k * PAGE + 8).read_volatile() } as u64);
+        }
+        ARMED.store(false, Ordering::SeqCst);
+        std::hint::black_box(sum);
+        assert_eq!(COUNTED.load(Ordering::SeqCst), 0, "the fault thread allocated restoring patches");
+        assert_eq!(unsafe { std::slice::from_raw_parts(p, n * PAGE) }, &want[..]);
+        assert!(e.stats().patch_restores >= r.patched);
+        assert!(unsafe { e.free(p) });
     });
 }
 

@@ -94,6 +94,14 @@ impl Buffer {
         let end = (start + WORDS_PER_PAGE).min(self.words);
         &mut self.words_mut()[start..end]
     }
+
+    /// The bytes of page `i` (the last page may be short).
+    pub fn page_bytes_mut(&mut self, i: usize) -> &mut [u8] {
+        let start = i * PAGE;
+        let end = (start + PAGE).min(self.bytes());
+        let all = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<u8>(), self.bytes()) };
+        &mut all[start..end]
+    }
 }
 
 impl Drop for Buffer {
@@ -131,6 +139,9 @@ mod tests {
         let mut c = Buffer::copy_of(&g).unwrap();
         assert_eq!(c.words(), g.words());
         c.page_mut(1)[0] ^= 1;
+        c.page_bytes_mut(1)[0] ^= 1;
+        assert_eq!(c.words(), g.words());
+        c.page_bytes_mut(1)[9] = 0x55;
         assert_ne!(c.words(), g.words());
         c.clear();
         assert!(c.words().iter().all(|&w| w == 0));

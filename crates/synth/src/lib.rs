@@ -11,9 +11,14 @@
 //! is what the suite compares), is deterministic (seeded generator), reads
 //! all the data it keeps, and prints a checksum that must be byte-identical
 //! under every configuration.
+//!
+//! The `de-*` workloads are Difference Engine's micro-benchmark (see `de`),
+//! run by `pagefold bench --suite de`; `list` names the synthetic suite's
+//! workloads, `list de` these.
 
 pub mod buffer;
 pub mod copies;
+pub mod de;
 pub mod digest;
 pub mod duplicates;
 pub mod mixed;
@@ -27,7 +32,7 @@ use std::io::Write;
 pub const DEFAULT_SEED: u64 = 0x5eed_f01d;
 /// Largest `--scale`: the default sizes times this stay within a few GiB.
 pub const MAX_SCALE: f64 = 16.0;
-/// Longest `--hold`, in seconds.
+/// Longest `--hold` and `--idle`, in seconds.
 pub const MAX_HOLD: f64 = 3600.0;
 
 /// The workloads, as subcommands are named.
@@ -37,10 +42,23 @@ pub enum Workload {
     Zeros,
     Duplicates,
     Mixed,
+    DeZero,
+    DeRandom,
+    DeIdentical,
+    DeSimilar,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 4] = [Workload::Copies, Workload::Zeros, Workload::Duplicates, Workload::Mixed];
+    pub const ALL: [Workload; 8] = [
+        Workload::Copies,
+        Workload::Zeros,
+        Workload::Duplicates,
+        Workload::Mixed,
+        Workload::DeZero,
+        Workload::DeRandom,
+        Workload::DeIdentical,
+        Workload::DeSimilar,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -48,6 +66,18 @@ impl Workload {
             Workload::Zeros => "zeros",
             Workload::Duplicates => "duplicates",
             Workload::Mixed => "mixed",
+            Workload::DeZero => "de-zero",
+            Workload::DeRandom => "de-random",
+            Workload::DeIdentical => "de-identical",
+            Workload::DeSimilar => "de-similar",
+        }
+    }
+
+    /// The suite of `pagefold bench` that runs it: "synthetic" or "de".
+    pub fn suite(self) -> &'static str {
+        match self {
+            Workload::DeZero | Workload::DeRandom | Workload::DeIdentical | Workload::DeSimilar => "de",
+            _ => "synthetic",
         }
     }
 
@@ -57,6 +87,10 @@ impl Workload {
             Workload::Zeros => "mostly-zero tables (calloc, malloc+memset) updated sparsely, and a buffer cleared for reuse",
             Workload::Duplicates => "the same content generated independently into several buffers (no memcpy), plus unique buffers",
             Workload::Mixed => "copies, zero-filled results and duplicated tables in one program",
+            Workload::DeZero => "Difference Engine's micro-benchmark on zero pages: alloc, read, write 16 bytes a page, free, idle between",
+            Workload::DeRandom => "Difference Engine's micro-benchmark on random pages (nothing to share, patch or compress)",
+            Workload::DeIdentical => "Difference Engine's micro-benchmark on identical pages (one random page repeated)",
+            Workload::DeSimilar => "Difference Engine's micro-benchmark on 95%-similar pages (a random page, the rest it with 5% of bytes replaced)",
         }
     }
 }
@@ -72,11 +106,14 @@ pub struct Params {
     /// Seconds over which `zeros` and `duplicates` spread their work at
     /// least (see `pace`); None: 6, or 4 with `quick`.
     pub hold: Option<f64>,
+    /// Seconds of each idle period of the `de-*` workloads; None: 10, or 3
+    /// with `quick` (see `de`).
+    pub idle: Option<f64>,
 }
 
 impl Default for Params {
     fn default() -> Params {
-        Params { quick: false, scale: 1.0, seed: DEFAULT_SEED, hold: None }
+        Params { quick: false, scale: 1.0, seed: DEFAULT_SEED, hold: None, idle: None }
     }
 }
 
@@ -89,7 +126,16 @@ impl Params {
         if let Some(h) = self.hold.filter(|h| !(0.0..=MAX_HOLD).contains(h)) {
             return Err(format!("--hold must be 0 to {MAX_HOLD} seconds, not {h}"));
         }
+        if let Some(i) = self.idle.filter(|i| !(0.0..=MAX_HOLD).contains(i)) {
+            return Err(format!("--idle must be 0 to {MAX_HOLD} seconds, not {i}"));
+        }
         Ok(())
+    }
+
+    /// How long each idle period of the `de-*` workloads lasts.
+    pub fn idle(&self) -> std::time::Duration {
+        let default = if self.quick { de::QUICK_IDLE } else { de::DEFAULT_IDLE };
+        std::time::Duration::from_secs_f64(self.idle.unwrap_or(default))
     }
 
     /// How long the paced workloads keep their memory at least.
@@ -124,6 +170,10 @@ pub fn run(w: Workload, p: &Params, out: &mut dyn Write) -> Result<(), String> {
         Workload::Zeros => zeros::run(p)?,
         Workload::Duplicates => duplicates::run(p)?,
         Workload::Mixed => mixed::run(p)?,
+        Workload::DeZero => de::run(p, de::PageType::Zero)?,
+        Workload::DeRandom => de::run(p, de::PageType::Random)?,
+        Workload::DeIdentical => de::run(p, de::PageType::Identical)?,
+        Workload::DeSimilar => de::run(p, de::PageType::Similar)?,
     };
     for line in lines {
         writeln!(out, "{line}").map_err(|e| format!("writing the summary: {e}"))?;
@@ -142,7 +192,7 @@ mod tests {
 
     /// Tiny sizes, quick rounds, no pacing: each workload in a fraction of a second.
     fn tiny(seed: u64) -> Params {
-        Params { quick: true, scale: 0.01, seed, hold: Some(0.0) }
+        Params { quick: true, scale: 0.01, seed, hold: Some(0.0), idle: Some(0.0) }
     }
 
     fn output(w: Workload, p: &Params) -> String {
@@ -156,7 +206,10 @@ mod tests {
         for w in Workload::ALL {
             let first = output(w, &tiny(1));
             assert_eq!(first, output(w, &tiny(1)), "{}: two runs differ", w.name());
-            assert_ne!(first, output(w, &tiny(2)), "{}: the seed changes nothing", w.name());
+            // Zero pages are zero pages, whatever the seed.
+            if w != Workload::DeZero {
+                assert_ne!(first, output(w, &tiny(2)), "{}: the seed changes nothing", w.name());
+            }
             assert!(first.contains("digest 0x"), "{}: {first}", w.name());
         }
     }
@@ -172,6 +225,24 @@ mod tests {
             let p = Params { hold: Some(hold), ..Params::default() };
             let err = run(Workload::Zeros, &p, &mut Vec::new()).unwrap_err();
             assert!(err.contains("--hold"), "{err}");
+            let p = Params { idle: Some(hold), ..Params::default() };
+            let err = run(Workload::DeZero, &p, &mut Vec::new()).unwrap_err();
+            assert!(err.contains("--idle"), "{err}");
+        }
+    }
+
+    #[test]
+    fn de_workloads_are_their_own_suite_and_idle_changes_the_time_not_the_output() {
+        let de: Vec<_> = Workload::ALL.iter().filter(|w| w.suite() == "de").map(|w| w.name()).collect();
+        assert_eq!(de, ["de-zero", "de-random", "de-identical", "de-similar"]);
+        let idle = Params { idle: Some(0.1), ..tiny(1) };
+        let t = std::time::Instant::now();
+        assert_eq!(output(Workload::DeSimilar, &idle), output(Workload::DeSimilar, &tiny(1)));
+        assert!(t.elapsed() >= std::time::Duration::from_millis(350), "three idle periods and a half");
+        let outputs: Vec<_> = de.iter().map(|n| output(Workload::ALL.into_iter().find(|w| w.name() == *n).unwrap(), &tiny(1))).collect();
+        let digests = |o: &String| o.lines().nth(1).and_then(|l| l.split_once(": ")).map(|(_, d)| d.to_string()).unwrap();
+        for (i, o) in outputs.iter().enumerate() {
+            assert!(outputs[i + 1..].iter().all(|p| digests(p) != digests(o)), "two page types gave the same digests:\n{o}");
         }
     }
 

@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use pagefold_synth::{Params, Workload, DEFAULT_SEED};
 
 #[derive(Parser)]
-#[command(name = "pagefold-synth", version, about = "Synthetic workloads for pagefold bench: copies, zero pages, duplicates")]
+#[command(name = "pagefold-synth", version, about = "Synthetic workloads for pagefold bench: copies, zero pages, duplicates; Difference Engine's micro-benchmark")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -27,6 +27,10 @@ struct Cli {
     /// with --quick; 0: as fast as possible). Their memory must outlive two background scans.
     #[arg(long, global = true, value_name = "SECONDS")]
     hold: Option<f64>,
+    /// Length of each idle period of the de-* workloads (default 10, 3 with --quick): long enough
+    /// for background scans to share the pages and the clock to find them cold.
+    #[arg(long, global = true, value_name = "SECONDS")]
+    idle: Option<f64>,
 }
 
 #[derive(Subcommand)]
@@ -39,8 +43,20 @@ enum Cmd {
     Duplicates,
     #[command(about = Workload::Mixed.about())]
     Mixed,
-    /// The workloads, one per line: name, then what it does.
-    List,
+    #[command(about = Workload::DeZero.about())]
+    DeZero,
+    #[command(about = Workload::DeRandom.about())]
+    DeRandom,
+    #[command(about = Workload::DeIdentical.about())]
+    DeIdentical,
+    #[command(about = Workload::DeSimilar.about())]
+    DeSimilar,
+    /// The workloads of a suite of `pagefold bench`, one per line: name, then what it does.
+    List {
+        /// synthetic (copies, zeros, duplicates, mixed) or de (Difference Engine's micro-benchmark).
+        #[arg(default_value = "synthetic", value_parser = ["synthetic", "de"])]
+        suite: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -53,9 +69,13 @@ fn main() -> ExitCode {
         Cmd::Zeros => Workload::Zeros,
         Cmd::Duplicates => Workload::Duplicates,
         Cmd::Mixed => Workload::Mixed,
-        Cmd::List => return list(),
+        Cmd::DeZero => Workload::DeZero,
+        Cmd::DeRandom => Workload::DeRandom,
+        Cmd::DeIdentical => Workload::DeIdentical,
+        Cmd::DeSimilar => Workload::DeSimilar,
+        Cmd::List { suite } => return list(&suite),
     };
-    let params = Params { quick: cli.quick, scale: cli.scale, seed: cli.seed, hold: cli.hold };
+    let params = Params { quick: cli.quick, scale: cli.scale, seed: cli.seed, hold: cli.hold, idle: cli.idle };
     if let Err(e) = params.validate() {
         eprintln!("pagefold-synth: {e}");
         return ExitCode::from(2);
@@ -69,10 +89,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn list() -> ExitCode {
+fn list(suite: &str) -> ExitCode {
     let mut out = std::io::stdout().lock();
-    for w in Workload::ALL {
-        if writeln!(out, "{:<12}{}", w.name(), w.about()).is_err() {
+    for w in Workload::ALL.into_iter().filter(|w| w.suite() == suite) {
+        if writeln!(out, "{:<14}{}", w.name(), w.about()).is_err() {
             return ExitCode::FAILURE;
         }
     }
@@ -89,7 +109,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
             ExitCode::SUCCESS
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
-            eprintln!("pagefold-synth: no workload given (one of: copies, zeros, duplicates, mixed, list)");
+            eprintln!("pagefold-synth: no workload given (one of: copies, zeros, duplicates, mixed, de-zero, de-random, de-identical, de-similar, list)");
             ExitCode::from(2)
         }
         _ => {

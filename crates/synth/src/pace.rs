@@ -22,7 +22,15 @@ impl Pacer {
 
     /// Sleeps until step `i` is due (no earlier than `i/steps` of the span).
     pub fn wait_for(&self, i: usize) {
-        let delay = self.delay(i, Instant::now());
+        self.sleep(self.delay(i, Instant::now()));
+    }
+
+    /// Sleeps until `offset` after the start (at once if that has passed).
+    pub fn wait_until(&self, offset: Duration) {
+        self.sleep((self.start + offset).saturating_duration_since(Instant::now()));
+    }
+
+    fn sleep(&self, delay: Duration) {
         if !delay.is_zero() {
             std::thread::sleep(delay);
         }
@@ -51,5 +59,11 @@ mod tests {
         let t = Instant::now();
         Pacer::new(ms(200), 4).wait_for(2);
         assert!(t.elapsed() >= ms(100));
+        let p = Pacer::new(Duration::ZERO, 1);
+        p.wait_until(ms(150));
+        assert!(p.start.elapsed() >= ms(150));
+        let t = Instant::now();
+        p.wait_until(ms(10));
+        assert!(t.elapsed() < ms(10), "past offsets do not wait");
     }
 }

@@ -166,6 +166,29 @@ pub fn page(kind: Kind, seed: u64) -> Vec<u8> {
     }
 }
 
+/// DE's 95%-similar page for `seed`: `reference` with 5% of its bytes
+/// (205 of a page), at random offsets, replaced by random bytes.
+pub fn similar95(reference: &[u8], seed: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed ^ 0xd1ff);
+    let mut p = reference.to_vec();
+    for _ in 0..PAGE * 5 / 100 {
+        let o = rng.below(p.len() as u64) as usize;
+        p[o] = rng.next_u64() as u8;
+    }
+    p
+}
+
+/// The byte DE's micro-benchmark writes (see [`write16`]).
+pub const WRITE16_BYTE: u8 = 0xab;
+
+/// DE's micro-benchmark write: the constant [`WRITE16_BYTE`] at 16 fixed
+/// offsets of the page, one in each 256-byte sixteenth.
+pub fn write16(page: &mut [u8]) {
+    for i in 0..16 {
+        page[i * (PAGE / 16) + 7] = WRITE16_BYTE;
+    }
+}
+
 /// A (reference, page) pair for patching: the page is a similar version
 /// of the reference (see the module documentation).
 pub fn pair(kind: Kind, seed: u64) -> (Vec<u8>, Vec<u8>) {
@@ -178,19 +201,13 @@ pub fn pair(kind: Kind, seed: u64) -> (Vec<u8>, Vec<u8>) {
         Kind::Random => (page(Kind::Random, seed), page(Kind::Random, seed ^ 0xffff)),
         Kind::Similar95 => {
             let r = page(Kind::Random, seed);
-            let mut p = r.clone();
-            for _ in 0..PAGE * 5 / 100 {
-                let o = rng.below(PAGE as u64) as usize;
-                p[o] = rng.next_u64() as u8;
-            }
+            let p = similar95(&r, seed);
             (r, p)
         }
         Kind::Write16 => {
             let r = page(Kind::Random, seed);
             let mut p = r.clone();
-            for i in 0..16 {
-                p[i * (PAGE / 16) + 7] = 0xab;
-            }
+            write16(&mut p);
             (r, p)
         }
         Kind::Text => {
