@@ -392,7 +392,8 @@ impl State {
         pass.counts.evicted += rep.evicted;
         pass.counts.not_eligible += rep.not_eligible;
         pass.counts.refused += rep.refused;
-        pass.counts.not_allowed += rep.not_allowed;
+        // Only a patch was allowed and none applied (or nothing was allowed).
+        pass.counts.not_allowed += rep.not_allowed + rep.unpatched;
         let freed = (rep.evicted * PAGE as u64).saturating_sub(stored(self).saturating_sub(before));
         pass.shed = pass.shed.saturating_sub(freed);
     }

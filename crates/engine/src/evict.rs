@@ -332,10 +332,6 @@ impl State {
         page: &[u8; PAGE],
         rep: &mut EvictReport,
     ) -> Option<crate::store::Handle> {
-        if !allow.compress {
-            rep.not_allowed += 1;
-            return None;
-        }
         let err = match store.put(page) {
             Ok(handle) => return Some(handle),
             Err(e) => e,

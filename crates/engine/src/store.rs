@@ -22,9 +22,9 @@
 //! - After fork the child inherits the store (the engine restores every page
 //!   before fork, so it is empty then); a store holding file descriptors or
 //!   offsets shared with the parent must start afresh in `after_fork_in_child`.
-//! - `spill` (a policy above its HIGH watermark) runs under the engine lock,
-//!   like `put`, so fork (which takes every engine lock) never finds a store
-//!   in the middle of one.
+//! - `spill` is called by a policy above its HIGH watermark, possibly outside
+//!   the engine lock (it may write to disk), so a fork may happen while it
+//!   holds a lock of the store: `after_fork_in_child` must not wait for it.
 //!
 //! The default store is `TierStore` (tier_store.rs): pages compressed into
 //! the tier crate's slab store, a swap file below it when configured.

@@ -30,14 +30,15 @@
 //! into the caller's buffer, the zstd DCtx is made and warmed up here at
 //! creation) live under that lock, and a swapped object is read with pread
 //! into a stack buffer. tests/tier_store.rs checks this with a counting
-//! global allocator. `put` and `spill` run under the engine lock (so fork,
-//! which takes every engine lock, never finds this store's locks held) and
-//! keep the inner lock for one batch at a time, so a fault waits for at
-//! most one batch of writes.
+//! global allocator. `spill` keeps the inner lock for one batch of writes
+//! at a time, so a fault waits for at most one batch. A policy may spill
+//! outside the engine lock, so a fork can find the inner lock held by a
+//! thread the child does not have: the child's store is then given up
+//! (`after_fork_in_child`), never waited for.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use pagefold_tier::compress::{Compressor, Method};
@@ -146,6 +147,8 @@ pub struct TierStore {
     put_codec: Mutex<Compressor>,
     put_codec_bytes: AtomicU64,
     inner: Mutex<Inner>,
+    /// Forked child whose parent held `inner` at the fork: never lock it.
+    orphaned: AtomicBool,
 }
 
 static SWAP_FILES: AtomicU64 = AtomicU64::new(0);
@@ -181,24 +184,38 @@ impl TierStore {
             put_codec_bytes: AtomicU64::new(put_codec.memory_bytes() as u64),
             put_codec: Mutex::new(put_codec),
             inner: Mutex::new(inner),
+            orphaned: AtomicBool::new(false),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    /// The inner state; None in a forked child whose parent had it locked
+    /// at the fork (see `after_fork_in_child`).
+    fn lock(&self) -> Option<MutexGuard<'_, Inner>> {
+        if self.orphaned.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(self.inner.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     pub fn counts(&self) -> TierCounts {
-        self.lock().counts
+        self.lock().map(|s| s.counts).unwrap_or_default()
+    }
+
+    /// Runs `f` with the store's inner lock held, as a spill in another
+    /// thread holds it (for tests of fork at that moment).
+    #[doc(hidden)]
+    pub fn with_lock_held<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _held = self.lock();
+        f()
     }
 
     /// `bytes()` recomputed from the tables rather than the counters, with
     /// the invariants checked (every object in exactly one place, the slab
     /// store's own audit, the swap file's used slots); for tests.
     pub fn audit(&self) -> Result<StoreBytes, String> {
-        let s = self.lock();
+        let s = self.lock().ok_or("the store was locked by another thread at fork")?;
         let slabs = s.slabs.audit()?;
-        let (mut in_memory, mut swapped, mut payload) = (0u64, 0u64, 0u64);
+        let (mut in_memory, mut swapped, mut gone, mut payload) = (0u64, 0u64, 0u64, 0u64);
         for o in &s.objects {
             match o.place {
                 Place::Memory(sh) => {
@@ -209,17 +226,19 @@ impl TierStore {
                     swapped += 1;
                     s.swap.as_ref().and_then(|f| f.len_of(slot).ok()).ok_or("swapped object without a slot")?;
                 }
-                Place::Gone => swapped += 1,
+                Place::Gone => gone += 1,
                 Place::Free => {}
             }
         }
         let free = s.objects.iter().filter(|o| matches!(o.place, Place::Free)).count();
+        let swapped_here = swapped;
+        swapped += gone;
         if (in_memory, swapped, free) != (s.in_memory, s.swapped, s.free.len()) || payload != slabs.payload_bytes {
             return Err(format!("counted {in_memory} in memory, {swapped} swapped, {free} free, {payload} B; kept {} / {} / {} / {} B", s.in_memory, s.swapped, s.free.len(), slabs.payload_bytes));
         }
         let swap = s.swap.as_ref().map(|f| f.stats()).unwrap_or_default();
-        if s.swap.is_some() && swap.slots_used != swapped {
-            return Err(format!("{swapped} swapped objects but {} slots used", swap.slots_used));
+        if s.swap.is_some() && swap.slots_used != swapped_here {
+            return Err(format!("{swapped_here} swapped objects but {} slots used", swap.slots_used));
         }
         let memory = self.memory_bytes(&s) - s.slabs.stats().footprint_bytes() + slabs.footprint_bytes();
         Ok(StoreBytes { pages: in_memory + swapped, payload, overhead: memory - payload, swapped, swap_file_bytes: swap.slots_allocated * PAGE as u64 })
@@ -235,7 +254,7 @@ impl TierStore {
     fn insert(&self, obj: &[u8]) -> Result<Handle, StoreError> {
         let mut spilled = false;
         loop {
-            let mut s = self.lock();
+            let Some(mut s) = self.lock() else { return Err(StoreError::Full) };
             let extra = self.put_codec_bytes.load(Ordering::Relaxed);
             match s.try_insert(obj, self.cfg.capacity.saturating_sub(extra)) {
                 Err(StoreError::Full) if !spilled && s.swap_state != SwapState::Off => {
@@ -255,7 +274,7 @@ impl TierStore {
     fn swap_out_oldest(&self, payload: u64) -> u64 {
         let mut moved = 0;
         while moved < payload {
-            let mut s = self.lock();
+            let Some(mut s) = self.lock() else { break };
             if !s.swap_ready(&self.cfg) {
                 break;
             }
@@ -294,7 +313,7 @@ impl Inner {
         let tables = self.objects.capacity() * size_of::<Object>()
             + self.free.capacity() * 4
             + self.oldest.capacity() * size_of::<(u32, u32)>()
-            + size_of::<Inner>();
+            + size_of::<TierStore>();
         let swap = self.swap.as_ref().map_or(0, |f| f.stats().metadata_bytes as usize + size_of::<SwapFile>());
         self.slabs.stats().footprint_bytes() + (tables + swap + self.codec.memory_bytes()) as u64
     }
@@ -304,6 +323,8 @@ impl Inner {
         let sh = self.slabs.insert(obj).map_err(|_| StoreError::Full)?;
         if capacity != u64::MAX && self.memory_bytes() > capacity {
             let _ = self.slabs.remove(sh);
+            // A slab made for this object would stay cached, and counted.
+            self.slabs.trim();
             return Err(StoreError::Full);
         }
         let index = match self.free.pop() {
@@ -462,8 +483,7 @@ impl PageStore for TierStore {
         let method = Compressor::method_of(obj);
         let r = self.insert(obj);
         self.put_codec_bytes.store(codec.memory_bytes() as u64, Ordering::Relaxed);
-        if r.is_ok() {
-            let mut s = self.lock();
+        if let (true, Some(mut s)) = (r.is_ok(), self.lock()) {
             match method {
                 Some(Method::Same) => s.counts.same += 1,
                 Some(Method::Lz4) => s.counts.lz4 += 1,
@@ -475,15 +495,17 @@ impl PageStore for TierStore {
     }
 
     fn get(&self, h: Handle, out: &mut [u8; PAGE]) -> Result<(), StoreError> {
-        self.lock().read(h, out)
+        self.lock().ok_or(StoreError::Lost)?.read(h, out)
     }
 
     fn remove(&self, h: Handle) {
-        self.lock().remove(h)
+        if let Some(mut s) = self.lock() {
+            s.remove(h)
+        }
     }
 
     fn bytes(&self) -> StoreBytes {
-        let s = self.lock();
+        let Some(s) = self.lock() else { return StoreBytes::default() };
         let payload = s.slabs.stats().payload_bytes;
         let swap = s.swap.as_ref().map(|f| f.stats()).unwrap_or_default();
         StoreBytes {
@@ -500,13 +522,13 @@ impl PageStore for TierStore {
     /// should cover the rest, then compacts the slabs and gives emptied and
     /// cached ones back.
     fn spill(&self, bytes: u64) -> u64 {
-        let before = self.memory_bytes(&self.lock());
+        let Some(before) = self.lock().map(|s| self.memory_bytes(&s)) else { return 0 };
         let mut released = 0;
         while released < bytes {
             if self.swap_out_oldest(bytes - released) == 0 {
                 break;
             }
-            let mut s = self.lock();
+            let Some(mut s) = self.lock() else { break };
             s.slabs.compact();
             s.slabs.trim();
             released = before.saturating_sub(self.memory_bytes(&s));
@@ -515,7 +537,19 @@ impl PageStore for TierStore {
     }
 
     fn after_fork_in_child(&self) {
-        let mut s = self.lock();
+        // Another thread of the parent (a policy spilling outside the engine
+        // lock) may have held the lock at the fork: it never unlocks here, and
+        // what it was changing may be half done. The store is then given up:
+        // puts refuse (pages stay in memory), spills move nothing. Nothing the
+        // child needs is lost: fork restored every evicted page first.
+        let mut s = match self.inner.try_lock() {
+            Ok(s) => s,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                self.orphaned.store(true, Ordering::Relaxed);
+                return;
+            }
+        };
         // The parent's file: neither read, written, freed nor deleted here.
         if let Some(f) = s.swap.take() {
             f.abandon();

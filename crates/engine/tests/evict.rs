@@ -15,22 +15,12 @@
 //! page of every engine in the process, which would upset another's counts.
 
 mod common;
-use common::{assert_killed_for_lost_page, pipe, socketpair, with_deadline};
+use common::{assert_killed_for_lost_page, bytes, pipe, serial, socketpair, with_deadline};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier, Mutex, MutexGuard};
+use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use pagefold_engine::{Allow, Config, Engine, Handle, Hint, Inject, PageStore, StoreBytes, StoreError, PAGE};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
-    unsafe { std::slice::from_raw_parts(p, len) }
-}
 
 /// Compressible content, different for every `k`, never all zero.
 fn pattern(k: usize) -> Vec<u8> {

@@ -12,12 +12,12 @@
 //! every engine in the process, and the allocation count is process-wide).
 
 mod common;
-use common::{pipe, with_deadline};
+use common::{bytes, pipe, serial, with_deadline};
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use pagefold_engine::{Allow, Config, Engine, Handle, Hint, PageStore, TierConfig, TierStore, PAGE};
@@ -64,16 +64,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
-    unsafe { std::slice::from_raw_parts(p, len) }
-}
 
 /// Page `k` of the test content: text (LZ4), integer doubles, heap records
 /// and sparse pages (zstd), one repeated word (same-filled), in turn.
@@ -344,6 +334,18 @@ fn empty_store_bytes() -> u64 {
     store(u64::MAX, None).bytes().memory()
 }
 
+/// An engine on store `s`, a block of `n` text pages in it, and what
+/// evicting the block into the store did.
+fn evicted_text(s: &Arc<TierStore>, n: usize) -> (Engine, *mut u8, Vec<u8>, pagefold_engine::EvictReport) {
+    let e = Engine::new(Config { pin_grace: Duration::from_micros(100), ..Config::default() });
+    assert!(e.set_store(s.clone()));
+    let want: Vec<u8> = (0..n as u64).flat_map(|k| kind_page(Kind::Text, k)).collect();
+    let p = e.alloc(n * PAGE, Hint::None);
+    unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
+    let r = e.evict_with(p, n * PAGE, STORE_ONLY);
+    (e, p, want, r)
+}
+
 #[test]
 fn a_full_disk_keeps_pages_in_memory() {
     let _g = serial();
@@ -354,12 +356,7 @@ fn a_full_disk_keeps_pages_in_memory() {
         // 2 MiB of compressed text: it spills until the disk is full, then refuses.
         let s = store(empty_store_bytes() + (64 << 10), Some(prefix));
         let n = 1000;
-        let e = Engine::new(Config { pin_grace: Duration::from_micros(100), ..Config::default() });
-        assert!(e.set_store(s.clone()));
-        let want: Vec<u8> = (0..n as u64).flat_map(|k| kind_page(Kind::Text, k)).collect();
-        let p = e.alloc(n * PAGE, Hint::None);
-        unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
-        let r = e.evict_with(p, n * PAGE, STORE_ONLY);
+        let (e, p, want, r) = evicted_text(&s, n);
         let c = s.counts();
         let b = s.bytes();
         assert!(r.evicted > 0 && r.refused > 0 && r.evicted + r.refused == n as u64, "{r:?}");
@@ -542,11 +539,15 @@ fn fork_with_swapped_pages() {
             if bytes(fresh, want.len()) != &want[..] {
                 return 4;
             }
+            // The parent's swapped objects are unreadable here but still counted.
+            if f.store.audit() != Ok(f.store.bytes()) {
+                return 5;
+            }
             0
         });
         assert!(
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "child: status {status:#x} (99: panicked, 1: wrong bytes after fork, 2: no swap, 3: not its own file, 4: wrong bytes)"
+            "child: status {status:#x} (99: panicked, 1: wrong bytes after fork, 2: no swap, 3: not its own file, 4: wrong bytes, 5: audit)"
         );
         let s = f.e.stats();
         assert_eq!((s.evicted_now, s.restored_by_engine), (0, 30), "{s:?}");
@@ -564,4 +565,123 @@ fn fork_with_swapped_pages() {
         assert!(unsafe { f.e.free(fresh) });
         f.finish("fork");
     });
+}
+
+#[test]
+fn without_a_usable_swap_file_a_full_store_refuses() {
+    let _g = serial();
+    // No swap configured: spill moves nothing. A swap file that cannot be
+    // made (its directory does not exist): the same, and a full store refuses.
+    for prefix in [None, Some(PathBuf::from("/nonexistent-pagefold-dir/swap"))] {
+        let s = store(empty_store_bytes() + (32 << 10), prefix.clone());
+        let n = 64;
+        let (e, p, want, r) = evicted_text(&s, n);
+        assert!(r.evicted > 0 && r.refused > 0, "{prefix:?}: {r:?}");
+        assert_eq!(s.spill(1 << 20), 0, "{prefix:?}");
+        assert_eq!(s.bytes().swapped, 0);
+        assert_eq!(s.counts().swap_write_errors, prefix.is_some() as u64, "{prefix:?}: {:?}", s.counts());
+        assert!(bytes(p, n * PAGE) == &want[..], "{prefix:?}: wrong bytes");
+        assert!(unsafe { e.free(p) });
+        assert_eq!(s.audit().unwrap(), s.bytes());
+    }
+}
+
+#[test]
+fn fork_while_another_thread_holds_the_store_lock() {
+    let _g = serial();
+    // A policy spills outside the engine lock: a fork can come while that
+    // thread holds the store's lock. The child must not wait for it (the
+    // thread does not exist there): its store refuses, its pages stay right.
+    let s = store(u64::MAX, Some(swap_prefix("forklock")));
+    let e = Engine::new(Config { pin_grace: Duration::from_micros(100), ..Config::default() });
+    assert!(e.set_store(s.clone()));
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let holder = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            s.with_lock_held(|| {
+                held_tx.send(()).unwrap();
+                let _ = go_rx.recv();
+            })
+        })
+    };
+    held_rx.recv().unwrap();
+    let want: Vec<u8> = (0..8).flat_map(content_page).collect();
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let p = e.alloc(want.len(), Hint::None);
+            unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
+            let r = e.evict_with(p, want.len(), STORE_ONLY);
+            let right = bytes(p, want.len()) == &want[..];
+            match (r.evicted, r.refused, right) {
+                (0, 8, true) => 0,
+                (_, _, false) => 1,
+                _ => 2,
+            }
+        }))
+        .unwrap_or(99);
+        unsafe { libc::_exit(code) };
+    }
+    // The child has 10 s; a child waiting for the lock is killed and fails the test.
+    let mut status = 0;
+    let t = std::time::Instant::now();
+    while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
+        if t.elapsed() > Duration::from_secs(10) {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            go_tx.send(()).unwrap();
+            panic!("the child hung on the store's lock, held by a thread it does not have");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    go_tx.send(()).unwrap();
+    holder.join().unwrap();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child: status {status:#x} (1: wrong bytes, 2: the store took pages, 99: panicked)"
+    );
+    // The parent's store works on.
+    let f = Fixture::new(s, 20);
+    f.evict_all(true);
+    f.check("parent after the fork");
+    f.finish("parent after the fork");
+}
+
+/// Resident bytes of this process (statm).
+fn resident_bytes() -> i64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    statm.split_whitespace().nth(1).unwrap().parse::<i64>().unwrap() * PAGE as i64
+}
+
+#[test]
+fn counted_memory_follows_what_the_kernel_sees() {
+    let _g = serial();
+    // The store's `bytes().memory()` against the process's resident size,
+    // the store alone (no engine memory moving): filling it, then spilling
+    // most of it to disk (slabs compacted and given back).
+    let s = store(u64::MAX, Some(swap_prefix("rss")));
+    let pages: Vec<Vec<u8>> = (0..4000).map(|k| kind_page(Kind::Text, k)).collect();
+    let (rss0, mem0) = (resident_bytes(), s.bytes().memory() as i64);
+    let hs: Vec<Handle> = pages.iter().map(|p| s.put(p.as_slice().try_into().unwrap()).unwrap()).collect();
+    let (rss1, mem1) = (resident_bytes(), s.bytes().memory() as i64);
+    let close = |what: &str, kernel: i64, counted: i64| {
+        let slack = kernel.abs() / 20 + (256 << 10);
+        assert!((kernel - counted).abs() <= slack, "{what}: resident size moved {kernel} B, the store counted {counted} B");
+        eprintln!("{what}: resident {kernel} B, counted {counted} B");
+    };
+    close("filled", rss1 - rss0, mem1 - mem0);
+    assert!(mem1 - mem0 > 8 << 20, "4000 text pages: {} B", mem1 - mem0);
+    let released = s.spill((mem1 - mem0) as u64 * 3 / 4) as i64;
+    let (rss2, mem2) = (resident_bytes(), s.bytes().memory() as i64);
+    assert_eq!(mem1 - mem2, released);
+    close("spilled", rss1 - rss2, released);
+    let mut out = [0u8; PAGE];
+    for (h, p) in hs.iter().zip(&pages) {
+        s.get(*h, &mut out).unwrap();
+        assert!(out[..] == p[..]);
+        s.remove(*h);
+    }
+    assert_eq!(s.audit().unwrap(), s.bytes());
 }

@@ -2,6 +2,7 @@
 //! so not every one uses every helper).
 #![allow(dead_code)]
 
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 /// A pipe with room for the largest transfer, so one thread can write then read.
@@ -38,6 +39,18 @@ pub fn with_deadline(name: &str, limit: Duration, body: impl FnOnce() + Send + '
         }
         Err(_) => panic!("{name}: still running after {limit:?}: a touch of an evicted page was never answered"),
     }
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Held by tests of one file that must not run at the same time.
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The `len` bytes at `p`.
+pub fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
+    unsafe { std::slice::from_raw_parts(p, len) }
 }
 
 /// Waits for child `pid` and asserts it died of SIGBUS — or SIGABRT where
