@@ -79,7 +79,7 @@ pub struct EvictReport {
     pub zero: u64,
     /// Pages the store refused (incompressible or full).
     pub refused: u64,
-    /// Pages the policy allowed only a treatment that did not apply (a patch, without one).
+    /// Pages for which the caller allowed no treatment at all.
     pub not_allowed: u64,
     /// Pages that changed during the pin grace.
     pub changed: u64,
