@@ -375,7 +375,10 @@ impl State {
         let mut plan: HashMap<usize, FrameId> = HashMap::new();
         // Out of `self` while in use, so lookups can read frames and pages.
         let mut stable = std::mem::take(&mut self.stable);
-        for &k in pages {
+        let mut idx = 0;
+        while idx < pages.len() {
+            let k = pages[idx];
+            idx += 1;
             let ptr = self.blocks[&base].page_addr(k);
             let own = self.blocks[&base].pages[k];
             let frame_content = |f: FrameId| self.stable_content(f);
@@ -399,10 +402,18 @@ impl State {
             };
             match unstable.find(ptr, page_content) {
                 Some((qb, qi)) if (qb, qi) != (base, k) => {
-                    if let Some(f) = self.promote(qb, qi, ptr, &chunk, base) {
-                        stable.insert(ptr, f, |f| self.stable_content(f));
-                        plan.insert(k, f);
+                    // The pages after this one often repeat the pages after
+                    // the partner (a block computed twice): promote them as one run.
+                    let n = self.partner_run(base, &pages[idx - 1..], qb, qi, &plan, &mut stable);
+                    let frames = self.promote(qb, qi, n, base, k, &chunk);
+                    // Pages after the first that did not promote go the usual way.
+                    let took = 1 + frames[1..].iter().take_while(|f| f.is_some()).count();
+                    for (j, f) in frames.into_iter().enumerate().take(took) {
+                        let Some(f) = f else { continue };
+                        stable.insert(self.blocks[&base].page_addr(k + j), f, |f| self.stable_content(f));
+                        plan.insert(k + j, f);
                     }
+                    idx += took - 1;
                 }
                 Some(_) => {}
                 None => unstable.insert(ptr, (base, k), page_content),
@@ -420,47 +431,111 @@ impl State {
         (pool.is_stable(f.slot()) && pool.resident(f.slot())).then(|| pool.frame_ptr(f.slot()))
     }
 
-    /// Turns page `qi` of block `qb` into a frozen frame, if its content
-    /// still equals the page at `ptr`. Pages outside the protected chunk are
-    /// protected for the comparison.
-    fn promote(&mut self, qb: usize, qi: usize, ptr: *const u8, chunk: &std::ops::Range<usize>, base: usize) -> Option<FrameId> {
-        let qaddr = self.blocks.get(&qb).filter(|b| !b.exempt && qi < b.pages.len() && !b.pages[qi].is_evicted())?.page_addr(qi);
-        if qb == base && chunk.contains(&qi) {
-            return self.frame_for(qb, qi, ptr);
+    /// How many of `pages` (sorted, from the page that hit its partner
+    /// `qi` of block `qb`) run on consecutively with partners `qi + j` of
+    /// equal content, resident, on frames, not planned elsewhere and not a
+    /// stable hit themselves: at least 1. Checked again under protection.
+    fn partner_run(
+        &self,
+        base: usize,
+        pages: &[usize],
+        qb: usize,
+        qi: usize,
+        plan: &HashMap<usize, FrameId>,
+        stable: &mut ContentIndex<FrameId>,
+    ) -> usize {
+        let (k, block) = (pages[0], &self.blocks[&base]);
+        let Some(q) = self.blocks.get(&qb).filter(|q| !q.exempt) else { return 1 };
+        // The partner run must end before this run starts (same block: qi < k).
+        let limit = if qb == base { k.saturating_sub(qi) } else { usize::MAX };
+        let mut m = 1;
+        while m < pages.len() && m < limit && pages[m] == k + m && qi + m < q.pages.len() {
+            m += 1;
         }
-        self.with_registered(qb, qi, 1, |st| {
-            let protector = st.protector.as_ref()?;
-            if protector.protect(qaddr, PAGE).is_err() {
-                let _ = protector.unprotect(qaddr, PAGE);
-                return None;
+        if m == 1 {
+            return 1;
+        }
+        // Reading a partner that holds nothing would allocate it.
+        let mut resident = vec![0u8; m];
+        if sys::mincore(q.page_addr(qi), m * PAGE, &mut resident).is_err() {
+            return 1;
+        }
+        let mut n = 1;
+        while n < m {
+            let ours = block.pages[k + n];
+            let fits = resident[n] & 1 != 0
+                && matches!(q.pages[qi + n], Page::Owned(_) | Page::Shared(_))
+                && !matches!(ours, Page::Shared(_) | Page::Evicted(_))
+                && !(qb == base && plan.contains_key(&(qi + n)))
+                && page_eq(block.page_addr(k + n), q.page_addr(qi + n))
+                && stable.find(block.page_addr(k + n), |f| self.stable_content(f)).is_none();
+            if !fits {
+                break;
             }
-            st.refresh_divergence(qb, qi, 1);
-            let frame = st.frame_for(qb, qi, ptr);
-            if let Some(p) = &st.protector {
-                let _ = p.unprotect(qaddr, PAGE);
+            n += 1;
+        }
+        n
+    }
+
+    /// Turns pages `qi..qi+n` of block `qb` into frozen frames, each if its
+    /// content still equals page `k + j` of block `base`. Pages outside the
+    /// protected chunk are protected for the comparison, all in one go.
+    fn promote(&mut self, qb: usize, qi: usize, n: usize, base: usize, k: usize, chunk: &std::ops::Range<usize>) -> Vec<Option<FrameId>> {
+        let none = vec![None; n];
+        let Some(q) = self.blocks.get(&qb).filter(|b| !b.exempt && qi + n <= b.pages.len()) else { return none };
+        let qaddr = q.page_addr(qi);
+        if qb == base && chunk.contains(&qi) && chunk.contains(&(qi + n - 1)) {
+            return self.frames_for(qb, qi, n, base, k);
+        }
+        self.with_registered(qb, qi, n, |st| {
+            let Some(protector) = st.protector.clone() else { return none };
+            if protector.protect(qaddr, n * PAGE).is_err() {
+                let _ = protector.unprotect(qaddr, n * PAGE);
+                return none;
             }
-            frame
+            st.refresh_divergence(qb, qi, n);
+            let frames = st.frames_for(qb, qi, n, base, k);
+            let _ = protector.unprotect(qaddr, n * PAGE);
+            frames
         })
     }
 
-    /// Frozen frame holding protected page `qi` of block `qb`, which must equal `ptr`.
-    fn frame_for(&mut self, qb: usize, qi: usize, ptr: *const u8) -> Option<FrameId> {
-        let qaddr = self.blocks[&qb].page_addr(qi);
-        let mut res = [0u8; 1];
-        sys::mincore(qaddr, PAGE, &mut res).ok()?;
-        if res[0] & 1 == 0 || !page_eq(qaddr, ptr) {
-            return None;
+    /// Frozen frames holding protected pages `qi..qi+n` of block `qb`, each
+    /// of which must equal page `k + j` of block `base` (None where not).
+    /// Owned pages are frozen as runs: one remap for consecutive frames.
+    fn frames_for(&mut self, qb: usize, qi: usize, n: usize, base: usize, k: usize) -> Vec<Option<FrameId>> {
+        let mut resident = vec![0u8; n];
+        if sys::mincore(self.blocks[&qb].page_addr(qi), n * PAGE, &mut resident).is_err() {
+            return vec![None; n];
         }
-        match self.blocks[&qb].pages[qi] {
-            // The frame is what the partner will map: compare that, not the page.
-            Page::Shared(f) => page_eq(self.pools[f.pool()].frame_ptr(f.slot()), ptr).then_some(f),
-            Page::Owned(f) => {
-                self.freeze(qb, qi, 1);
-                matches!(self.blocks[&qb].pages[qi], Page::Shared(_)).then_some(f)
+        let ours = |st: &State, j: usize| st.blocks[&base].page_addr(k + j);
+        let equal: Vec<bool> = (0..n)
+            .map(|j| {
+                let q = &self.blocks[&qb];
+                resident[j] & 1 != 0 && !q.pages[qi + j].is_evicted() && page_eq(q.page_addr(qi + j), ours(self, j))
+            })
+            .collect();
+        let mut j = 0;
+        while j < n {
+            let end = (j..n).find(|&e| !equal[e]).unwrap_or(n);
+            if end > j {
+                self.freeze(qb, qi + j, end - j);
             }
-            Page::Anon | Page::Diverged(_) => self.materialize(qb, qi),
-            Page::Evicted(_) => None,
+            j = end + 1;
         }
+        (0..n)
+            .map(|j| {
+                if !equal[j] {
+                    return None;
+                }
+                match self.blocks[&qb].pages[qi + j] {
+                    // The frame is what the partner will map: compare that, not the page.
+                    Page::Shared(f) => page_eq(self.pools[f.pool()].frame_ptr(f.slot()), ours(self, j)).then_some(f),
+                    Page::Anon | Page::Diverged(_) => self.materialize(qb, qi + j),
+                    Page::Owned(_) | Page::Evicted(_) => None,
+                }
+            })
+            .collect()
     }
 
     /// Copies a protected anonymous page into a new frame and maps it there.

@@ -677,3 +677,33 @@ fn vma_budget_bounds_real_mappings() {
     );
     sc.free();
 }
+
+/// A block computed twice (its pages equal, page for page, to another
+/// block's) merges as runs: one freeze of the first block's frames and one
+/// remap of the second, not a system call per page. An engine allowed only
+/// 16 mmaps in all merges all 256 pages without a failed one.
+#[test]
+fn a_block_computed_twice_merges_as_runs() {
+    let _s = serial();
+    let inject = Inject { fail_mmap_after: Some(16), ..Default::default() };
+    let e = Engine::new(Config { inject, ..Config::default() });
+    let n = 256 * PAGE;
+    let a = e.alloc(n, Hint::None);
+    let b = e.alloc(n, Hint::None);
+    let content: Vec<u8> = (0..256).flat_map(unique).collect();
+    unsafe {
+        std::ptr::copy_nonoverlapping(content.as_ptr(), a, n);
+        std::ptr::copy_nonoverlapping(content.as_ptr(), b, n);
+    }
+    let want = bytes(a, n).to_vec();
+    e.scan();
+    e.scan();
+    let st = e.stats();
+    assert_eq!((st.merged, st.fallbacks.mmap), (256, 0), "{st:?}");
+    assert_eq!(st.frames_resident, 256, "one copy of the content left");
+    unsafe { *b.add(7 * PAGE + 1) ^= 0xff };
+    assert_eq!(bytes(a, n), &want[..]);
+    assert_eq!(bytes(b, 7 * PAGE), &want[..7 * PAGE]);
+    assert_eq!(unsafe { *b.add(7 * PAGE + 1) }, want[7 * PAGE + 1] ^ 0xff);
+    assert!(unsafe { e.free(a) && e.free(b) });
+}
