@@ -19,7 +19,12 @@
 //!    frame. A hit in this scan's unstable index (pages seen earlier) is
 //!    protected too, compared, turned into a frozen frame, and both pages map
 //!    it. A hash alone never decides: every merge compares all 4096 bytes.
-//!    Consecutive pages merging onto consecutive frames are remapped as one run.
+//!    Consecutive pages merging onto consecutive frames are remapped as one run,
+//!    and an unstable hit looks ahead: when the following pages equal the
+//!    pages following the partner (a block computed twice), the partner's
+//!    whole run is protected, compared and frozen at once (partner_run,
+//!    promote), so a duplicated block costs a few system calls, not several
+//!    per page.
 //!    Before steps 4-5 act, a short grace lets writes through pages the kernel
 //!    pinned earlier (O_DIRECT) land, and every planned page is checked again;
 //! 6. unprotect the chunk (waking writers) and unregister it (a registered
