@@ -75,12 +75,17 @@
 //! incompressible is not offered again until it is written (most numeric
 //! data does not compress; trying it again every pass cost the scan more
 //! than the rest of the pass), and a pass looks at it only when the smart
-//! scan would (idle.rs), so its write is seen at most 8 scans late. A pass
-//! classifies the pages it looks at (its counts are page looks).
+//! scan would (idle.rs), so its write is seen at most 8 scans late. Likewise
+//! a page offered a patch that found no reference is not offered a patch
+//! again until written (a similar page that comes later finds it as its
+//! reference instead): on R's random-looking doubles, searching again every
+//! pass cost more scan time than the patches saved. A pass classifies the
+//! pages it looks at (its counts are page looks).
 //!
 //! The clock's state is kept per page in the page's `seen` word, beside the
 //! look and the idle level, so every path that resets or splits `seen`
-//! handles it too: bit 23 refused as incompressible, bit 27 written since
+//! handles it too: bit 22 no reference found, bit 23 refused as
+//! incompressible, bit 27 written since
 //! the last pass, bit 28 restored since the last pass, bits 29-31 passes
 //! without access (capped at `MAX_AGE`).
 
@@ -98,6 +103,9 @@ use crate::space::Page;
 use crate::store::PageStore;
 use crate::PAGE;
 
+/// Offered for a patch, the page found no reference: not offered for one
+/// again until written (a later similar page finds it instead).
+const NO_REFERENCE: u32 = 1 << 22;
 const REFUSED: u32 = 1 << 23;
 const WRITTEN: u32 = 1 << 27;
 const ACCESSED: u32 = 1 << 28;
@@ -107,7 +115,12 @@ pub const MAX_AGE: u32 = 7;
 
 /// `seen` of a page a scan saw written (new content: it may compress now).
 pub fn written(seen: u32) -> u32 {
-    (seen | WRITTEN) & !REFUSED
+    (seen | WRITTEN) & !(REFUSED | NO_REFERENCE)
+}
+
+/// `seen` of a page for which patching found no reference.
+pub fn no_reference(seen: u32) -> u32 {
+    seen | NO_REFERENCE
 }
 
 /// `seen` of a page the store refused as incompressible.
@@ -359,6 +372,14 @@ impl State {
             if allowed.is_some() && seen & REFUSED != 0 {
                 pass.counts.incompressible += 1;
                 allowed = None;
+            }
+            if let Some(a) = allowed.as_mut().filter(|_| seen & NO_REFERENCE != 0) {
+                a.patch = false;
+                if !a.compress {
+                    // Patch-only, and an earlier try found no reference.
+                    pass.counts.not_allowed += 1;
+                    allowed = None;
+                }
             }
             if let Some(a) = allowed {
                 pressure_pages -= (pressing && a.compress) as u64;

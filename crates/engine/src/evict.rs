@@ -306,6 +306,11 @@ impl State {
                 true => self.patch_page(base, k, &buf, &mut Chunk { pages: chunk.clone(), taken: &mut taken, copies }),
                 false => None,
             };
+            if allow.patch && patch.is_none() {
+                // The clock offers it a patch again only once it is written (clock.rs).
+                let seen = &mut self.blocks.get_mut(&base).expect("block vanished under the lock").seen[k];
+                *seen = crate::clock::no_reference(*seen);
+            }
             let handle = match (patch, allow.compress) {
                 (Some(p), _) => p,
                 (None, true) => match self.store_page(base, k, &store, &buf, rep) {

@@ -12,13 +12,13 @@
 //! that was folded or merged starts again at level 0.
 //!
 //! The level lives in bits 24-26 of the page's `seen` word (space.rs),
-//! beside what the previous look saw (bits 0-22) and the clock's bits
-//! (23 and 27-31, clock.rs), so splitting, trimming and resetting a block's `seen`
+//! beside what the previous look saw (bits 0-21) and the clock's bits
+//! (22-23 and 27-31, clock.rs), so splitting, trimming and resetting a block's `seen`
 //! keeps or resets them all together.
 
 /// The bits of `seen` holding what the previous look saw (1: zero; else a
-/// sampled hash with bit 1 set; 0: never looked at). Bit 23 is the clock's.
-pub const LOOK_MASK: u32 = 0x007f_ffff;
+/// sampled hash with bit 1 set; 0: never looked at). Bits 22-23 are the clock's.
+pub const LOOK_MASK: u32 = 0x003f_ffff;
 const LEVEL_SHIFT: u32 = 24;
 const LEVEL_MASK: u32 = 0x0700_0000;
 const MAX_LEVEL: u32 = 4;
@@ -53,7 +53,7 @@ mod tests {
     #[test]
     fn idle_pages_are_looked_at_every_2nd_4th_then_8th_scan_all_together() {
         let mut seen = with_look(0, 0x1234_5678 | 2);
-        assert_eq!(seen & LOOK_MASK, 0x34_567a, "the look keeps its low 23 bits");
+        assert_eq!(seen & LOOK_MASK, 0x34_567a, "the look keeps its low 22 bits");
         let mut looks = Vec::new();
         for scan_no in 0..40u64 {
             if due(seen, scan_no) {
@@ -64,7 +64,7 @@ mod tests {
         assert_eq!(looks, [0, 1, 2, 4, 8, 16, 24, 32]);
         assert_eq!(seen & LOOK_MASK, 0x34_567a, "levels never touch the look");
         assert_eq!(level(after_look(seen, true)), 0, "a page acted on starts again");
-        assert_eq!(after_look(seen | 0xf880_0000, false) & 0xf880_0000, 0xf880_0000, "levels never touch the clock's bits");
+        assert_eq!(after_look(seen | 0xf8c0_0000, false) & 0xf8c0_0000, 0xf8c0_0000, "levels never touch the clock's bits");
         assert!((0..8).all(|n| due(0, n)), "a page never looked at is always due");
     }
 }

@@ -381,3 +381,35 @@ fn the_policy_patches_similar_cold_pages_against_a_reference_and_they_read_back_
     assert_eq!(bytes(p, n * PAGE), &want[..]);
     unsafe { e.free(p) };
 }
+
+#[test]
+fn a_page_without_a_reference_is_not_offered_a_patch_again_until_written() {
+    let _s = serial();
+    let e = Engine::new(Config { cold_passes: 1, tier_compress: false, ..tier_cfg() });
+    let n = 32;
+    let p = e.alloc(n * PAGE, Hint::None);
+    // Distinct random pages: none is similar to another.
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut want: Vec<u8> = (0..n * PAGE)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
+    scans(&e, 4);
+    let tried = e.stats().patch_work_ns;
+    assert!(tried > 0, "cold pages were offered a patch");
+    assert_eq!(e.stats().patched_now, 0, "no reference for random pages");
+    scans(&e, 4);
+    assert_eq!(e.stats().patch_work_ns, tried, "not offered again while unwritten");
+    // A write (seen by the next look) makes the page a candidate again.
+    unsafe { *p.add(5 * PAGE + 9) ^= 1 };
+    want[5 * PAGE + 9] ^= 1;
+    scans(&e, 4);
+    assert!(e.stats().patch_work_ns > tried, "a written page is offered again");
+    assert_eq!(bytes(p, n * PAGE), &want[..]);
+    unsafe { e.free(p) };
+}
