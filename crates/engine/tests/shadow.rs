@@ -208,8 +208,9 @@ impl Opts {
 
 /// Invariants visible from outside, checked after every scan.
 fn check_stats(s: &Stats, ctx: &str) {
-    // Recycled blocks keep their frames while they wait for reuse.
-    let live_pages = (s.block_bytes + s.recycled_bytes) / PAGE as u64;
+    // Recycled blocks keep their frames while they wait for reuse, and
+    // patches keep their reference frames after every page let go of them.
+    let live_pages = (s.block_bytes + s.recycled_bytes + s.reference_bytes) / PAGE as u64;
     assert!(
         s.frames_in_use <= live_pages,
         "{ctx}: frames_in_use {} exceeds live pages {live_pages}: {s:?}",
