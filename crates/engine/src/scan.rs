@@ -397,19 +397,12 @@ impl State {
                 self.pools[f.pool()].set_indexed(f.slot());
                 continue;
             }
-            // A page seen earlier in this scan may have been freed, cut off or
-            // exempted (and protected) since, between two chunks.
-            let page_content = |(qb, qi): (usize, usize)| {
-                self.blocks
-                    .get(&qb)
-                    .filter(|b| !b.exempt && qi < b.pages.len() && !b.pages[qi].is_evicted())
-                    .map(|b| b.page_addr(qi) as *const u8)
-            };
+            let page_content = |(qb, qi): (usize, usize)| self.unstable_content(qb, qi);
             match unstable.find(ptr, page_content) {
                 Some((qb, qi)) if (qb, qi) != (base, k) => {
                     // The pages after this one often repeat the pages after
                     // the partner (a block computed twice): promote them as one run.
-                    let n = self.partner_run(base, &pages[idx - 1..], qb, qi, &plan, &mut stable);
+                    let n = self.partner_run(base, &pages[idx - 1..], (qb, qi), &plan, &mut stable, unstable);
                     let frames = self.promote(qb, qi, n, base, k, &chunk);
                     // Pages after the first that did not promote go the usual way.
                     let took = 1 + frames[1..].iter().take_while(|f| f.is_some()).count();
@@ -436,18 +429,30 @@ impl State {
         (pool.is_stable(f.slot()) && pool.resident(f.slot())).then(|| pool.frame_ptr(f.slot()))
     }
 
+    /// The bytes of page `qi` of block `qb`, an unstable index entry: a page
+    /// seen earlier in this scan may have been freed, cut off or exempted (and
+    /// protected) since, between two chunks.
+    fn unstable_content(&self, qb: usize, qi: usize) -> Option<*const u8> {
+        self.blocks
+            .get(&qb)
+            .filter(|b| !b.exempt && qi < b.pages.len() && !b.pages[qi].is_evicted())
+            .map(|b| b.page_addr(qi) as *const u8)
+    }
+
     /// How many of `pages` (sorted, from the page that hit its partner
     /// `qi` of block `qb`) run on consecutively with partners `qi + j` of
     /// equal content, resident, on frames, not planned elsewhere and not a
-    /// stable hit themselves: at least 1. Checked again under protection.
+    /// stable hit themselves: at least 1. Each partner must be the unstable
+    /// index's own entry for that content, so it passed the volatility check
+    /// at its look as the first partner did. Checked again under protection.
     fn partner_run(
         &self,
         base: usize,
         pages: &[usize],
-        qb: usize,
-        qi: usize,
+        (qb, qi): (usize, usize),
         plan: &HashMap<usize, FrameId>,
         stable: &mut ContentIndex<FrameId>,
+        unstable: &mut Unstable,
     ) -> usize {
         let (k, block) = (pages[0], &self.blocks[&base]);
         let Some(q) = self.blocks.get(&qb).filter(|q| !q.exempt) else { return 1 };
@@ -472,8 +477,8 @@ impl State {
                 && matches!(q.pages[qi + n], Page::Owned(_) | Page::Shared(_))
                 && !matches!(ours, Page::Shared(_) | Page::Evicted(_))
                 && !(qb == base && plan.contains_key(&(qi + n)))
-                && page_eq(block.page_addr(k + n), q.page_addr(qi + n))
-                && stable.find(block.page_addr(k + n), |f| self.stable_content(f)).is_none();
+                && stable.find(block.page_addr(k + n), |f| self.stable_content(f)).is_none()
+                && unstable.find(block.page_addr(k + n), |(b, i)| self.unstable_content(b, i)) == Some((qb, qi + n));
             if !fits {
                 break;
             }
