@@ -198,7 +198,8 @@ pub struct PassCounts {
     pub evicted: u64,
     /// Pages the policy chose that stayed: shared with other pages or pre-fork
     /// (`not_eligible`), refused by the store (`refused`: incompressible or full),
-    /// allowed only a treatment that did not apply (`not_allowed`).
+    /// allowed only a treatment that did not apply, now or (no reference) at an
+    /// earlier pass since the page was last written (`not_allowed`).
     pub not_eligible: u64,
     pub refused: u64,
     pub not_allowed: u64,
