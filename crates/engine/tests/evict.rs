@@ -15,7 +15,7 @@
 //! page of every engine in the process, which would upset another's counts.
 
 mod common;
-use common::{assert_killed_for_lost_page, bytes, pipe, serial, socketpair, with_deadline};
+use common::{assert_killed_for_lost_page, bytes, incompressible, pipe, serial, socketpair, with_deadline};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -25,18 +25,6 @@ use pagefold_engine::{Allow, Config, Engine, Handle, Hint, Inject, PageStore, St
 /// Compressible content, different for every `k`, never all zero.
 fn pattern(k: usize) -> Vec<u8> {
     (0..PAGE).map(|i| (((i / 16) ^ k) as u8).wrapping_mul(3) | 1).collect()
-}
-
-fn incompressible(seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..PAGE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn resident_pages(p: *const u8, n: usize) -> usize {

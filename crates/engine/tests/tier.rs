@@ -9,17 +9,13 @@
 //! explicit scan a pass. They run one at a time (the background test's
 //! timing would suffer from the others' CPU use).
 
+mod common;
+use common::{bytes, incompressible, serial};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pagefold_engine::{Config, Engine, Handle, Hint, Inject, PageStore, StoreBytes, StoreError, TierConfig, TierStore, PAGE};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Every explicit scan is a clock pass.
 fn tier_cfg() -> Config {
@@ -42,10 +38,6 @@ fn filled(e: &Engine, n: usize, first: usize) -> (*mut u8, Vec<u8>) {
     let want: Vec<u8> = (first..first + n).flat_map(pattern).collect();
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     (p, want)
-}
-
-fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
-    unsafe { std::slice::from_raw_parts(p, len) }
 }
 
 /// Which of `n` pages at `p` are resident (evicted pages are not).
@@ -276,18 +268,6 @@ fn without_userfaultfd_missing_mode_passes_classify_merge_and_evict_nothing() {
     }
 }
 
-fn incompressible(seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..PAGE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 #[test]
 fn incompressible_pages_are_offered_once_until_written() {
     let _s = serial();
@@ -350,15 +330,7 @@ fn the_policy_patches_similar_cold_pages_against_a_reference_and_they_read_back_
     let p = e.alloc(n * PAGE, Hint::None);
     assert!(!p.is_null());
     // One random-looking base; every page differs from it in 16 bytes (DE's write pattern).
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let base: Vec<u8> = (0..PAGE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let base = incompressible(0x9e37);
     let mut want = Vec::with_capacity(n * PAGE);
     for k in 0..n {
         let mut page = base.clone();
@@ -389,15 +361,7 @@ fn a_page_without_a_reference_is_not_offered_a_patch_again_until_written() {
     let n = 32;
     let p = e.alloc(n * PAGE, Hint::None);
     // Distinct random pages: none is similar to another.
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let mut want: Vec<u8> = (0..n * PAGE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let mut want: Vec<u8> = (0..n as u64).flat_map(|k| incompressible(0x2545 + k)).collect();
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     scans(&e, 4);
     let tried = e.stats().patch_work_ns;

@@ -610,15 +610,7 @@ mod tests {
     use super::*;
 
     fn pages() -> (Vec<u8>, Vec<u8>) {
-        let mut x = 0x1234_5678_9abc_def0u64;
-        let reference: Vec<u8> = (0..PAGE)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let reference = crate::kinds::page(crate::kinds::Kind::Random, 0x1234);
         let mut page = reference.clone();
         for i in [5, 700, 1500, 3000, 4095] {
             page[i] ^= 0x5a;

@@ -65,3 +65,9 @@ pub fn assert_killed_for_lost_page(pid: i32, what: &str) -> i32 {
     );
     libc::WTERMSIG(status)
 }
+
+/// A random page, different for every seed: nothing compresses it, and no
+/// two of them are similar.
+pub fn incompressible(seed: u64) -> Vec<u8> {
+    pagefold_tier::kinds::page(pagefold_tier::kinds::Kind::Random, seed)
+}
