@@ -66,11 +66,17 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let gib: f64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2.0);
     let runs: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(5);
-    let encoder = args.get(3).and_then(|s| Encoder::parse(s)).unwrap_or_default();
+    let encoder = args
+        .get(3)
+        .and_then(|s| Encoder::parse(s))
+        .unwrap_or_default();
     let t = Instant::now();
     let data = build(gib);
     let pages = data.len() / PAGE;
-    eprintln!("built {gib} GiB ({pages} pages) in {:.1} s", t.elapsed().as_secs_f64());
+    eprintln!(
+        "built {gib} GiB ({pages} pages) in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     let mut image = Image::in_memory(data);
     image.inputs.push(InputInfo {
         name: "generated".into(),
@@ -92,7 +98,11 @@ fn main() {
     };
     opts.similarity.encoder = encoder;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("encoder {encoder}, {} threads, load average before: {}", rayon::current_num_threads(), load.trim());
+    println!(
+        "encoder {encoder}, {} threads, load average before: {}",
+        rayon::current_num_threads(),
+        load.trim()
+    );
     let mut walls = Vec::new();
     for run in 0..runs {
         let c0 = cpu_seconds();

@@ -105,7 +105,8 @@ impl Tally {
                 // Fast skip over 8-byte words without any zero byte.
                 while i + 8 <= n {
                     let w = u64::from_le_bytes(page[i..i + 8].try_into().unwrap());
-                    let has_zero = w.wrapping_sub(0x0101_0101_0101_0101) & !w & 0x8080_8080_8080_8080;
+                    let has_zero =
+                        w.wrapping_sub(0x0101_0101_0101_0101) & !w & 0x8080_8080_8080_8080;
                     if has_zero != 0 {
                         break;
                     }
@@ -163,7 +164,13 @@ fn flush(t: &mut Tally, h: &mut [[u32; 256]; 4]) {
 
 fn summarize(t: Tally, start: std::time::Instant) -> Characterization {
     let bytes: u64 = t.hist.iter().sum();
-    let p = |x: u64| if bytes == 0 { 0.0 } else { 100.0 * x as f64 / bytes as f64 };
+    let p = |x: u64| {
+        if bytes == 0 {
+            0.0
+        } else {
+            100.0 * x as f64 / bytes as f64
+        }
+    };
     let low: u64 = t.hist[1..=9].iter().sum();
     let pow2: u64 = (0..8).map(|k| t.hist[1 << k]).sum();
     let entropy = if bytes == 0 {

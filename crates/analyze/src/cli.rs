@@ -62,7 +62,12 @@ pub struct Args {
     #[arg(long, value_name = "MIB", default_value_t = 8.0)]
     pub codec_sample: f64,
     /// Block sizes of the codec study, in KiB.
-    #[arg(long, value_name = "KIB,...", value_delimiter = ',', default_value = "4,8,16,32,64,128")]
+    #[arg(
+        long,
+        value_name = "KIB,...",
+        value_delimiter = ',',
+        default_value = "4,8,16,32,64,128"
+    )]
     pub codec_blocks: Vec<usize>,
     /// MiB of the image the dedup study samples.
     #[arg(long, value_name = "MIB", default_value_t = 256.0)]
@@ -90,8 +95,14 @@ pub fn run(args: Args) -> i32 {
             .map(|s| s.to_string())
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown".into());
-        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
-        eprintln!("pagefold analyze: internal error: {}{at}", msg.replace('\n', " "));
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!(
+            "pagefold analyze: internal error: {}{at}",
+            msg.replace('\n', " ")
+        );
         std::process::exit(EXIT_FAILURE);
     }));
     // Unlocked handles: progress bars write to stderr from their own thread
@@ -124,12 +135,20 @@ pub struct Plan {
 }
 
 pub fn plan(a: &Args) -> Result<Plan> {
-    let targets = a.targets.iter().map(|t| Target::parse(t)).collect::<Result<Vec<_>>>()?;
+    let targets = a
+        .targets
+        .iter()
+        .map(|t| Target::parse(t))
+        .collect::<Result<Vec<_>>>()?;
     let format = match a.format.as_str() {
         "auto" => FileFormat::Auto,
         "raw" | "image" => FileFormat::Raw,
         "core" | "elf" => FileFormat::Core,
-        f => return Err(Error::Usage(format!("unknown --format {f} (auto, raw or core)"))),
+        f => {
+            return Err(Error::Usage(format!(
+                "unknown --format {f} (auto, raw or core)"
+            )))
+        }
     };
     let kinds = if a.kind.is_empty() {
         None
@@ -137,25 +156,56 @@ pub fn plan(a: &Args) -> Result<Plan> {
         Some(
             a.kind
                 .iter()
-                .map(|k| Kind::parse(k.trim()).ok_or_else(|| Error::Usage(format!("unknown mapping kind {k} (anon, file, heap, stack)"))))
+                .map(|k| {
+                    Kind::parse(k.trim()).ok_or_else(|| {
+                        Error::Usage(format!(
+                            "unknown mapping kind {k} (anon, file, heap, stack)"
+                        ))
+                    })
+                })
                 .collect::<Result<Vec<_>>>()?,
         )
     };
-    let ranges = a.ranges.iter().map(|r| parse_range(r)).collect::<Result<Vec<_>>>()?;
+    let ranges = a
+        .ranges
+        .iter()
+        .map(|r| parse_range(r))
+        .collect::<Result<Vec<_>>>()?;
     let interval = match a.interval {
         None => None,
-        Some(s) if s.is_finite() && (0.0..=86400.0).contains(&s) => Some(Duration::from_secs_f64(s)),
-        Some(s) => return Err(Error::Usage(format!("--interval {s}: give seconds between 0 and 86400"))),
+        Some(s) if s.is_finite() && (0.0..=86400.0).contains(&s) => {
+            Some(Duration::from_secs_f64(s))
+        }
+        Some(s) => {
+            return Err(Error::Usage(format!(
+                "--interval {s}: give seconds between 0 and 86400"
+            )))
+        }
     };
     let mut o = Options::default();
-    let names = ["sharing", "patching", "characterize", "comparisons", "codecs", "dedup", "breakdown"];
+    let names = [
+        "sharing",
+        "patching",
+        "characterize",
+        "comparisons",
+        "codecs",
+        "dedup",
+        "breakdown",
+    ];
     for n in a.only.iter().chain(&a.skip) {
         if !names.contains(&n.as_str()) {
-            return Err(Error::Usage(format!("unknown analysis {n} (one of {})", names.join(", "))));
+            return Err(Error::Usage(format!(
+                "unknown analysis {n} (one of {})",
+                names.join(", ")
+            )));
         }
     }
     let on = |name: &str| {
-        let listed = |l: &Vec<String>| l.iter().any(|x| x == name || (x == "breakdown" && (name == "sharing" || name == "patching")));
+        let listed = |l: &Vec<String>| {
+            l.iter().any(|x| {
+                x == name || (x == "breakdown" && (name == "sharing" || name == "patching"))
+            })
+        };
         (a.only.is_empty() || listed(&a.only)) && !listed(&a.skip)
     };
     o.sharing = on("sharing") || (on("patching") && !a.skip.iter().any(|x| x == "sharing"));
@@ -175,8 +225,12 @@ pub fn plan(a: &Args) -> Result<Plan> {
         candidates: a.candidates,
         block: a.sim_block,
         cutoff: a.patch_cutoff,
-        encoder: Encoder::parse(&a.patch_encoder)
-            .ok_or_else(|| Error::Usage(format!("unknown --patch-encoder {} (zstd-ref, xor-lz4, xor-zstd, runs)", a.patch_encoder)))?,
+        encoder: Encoder::parse(&a.patch_encoder).ok_or_else(|| {
+            Error::Usage(format!(
+                "unknown --patch-encoder {} (zstd-ref, xor-lz4, xor-zstd, runs)",
+                a.patch_encoder
+            ))
+        })?,
         ..SimilarityConfig::default()
     };
     o.similarity.check().map_err(Error::Usage)?;
@@ -184,13 +238,17 @@ pub fn plan(a: &Args) -> Result<Plan> {
         if x.is_finite() && x > 0.0 && x < (1u64 << 24) as f64 {
             Ok(((x * (1u64 << 20) as f64) as usize).max(crate::PAGE))
         } else {
-            Err(Error::Usage(format!("{what} {x}: give a positive number of MiB")))
+            Err(Error::Usage(format!(
+                "{what} {x}: give a positive number of MiB"
+            )))
         }
     };
     o.codec_sample = mib(a.codec_sample, "--codec-sample")?;
     o.dedup_sample = mib(a.dedup_sample, "--dedup-sample")?;
     if a.codec_blocks.is_empty() || a.codec_blocks.iter().any(|&b| b == 0 || b > 1 << 20) {
-        return Err(Error::Usage("--codec-blocks: give sizes in KiB, 1..1048576".into()));
+        return Err(Error::Usage(
+            "--codec-blocks: give sizes in KiB, 1..1048576".into(),
+        ));
     }
     o.codec_blocks = a.codec_blocks.iter().map(|b| b * 1024).collect();
     Ok(Plan {
@@ -211,7 +269,11 @@ fn parse_num(s: &str) -> Option<u64> {
 }
 
 fn parse_range(r: &str) -> Result<(u64, u64)> {
-    let bad = || Error::Usage(format!("--range {r}: give START-END, e.g. 0x7f0000000000-0x7f0000100000"));
+    let bad = || {
+        Error::Usage(format!(
+            "--range {r}: give START-END, e.g. 0x7f0000000000-0x7f0000100000"
+        ))
+    };
     let (a, b) = r.split_once('-').ok_or_else(bad)?;
     let (a, b) = (parse_num(a).ok_or_else(bad)?, parse_num(b).ok_or_else(bad)?);
     if b <= a {
@@ -224,7 +286,13 @@ fn run_checked(a: &Args, out: &mut dyn Write, err: &mut dyn Write) -> Result<()>
     let plan = plan(a)?;
     let progress = Progress::new(a.quiet);
     let compute = || -> Result<crate::Report> {
-        let image = read::read_targets(&plan.targets, plan.format, &plan.filter, plan.interval, &progress)?;
+        let image = read::read_targets(
+            &plan.targets,
+            plan.format,
+            &plan.filter,
+            plan.interval,
+            &progress,
+        )?;
         analyze(&image, &plan.options, &progress)
     };
     let report = match a.threads {
@@ -239,11 +307,18 @@ fn run_checked(a: &Args, out: &mut dyn Write, err: &mut dyn Write) -> Result<()>
     if let Some(dir) = &a.plot {
         let files = crate::plot::plot_all(&report, dir)?;
         if !a.json {
-            let _ = writeln!(err, "pagefold analyze: wrote {} charts to {}", files.len(), dir.display());
+            let _ = writeln!(
+                err,
+                "pagefold analyze: wrote {} charts to {}",
+                files.len(),
+                dir.display()
+            );
         }
     }
     let text = if a.json {
-        serde_json::to_string_pretty(&report).map_err(|e| Error::Usage(format!("cannot encode JSON: {e}")))? + "\n"
+        serde_json::to_string_pretty(&report)
+            .map_err(|e| Error::Usage(format!("cannot encode JSON: {e}")))?
+            + "\n"
     } else {
         crate::report::text(&report)
     };

@@ -362,7 +362,11 @@ fn hash_index(image: &Image, scan: &Scan, bar: &Bar) -> Cost {
 
 /// Behaviour class label of a page.
 fn class_of(image: &Image, p: usize) -> String {
-    let w = if image.region(p).perms.write { "writable" } else { "read-only" };
+    let w = if image.region(p).perms.write {
+        "writable"
+    } else {
+        "read-only"
+    };
     match &image.changes {
         Some(ch) => format!("{} {w}", ch[p].name()),
         None => w.to_string(),
@@ -373,12 +377,20 @@ pub fn compare(image: &Image, scan: &Scan, progress: &Progress) -> Comparisons {
     let start = std::time::Instant::now();
     let n = image.pages();
     let bar = progress.stage("compare", 3 * n as u64, false);
-    let volatile = |p: u32| matches!(image.changes.as_ref().map(|c| c[p as usize]), Some(Change::Changed));
+    let volatile = |p: u32| {
+        matches!(
+            image.changes.as_ref().map(|c| c[p as usize]),
+            Some(Change::Changed)
+        )
+    };
     let volatile_pages = (0..n as u32).filter(|&p| volatile(p)).count() as u64;
     let all: Vec<u32> = (0..n as u32).collect();
     let mut classes: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     for p in 0..n {
-        classes.entry(class_of(image, p)).or_default().push(p as u32);
+        classes
+            .entry(class_of(image, p))
+            .or_default()
+            .push(p as u32);
     }
     let classes: Vec<(String, Vec<u32>)> = classes.into_iter().collect();
     let ((ksm_cost, hash_cost), bmd) = rayon::join(
@@ -438,7 +450,11 @@ pub fn compare(image: &Image, scan: &Scan, progress: &Progress) -> Comparisons {
         },
     ];
     Comparisons {
-        classes_from: if image.changes.is_some() { "snapshots" } else { "permissions" },
+        classes_from: if image.changes.is_some() {
+            "snapshots"
+        } else {
+            "permissions"
+        },
         volatile_pages,
         methods,
         bmd_classes: bmd,
@@ -465,7 +481,12 @@ mod tests {
         let contents: Vec<u8> = (0..200).map(|i| (i % 50) as u8 + 1).collect();
         let img = image_of(&contents);
         let pages: Vec<u32> = (0..200).collect();
-        let c = ksm(&img, &pages, &|_| false, &Progress::hidden().stage("t", 1, false));
+        let c = ksm(
+            &img,
+            &pages,
+            &|_| false,
+            &Progress::hidden().stage("t", 1, false),
+        );
         assert_eq!(c.pages_merged, 150);
         // Every merge needs at least one matching compare.
         assert!(c.page_compares - c.futile_compares >= 150);

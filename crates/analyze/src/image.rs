@@ -266,18 +266,31 @@ impl Image {
 
     /// Appends `pages` pages that sit contiguously in buffer `buf` from byte
     /// `off` on. `region.first_page` and `region.pages` are filled in here.
-    pub fn push_region(&mut self, mut region: Region, buf: u32, off: u64, pages: usize, frames: Option<&[u64]>) {
+    pub fn push_region(
+        &mut self,
+        mut region: Region,
+        buf: u32,
+        off: u64,
+        pages: usize,
+        frames: Option<&[u64]>,
+    ) {
         if pages == 0 {
             return;
         }
         let len = self.buffers[buf as usize].len() as u64;
-        assert!(off + (pages * PAGE) as u64 <= len, "region outside its buffer");
+        assert!(
+            off + (pages * PAGE) as u64 <= len,
+            "region outside its buffer"
+        );
         region.first_page = self.locs.len();
         region.pages = pages;
         let ri = self.regions.len() as u32;
         self.regions.push(region);
         for p in 0..pages {
-            self.locs.push(Loc { buf, off: off + (p * PAGE) as u64 });
+            self.locs.push(Loc {
+                buf,
+                off: off + (p * PAGE) as u64,
+            });
             self.region_of.push(ri);
         }
         match frames {
@@ -299,12 +312,19 @@ impl Image {
             r.first_page += page_base;
             self.regions.push(r);
         }
-        self.locs.extend(other.locs.into_iter().map(|l| Loc { buf: l.buf + buf_base, off: l.off }));
-        self.region_of.extend(other.region_of.into_iter().map(|r| r + region_base));
+        self.locs.extend(other.locs.into_iter().map(|l| Loc {
+            buf: l.buf + buf_base,
+            off: l.off,
+        }));
+        self.region_of
+            .extend(other.region_of.into_iter().map(|r| r + region_base));
         self.frames.extend(other.frames);
         match (&mut self.changes, other.changes) {
             (Some(mine), Some(theirs)) => mine.extend(theirs),
-            (Some(mine), None) => mine.extend(std::iter::repeat_n(Change::New, self.locs.len() - mine.len())),
+            (Some(mine), None) => mine.extend(std::iter::repeat_n(
+                Change::New,
+                self.locs.len() - mine.len(),
+            )),
             (None, Some(theirs)) => {
                 let mut v = vec![Change::New; page_base];
                 v.extend(theirs);

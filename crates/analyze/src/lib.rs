@@ -164,7 +164,9 @@ pub fn analyze(image: &Image, opts: &Options, progress: &Progress) -> Result<Rep
         return Err(Error::NothingToAnalyze("the input has no pages".into()));
     }
     if image.pages() >= u32::MAX as usize {
-        return Err(Error::Usage("inputs larger than 16 TiB are not supported".into()));
+        return Err(Error::Usage(
+            "inputs larger than 16 TiB are not supported".into(),
+        ));
     }
     let start = Instant::now();
     let n = image.pages() as u64;
@@ -180,7 +182,8 @@ pub fn analyze(image: &Image, opts: &Options, progress: &Progress) -> Result<Rep
         let cpu0 = cpu_seconds();
         let scan_ref = scan.as_ref().expect("scan");
         let sh = sharing::share(image, scan_ref, progress);
-        let patch = patching.then(|| similarity::patch(image, scan_ref, &sh, &opts.similarity, progress));
+        let patch =
+            patching.then(|| similarity::patch(image, scan_ref, &sh, &opts.similarity, progress));
         let secs = scan_ref.seconds + t.elapsed().as_secs_f64();
         let cpu = scan_cpu + cpu_seconds() - cpu0;
         let per_input = if image.inputs.len() > 1 {
@@ -211,18 +214,29 @@ pub fn analyze(image: &Image, opts: &Options, progress: &Progress) -> Result<Rep
         });
     }
     let behaviour = image.changes.as_ref().map(|ch| behaviour(image, ch));
-    let characterization = opts.characterize.then(|| characterize::characterize(image, progress));
+    let characterization = opts
+        .characterize
+        .then(|| characterize::characterize(image, progress));
     let comparisons = if opts.comparisons {
-        Some(comparisons::compare(image, scan.as_ref().expect("scan"), progress))
+        Some(comparisons::compare(
+            image,
+            scan.as_ref().expect("scan"),
+            progress,
+        ))
     } else {
         None
     };
     let compression = opts
         .codecs
         .then(|| study::codec_study(image, opts.codec_sample, &opts.codec_blocks, progress));
-    let dedup = opts
-        .dedup
-        .then(|| study::dedup_study(image, opts.dedup_sample, &study::default_schemes(), progress));
+    let dedup = opts.dedup.then(|| {
+        study::dedup_study(
+            image,
+            opts.dedup_sample,
+            &study::default_schemes(),
+            progress,
+        )
+    });
     let savings = savings(n, breakdown.as_ref(), compression.as_ref(), dedup.as_ref());
     Ok(Report {
         inputs: image.inputs.clone(),
@@ -281,9 +295,20 @@ fn behaviour(image: &Image, changes: &[Change]) -> Vec<BehaviourRow> {
     rows.into_values().collect()
 }
 
-fn savings(n: u64, b: Option<&Breakdown>, c: Option<&CodecStudy>, d: Option<&DedupStudy>) -> Vec<Saving> {
+fn savings(
+    n: u64,
+    b: Option<&Breakdown>,
+    c: Option<&CodecStudy>,
+    d: Option<&DedupStudy>,
+) -> Vec<Saving> {
     let mut out = Vec::new();
-    let pct = |after: f64| if n == 0 { 0.0 } else { 100.0 * (1.0 - after / n as f64) };
+    let pct = |after: f64| {
+        if n == 0 {
+            0.0
+        } else {
+            100.0 * (1.0 - after / n as f64)
+        }
+    };
     if let Some(b) = b {
         let zero_after = (n - b.counts.zero_pages + (b.counts.zero_pages > 0) as u64) as f64;
         out.push(Saving {
@@ -308,7 +333,11 @@ fn savings(n: u64, b: Option<&Breakdown>, c: Option<&CodecStudy>, d: Option<&Ded
         }
     }
     if let Some(c) = c {
-        let pages: Vec<_> = c.rows.iter().filter(|r| r.block == PAGE && r.ratio.is_finite()).collect();
+        let pages: Vec<_> = c
+            .rows
+            .iter()
+            .filter(|r| r.block == PAGE && r.ratio.is_finite())
+            .collect();
         if let Some(best) = pages.iter().min_by(|a, b| a.ratio.total_cmp(&b.ratio)) {
             out.push(Saving {
                 technique: format!("compression {} (4 KiB pages)", best.codec),
@@ -328,7 +357,11 @@ fn savings(n: u64, b: Option<&Breakdown>, c: Option<&CodecStudy>, d: Option<&Ded
     }
     if let Some(d) = d {
         if let Some(r) = d.rows.iter().find(|r| r.scheme == "fsp-4k") {
-            let basis = if d.sample.sample_bytes == d.sample.image_bytes { "measured" } else { "sampled" };
+            let basis = if d.sample.sample_bytes == d.sample.image_bytes {
+                "measured"
+            } else {
+                "sampled"
+            };
             out.push(Saving {
                 technique: "dedup fsp-4k (chunk refs counted)".into(),
                 pages_after: n as f64 * r.ratio,

@@ -33,7 +33,11 @@ fn find_font() -> Option<PathBuf> {
         }
     }
     fn walk(dir: &Path, depth: usize) -> Option<PathBuf> {
-        let mut entries: Vec<_> = std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).collect();
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .collect();
         entries.sort();
         for p in &entries {
             if p.extension().is_some_and(|e| e.eq_ignore_ascii_case("ttf")) {
@@ -92,7 +96,11 @@ pub fn plot_all(report: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
         go("zero_runs.png", &|p| zero_runs(report, p))?;
         go("byte_histogram.png", &|p| byte_histogram(report, p))?;
     }
-    if report.compression.as_ref().is_some_and(|c| c.rows.iter().any(|r| r.ratio.is_finite())) {
+    if report
+        .compression
+        .as_ref()
+        .is_some_and(|c| c.rows.iter().any(|r| r.ratio.is_finite()))
+    {
         go("codecs.png", &|p| codecs(report, p))?;
     }
     Ok(files)
@@ -105,7 +113,10 @@ fn savings(r: &Report, path: &Path) -> Res {
     root.fill(&WHITE)?;
     let n = r.savings.len();
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("Memory saved per technique ({} pages)", r.pages), (FONT, 24))
+        .caption(
+            format!("Memory saved per technique ({} pages)", r.pages),
+            (FONT, 24),
+        )
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(330)
@@ -118,7 +129,13 @@ fn savings(r: &Report, path: &Path) -> Res {
             SegmentValue::CenterOf(i) => r
                 .savings
                 .get(*i)
-                .map(|s| format!("{}{}", s.technique, if s.basis == "sampled" { " *" } else { "" }))
+                .map(|s| {
+                    format!(
+                        "{}{}",
+                        s.technique,
+                        if s.basis == "sampled" { " *" } else { "" }
+                    )
+                })
                 .unwrap_or_default(),
             _ => String::new(),
         })
@@ -126,10 +143,17 @@ fn savings(r: &Report, path: &Path) -> Res {
         .label_style((FONT, 14))
         .draw()?;
     chart.draw_series(r.savings.iter().enumerate().map(|(i, s)| {
-        let color = if s.basis == "sampled" { RGBColor(230, 150, 60) } else { RGBColor(60, 120, 200) };
+        let color = if s.basis == "sampled" {
+            RGBColor(230, 150, 60)
+        } else {
+            RGBColor(60, 120, 200)
+        };
         let v = s.saved_pct.clamp(0.0, 100.0);
         let mut bar = Rectangle::new(
-            [(0.0, SegmentValue::Exact(i)), (v, SegmentValue::Exact(i + 1))],
+            [
+                (0.0, SegmentValue::Exact(i)),
+                (v, SegmentValue::Exact(i + 1)),
+            ],
             color.filled(),
         );
         bar.set_margin(6, 6, 0, 0);
@@ -138,11 +162,18 @@ fn savings(r: &Report, path: &Path) -> Res {
     chart.draw_series(r.savings.iter().enumerate().map(|(i, s)| {
         Text::new(
             format!("{:.1}%", s.saved_pct),
-            (s.saved_pct.clamp(0.0, 88.0) + 1.0, SegmentValue::CenterOf(i)),
+            (
+                s.saved_pct.clamp(0.0, 88.0) + 1.0,
+                SegmentValue::CenterOf(i),
+            ),
             (FONT, 14),
         )
     }))?;
-    root.draw(&Text::new("* sampled", (W as i32 - 110, H as i32 - 25), (FONT, 13)))?;
+    root.draw(&Text::new(
+        "* sampled",
+        (W as i32 - 110, H as i32 - 25),
+        (FONT, 13),
+    ))?;
     root.present()?;
     Ok(())
 }
@@ -158,11 +189,17 @@ fn zero_runs(r: &Report, path: &Path) -> Res {
     let root = BitMapBackend::new(path, (W, H)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption("Zero-run length distribution (runs within pages)", (FONT, 24))
+        .caption(
+            "Zero-run length distribution (runs within pages)",
+            (FONT, 24),
+        )
         .margin(15)
         .x_label_area_size(50)
         .y_label_area_size(80)
-        .build_cartesian_2d((0usize..12).into_segmented(), (0.5f64..max * 2.0).log_scale())?;
+        .build_cartesian_2d(
+            (0usize..12).into_segmented(),
+            (0.5f64..max * 2.0).log_scale(),
+        )?;
     chart
         .configure_mesh()
         .x_desc("run length (bytes)")
@@ -176,14 +213,23 @@ fn zero_runs(r: &Report, path: &Path) -> Res {
         })
         .label_style((FONT, 13))
         .draw()?;
-    chart.draw_series(buckets.iter().enumerate().filter(|(_, &n)| n > 0).map(|(b, &n)| {
-        let mut bar = Rectangle::new(
-            [(SegmentValue::Exact(b), 0.5), (SegmentValue::Exact(b + 1), n as f64)],
-            RGBColor(60, 120, 200).filled(),
-        );
-        bar.set_margin(0, 0, 4, 4);
-        bar
-    }))?;
+    chart.draw_series(
+        buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(b, &n)| {
+                let mut bar = Rectangle::new(
+                    [
+                        (SegmentValue::Exact(b), 0.5),
+                        (SegmentValue::Exact(b + 1), n as f64),
+                    ],
+                    RGBColor(60, 120, 200).filled(),
+                );
+                bar.set_margin(0, 0, 4, 4);
+                bar
+            }),
+    )?;
     root.present()?;
     Ok(())
 }
@@ -195,7 +241,10 @@ fn byte_histogram(r: &Report, path: &Path) -> Res {
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            format!("Byte values (entropy {:.2} bits/byte, {:.1}% zero)", c.entropy_bits_per_byte, c.zero_bytes_pct),
+            format!(
+                "Byte values (entropy {:.2} bits/byte, {:.1}% zero)",
+                c.entropy_bits_per_byte, c.zero_bytes_pct
+            ),
             (FONT, 24),
         )
         .margin(15)
@@ -210,9 +259,18 @@ fn byte_histogram(r: &Report, path: &Path) -> Res {
         .x_labels(17)
         .label_style((FONT, 13))
         .draw()?;
-    chart.draw_series(c.byte_histogram.iter().enumerate().filter(|(_, &n)| n > 0).map(|(v, &n)| {
-        Rectangle::new([(v as u32, 0.5), (v as u32 + 1, n as f64)], RGBColor(60, 120, 200).filled())
-    }))?;
+    chart.draw_series(
+        c.byte_histogram
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(v, &n)| {
+                Rectangle::new(
+                    [(v as u32, 0.5), (v as u32 + 1, n as f64)],
+                    RGBColor(60, 120, 200).filled(),
+                )
+            }),
+    )?;
     root.present()?;
     Ok(())
 }
@@ -220,14 +278,21 @@ fn byte_histogram(r: &Report, path: &Path) -> Res {
 fn codecs(r: &Report, path: &Path) -> Res {
     let cs = r.compression.as_ref().ok_or("no compression study")?;
     let rows: Vec<_> = cs.rows.iter().filter(|x| x.ratio.is_finite()).collect();
-    let t = |x: &&crate::study::CodecRow| (x.compress_ns_per_page + x.decompress_ns_per_page).max(1.0);
+    let t =
+        |x: &&crate::study::CodecRow| (x.compress_ns_per_page + x.decompress_ns_per_page).max(1.0);
     let tmin = rows.iter().map(t).fold(f64::INFINITY, f64::min);
     let tmax = rows.iter().map(t).fold(1.0, f64::max);
     let rmax = rows.iter().map(|x| x.ratio).fold(0.0, f64::max).max(0.1) * 1.08;
     let root = BitMapBackend::new(path, (W, H)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("Codec size ratio vs time per 4 KiB page ({})", cs.sample.description), (FONT, 20))
+        .caption(
+            format!(
+                "Codec size ratio vs time per 4 KiB page ({})",
+                cs.sample.description
+            ),
+            (FONT, 20),
+        )
         .margin(15)
         .x_label_area_size(50)
         .y_label_area_size(70)
@@ -246,17 +311,30 @@ fn codecs(r: &Report, path: &Path) -> Res {
     }
     for (i, name) in names.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        let mut pts: Vec<(f64, f64, usize)> =
-            rows.iter().filter(|x| x.codec == *name).map(|x| (t(x), x.ratio, x.block)).collect();
+        let mut pts: Vec<(f64, f64, usize)> = rows
+            .iter()
+            .filter(|x| x.codec == *name)
+            .map(|x| (t(x), x.ratio, x.block))
+            .collect();
         pts.sort_by_key(|p| p.2);
         chart
-            .draw_series(LineSeries::new(pts.iter().map(|p| (p.0, p.1)), color.stroke_width(2)))?
+            .draw_series(LineSeries::new(
+                pts.iter().map(|p| (p.0, p.1)),
+                color.stroke_width(2),
+            ))?
             .label(name.to_string())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
-        chart.draw_series(pts.iter().map(|p| Circle::new((p.0, p.1), 4, color.filled())))?;
+        chart.draw_series(
+            pts.iter()
+                .map(|p| Circle::new((p.0, p.1), 4, color.filled())),
+        )?;
         // Mark the 4 KiB point.
         if let Some(p) = pts.first() {
-            chart.draw_series(std::iter::once(Text::new(format!("{}K", p.2 / 1024), (p.0, p.1), (FONT, 11))))?;
+            chart.draw_series(std::iter::once(Text::new(
+                format!("{}K", p.2 / 1024),
+                (p.0, p.1),
+                (FONT, 11),
+            )))?;
         }
     }
     chart

@@ -55,8 +55,20 @@ fn ns(x: f64) -> String {
 }
 
 fn table1(out: &mut String, c: &Counts) {
-    let _ = writeln!(out, "  {:<34}{:>14}{:>9}", "pages", thousands(c.pages), "100%");
-    let _ = writeln!(out, "  {:<34}{:>14}{:>9}", "  zero", thousands(c.zero_pages), pct(c.zero_pages, c.pages));
+    let _ = writeln!(
+        out,
+        "  {:<34}{:>14}{:>9}",
+        "pages",
+        thousands(c.pages),
+        "100%"
+    );
+    let _ = writeln!(
+        out,
+        "  {:<34}{:>14}{:>9}",
+        "  zero",
+        thousands(c.zero_pages),
+        pct(c.zero_pages, c.pages)
+    );
     let _ = writeln!(
         out,
         "  {:<34}{:>14}{:>9}",
@@ -64,7 +76,13 @@ fn table1(out: &mut String, c: &Counts) {
         thousands(c.sharable_pages),
         pct(c.sharable_pages, c.pages)
     );
-    let _ = writeln!(out, "  {:<34}{:>14}{:>9}", "  unique", thousands(c.unique_pages), pct(c.unique_pages, c.pages));
+    let _ = writeln!(
+        out,
+        "  {:<34}{:>14}{:>9}",
+        "  unique",
+        thousands(c.unique_pages),
+        pct(c.unique_pages, c.pages)
+    );
     let _ = writeln!(
         out,
         "  {:<34}{:>14}{:>9}",
@@ -76,17 +94,31 @@ fn table1(out: &mut String, c: &Counts) {
 
 pub fn text(r: &Report) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "Inputs ({} pages, {}):", thousands(r.pages), bytes(r.bytes));
+    let _ = writeln!(
+        o,
+        "Inputs ({} pages, {}):",
+        thousands(r.pages),
+        bytes(r.bytes)
+    );
     for i in &r.inputs {
         let mut extra = Vec::new();
         if i.unpopulated_pages > 0 {
-            extra.push(format!("{} unpopulated skipped", thousands(i.unpopulated_pages)));
+            extra.push(format!(
+                "{} unpopulated skipped",
+                thousands(i.unpopulated_pages)
+            ));
         }
         if i.vanished_pages > 0 {
-            extra.push(format!("{} vanished while read", thousands(i.vanished_pages)));
+            extra.push(format!(
+                "{} vanished while read",
+                thousands(i.vanished_pages)
+            ));
         }
         if i.partial_bytes > 0 {
-            extra.push(format!("{} bytes of partial pages ignored", i.partial_bytes));
+            extra.push(format!(
+                "{} bytes of partial pages ignored",
+                i.partial_bytes
+            ));
         }
         if let Some(s) = &i.snapshot {
             extra.push(format!("second snapshot after {:.1} s", s.interval_seconds));
@@ -99,7 +131,11 @@ pub fn text(r: &Report) -> String {
             thousands(i.pages as u64),
             i.mappings,
             i.read_seconds,
-            if extra.is_empty() { String::new() } else { format!(" ({})", extra.join(", ")) }
+            if extra.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", extra.join(", "))
+            }
         );
     }
 
@@ -125,7 +161,13 @@ pub fn text(r: &Report) -> String {
                 "  {:<34}{:>14}{:>9}",
                 "after patching",
                 thousands(p.after_patching),
-                format!("-{}", pct(b.counts.pages - p.after_patching.min(b.counts.pages), b.counts.pages))
+                format!(
+                    "-{}",
+                    pct(
+                        b.counts.pages - p.after_patching.min(b.counts.pages),
+                        b.counts.pages
+                    )
+                )
             );
             let _ = writeln!(
                 o,
@@ -197,13 +239,24 @@ pub fn text(r: &Report) -> String {
                 thousands(x.after_cross_process),
                 x.cross_process_saved_pct
             );
-            let _ = writeln!(o, "  cross-process merging adds               {:>12} pages", thousands(x.cross_adds_pages));
+            let _ = writeln!(
+                o,
+                "  cross-process merging adds               {:>12} pages",
+                thousands(x.cross_adds_pages)
+            );
         }
     }
 
     if let Some(rows) = &r.behaviour {
-        let _ = writeln!(o, "\nBehaviour between the two snapshots (pages, by mapping permission):");
-        let _ = writeln!(o, "  {:<8}{:>12}{:>12}{:>12}{:>12}", "perms", "unchanged", "changed", "new", "gone");
+        let _ = writeln!(
+            o,
+            "\nBehaviour between the two snapshots (pages, by mapping permission):"
+        );
+        let _ = writeln!(
+            o,
+            "  {:<8}{:>12}{:>12}{:>12}{:>12}",
+            "perms", "unchanged", "changed", "new", "gone"
+        );
         for row in rows {
             let _ = writeln!(
                 o,
@@ -219,18 +272,41 @@ pub fn text(r: &Report) -> String {
 
     if let Some(c) = &r.characterization {
         let _ = writeln!(o, "\nCharacterisation (Deng et al., Table 3):");
-        let _ = writeln!(o, "  zero bytes                              {:>8.2}%", c.zero_bytes_pct);
-        let _ = writeln!(o, "  bytes in zero runs > 32 B               {:>8.2}%", c.zero_bytes_in_long_runs_pct);
+        let _ = writeln!(
+            o,
+            "  zero bytes                              {:>8.2}%",
+            c.zero_bytes_pct
+        );
+        let _ = writeln!(
+            o,
+            "  bytes in zero runs > 32 B               {:>8.2}%",
+            c.zero_bytes_in_long_runs_pct
+        );
         let _ = writeln!(
             o,
             "  zero runs > 32 B touching a page edge   {:>8.2}%  (of {} such runs)",
             c.long_runs_touching_page_boundary_pct,
             thousands(c.long_runs)
         );
-        let _ = writeln!(o, "  low values 1-9                          {:>8.2}%", c.low_values_1_9_pct);
-        let _ = writeln!(o, "  powers of two                           {:>8.2}%", c.powers_of_two_pct);
-        let _ = writeln!(o, "  zero-order entropy                      {:>8.3} bits/byte", c.entropy_bits_per_byte);
-        let _ = writeln!(o, "  zero-run lengths (runs per length class, within pages):");
+        let _ = writeln!(
+            o,
+            "  low values 1-9                          {:>8.2}%",
+            c.low_values_1_9_pct
+        );
+        let _ = writeln!(
+            o,
+            "  powers of two                           {:>8.2}%",
+            c.powers_of_two_pct
+        );
+        let _ = writeln!(
+            o,
+            "  zero-order entropy                      {:>8.3} bits/byte",
+            c.entropy_bits_per_byte
+        );
+        let _ = writeln!(
+            o,
+            "  zero-run lengths (runs per length class, within pages):"
+        );
         let mut buckets = [0u64; 13];
         for &(len, n) in &c.zero_run_lengths {
             let b = (32 - len.leading_zeros() - 1) as usize;
@@ -261,7 +337,12 @@ pub fn text(r: &Report) -> String {
     }
 
     if let Some(cs) = &r.compression {
-        let _ = writeln!(o, "\nCompression (size ratio compressed/original; time per 4 KiB page), sample: {}, {}:", cs.sample.description, bytes(cs.sample.sample_bytes));
+        let _ = writeln!(
+            o,
+            "\nCompression (size ratio compressed/original; time per 4 KiB page), sample: {}, {}:",
+            cs.sample.description,
+            bytes(cs.sample.sample_bytes)
+        );
         let mut blocks: Vec<usize> = cs.rows.iter().map(|x| x.block).collect();
         blocks.sort_unstable();
         blocks.dedup();
@@ -284,23 +365,44 @@ pub fn text(r: &Report) -> String {
                     .rows
                     .iter()
                     .find(|x| &x.codec == c && x.block == *b)
-                    .map(|x| if x.ratio.is_finite() { format!("{:.3}", x.ratio) } else { "error".into() })
+                    .map(|x| {
+                        if x.ratio.is_finite() {
+                            format!("{:.3}", x.ratio)
+                        } else {
+                            "error".into()
+                        }
+                    })
                     .unwrap_or_default();
                 let _ = write!(line, "{cell:>9}");
             }
             if let Some(p) = cs.rows.iter().find(|x| &x.codec == c && x.block == PAGE) {
-                let _ = write!(line, "   {:>10} {:>10}", ns(p.compress_ns_per_page), ns(p.decompress_ns_per_page));
+                let _ = write!(
+                    line,
+                    "   {:>10} {:>10}",
+                    ns(p.compress_ns_per_page),
+                    ns(p.decompress_ns_per_page)
+                );
             }
             let _ = writeln!(o, "{line}");
         }
         for row in cs.rows.iter().filter(|x| x.error.is_some()) {
-            let _ = writeln!(o, "  {} at {} B failed: {}", row.codec, row.block, row.error.as_deref().unwrap_or(""));
+            let _ = writeln!(
+                o,
+                "  {} at {} B failed: {}",
+                row.codec,
+                row.block,
+                row.error.as_deref().unwrap_or("")
+            );
         }
     }
 
     if let Some(d) = &r.dedup {
         let _ = writeln!(o, "\nDeduplication by chunking (ratio stored/original, 8-byte chunk references counted), sample: {}, {}:", d.sample.description, bytes(d.sample.sample_bytes));
-        let _ = writeln!(o, "  {:<10}{:>12}{:>12}{:>9}{:>13}{:>13}", "scheme", "chunks", "unique", "ratio", "dedup/page", "restore/page");
+        let _ = writeln!(
+            o,
+            "  {:<10}{:>12}{:>12}{:>9}{:>13}{:>13}",
+            "scheme", "chunks", "unique", "ratio", "dedup/page", "restore/page"
+        );
         for row in &d.rows {
             let _ = writeln!(
                 o,
@@ -355,7 +457,11 @@ pub fn text(r: &Report) -> String {
     }
 
     if !r.savings.is_empty() {
-        let _ = writeln!(o, "\nWhat each technique would save ({} pages):", thousands(r.pages));
+        let _ = writeln!(
+            o,
+            "\nWhat each technique would save ({} pages):",
+            thousands(r.pages)
+        );
         for s in &r.savings {
             let _ = writeln!(
                 o,
@@ -367,7 +473,11 @@ pub fn text(r: &Report) -> String {
             );
         }
     }
-    let _ = writeln!(o, "\nAnalysis took {:.2} s on {} threads.", r.seconds, r.threads);
+    let _ = writeln!(
+        o,
+        "\nAnalysis took {:.2} s on {} threads.",
+        r.seconds, r.threads
+    );
     o
 }
 

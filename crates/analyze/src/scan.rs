@@ -7,9 +7,9 @@
 //! pages; it is the part of the breakdown whose speed is bounded by memory
 //! bandwidth.
 
+use pagefold_tier::similar::{page_keys, SimilarityParams};
 use rayon::prelude::*;
 use serde::Serialize;
-use pagefold_tier::similar::{page_keys, SimilarityParams};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::delta::Encoder;
@@ -54,7 +54,13 @@ impl SimilarityConfig {
     /// The detector part, as pagefold-tier defines it, so the analyzer and
     /// the engine's online detector use the same blocks and the same rules.
     pub fn params(&self) -> SimilarityParams {
-        SimilarityParams { k: self.k, s: self.s, candidates: self.candidates, block: self.block, seed: self.seed }
+        SimilarityParams {
+            k: self.k,
+            s: self.s,
+            candidates: self.candidates,
+            block: self.block,
+            seed: self.seed,
+        }
     }
 
     /// The k*s block offsets: index i uses offsets[i*s .. i*s+s].

@@ -46,7 +46,8 @@ pub struct Counts {
 
 impl Counts {
     fn finish(&mut self) {
-        self.after_sharing = self.unique_pages + self.sharable_distinct + (self.zero_pages > 0) as u64;
+        self.after_sharing =
+            self.unique_pages + self.sharable_distinct + (self.zero_pages > 0) as u64;
     }
 
     pub fn saved_pct(&self) -> f64 {

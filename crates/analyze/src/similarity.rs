@@ -192,7 +192,13 @@ fn best_patch(enc: &mut DeltaEncoder, image: &Image, page: u32, cands: &[u32]) -
 const WINDOW: usize = 4096;
 const MAX_ROUNDS: u32 = 8;
 
-pub fn patch(image: &Image, scan: &Scan, sharing: &Sharing, cfg: &SimilarityConfig, progress: &Progress) -> Patching {
+pub fn patch(
+    image: &Image,
+    scan: &Scan,
+    sharing: &Sharing,
+    cfg: &SimilarityConfig,
+    progress: &Progress,
+) -> Patching {
     let start = std::time::Instant::now();
     let order: Vec<u32> = (0..image.pages() as u32)
         .filter(|&i| sharing.rep[i as usize] == i && sharing.rep[i as usize] != ZERO)
@@ -292,11 +298,18 @@ pub fn patch(image: &Image, scan: &Scan, sharing: &Sharing, cfg: &SimilarityConf
         contents: order.len() as u64,
         patched_pages: patched,
         patch_bytes: bytes,
-        avg_patch_bytes: if patched > 0 { bytes as f64 / patched as f64 } else { 0.0 },
+        avg_patch_bytes: if patched > 0 {
+            bytes as f64 / patched as f64
+        } else {
+            0.0
+        },
         indexed_pages: indexed,
         rejected_pages: rejected,
         after_patching: after,
-        saved_pct: pct(sharing.total.pages - after.min(sharing.total.pages), sharing.total.pages),
+        saved_pct: pct(
+            sharing.total.pages - after.min(sharing.total.pages),
+            sharing.total.pages,
+        ),
         patches_encoded: encoded,
         rounds,
         seconds: start.elapsed().as_secs_f64(),
@@ -316,10 +329,14 @@ pub struct Table1 {
 mod tests {
     use super::*;
 
-
     /// The walk without speculation: the definition the windowed, parallel
     /// walk must reproduce exactly.
-    fn sequential(image: &Image, scan: &Scan, sharing: &Sharing, cfg: &SimilarityConfig) -> (u64, u64, u64, u64) {
+    fn sequential(
+        image: &Image,
+        scan: &Scan,
+        sharing: &Sharing,
+        cfg: &SimilarityConfig,
+    ) -> (u64, u64, u64, u64) {
         let mut index = Index::new(cfg.k, cfg.candidates);
         let mut enc = DeltaEncoder::new(cfg.encoder);
         let mut cands = Vec::new();
@@ -390,7 +407,11 @@ mod tests {
 
     #[test]
     fn windowed_parallel_walk_equals_sequential_walk() {
-        for (encoder, candidates) in [(Encoder::XorLz4, 1), (Encoder::ZstdRef, 1), (Encoder::XorLz4, 2)] {
+        for (encoder, candidates) in [
+            (Encoder::XorLz4, 1),
+            (Encoder::ZstdRef, 1),
+            (Encoder::XorLz4, 2),
+        ] {
             let img = chain_image(3 * WINDOW + 100, 0x9e37_79b9 + candidates as u64);
             let cfg = SimilarityConfig {
                 encoder,
@@ -401,8 +422,20 @@ mod tests {
             let sh = crate::sharing::share(&img, &scan, &Progress::hidden());
             let p = patch(&img, &scan, &sh, &cfg, &Progress::hidden());
             let want = sequential(&img, &scan, &sh, &cfg);
-            assert_eq!((p.patched_pages, p.patch_bytes, p.indexed_pages, p.rejected_pages), want, "{encoder} c={candidates}");
-            assert!(want.0 > 100 && want.3 > 100, "the image makes chains: {want:?}");
+            assert_eq!(
+                (
+                    p.patched_pages,
+                    p.patch_bytes,
+                    p.indexed_pages,
+                    p.rejected_pages
+                ),
+                want,
+                "{encoder} c={candidates}"
+            );
+            assert!(
+                want.0 > 100 && want.3 > 100,
+                "the image makes chains: {want:?}"
+            );
         }
     }
 

@@ -20,7 +20,9 @@
 use rayon::prelude::*;
 use serde::Serialize;
 
-use pagefold_codecs::{all_codecs, dedup, try_measure, Chunking, CodecMeasurement, DedupMeasurement};
+use pagefold_codecs::{
+    all_codecs, dedup, try_measure, Chunking, CodecMeasurement, DedupMeasurement,
+};
 
 use crate::image::{Image, PAGE};
 use crate::progress::Progress;
@@ -115,12 +117,19 @@ pub fn sample(image: &Image, budget: usize, window: usize) -> (Vec<u8>, Sample) 
     (data, s)
 }
 
-pub fn codec_study(image: &Image, budget: usize, blocks: &[usize], progress: &Progress) -> CodecStudy {
+pub fn codec_study(
+    image: &Image,
+    budget: usize,
+    blocks: &[usize],
+    progress: &Progress,
+) -> CodecStudy {
     let start = std::time::Instant::now();
     let window = blocks.iter().copied().max().unwrap_or(WINDOW).max(PAGE);
     let (data, sample) = sample(image, budget, window);
     let codecs = all_codecs();
-    let jobs: Vec<(usize, usize)> = (0..codecs.len()).flat_map(|c| blocks.iter().map(move |&b| (c, b))).collect();
+    let jobs: Vec<(usize, usize)> = (0..codecs.len())
+        .flat_map(|c| blocks.iter().map(move |&b| (c, b)))
+        .collect();
     let bar = progress.stage("compress", jobs.len() as u64, false);
     let rows: Vec<CodecRow> = jobs
         .par_iter()
@@ -173,7 +182,12 @@ pub fn default_schemes() -> Vec<Chunking> {
     ]
 }
 
-pub fn dedup_study(image: &Image, budget: usize, schemes: &[Chunking], progress: &Progress) -> DedupStudy {
+pub fn dedup_study(
+    image: &Image,
+    budget: usize,
+    schemes: &[Chunking],
+    progress: &Progress,
+) -> DedupStudy {
     let start = std::time::Instant::now();
     // Larger windows keep more of the image's own duplication structure.
     let (data, sample) = sample(image, budget, 1 << 20);

@@ -139,7 +139,10 @@ pub fn sample_core() -> (Vec<u8>, Composition) {
             memsz_pages: 16,
         },
     ];
-    (write_core(&segs, &[(0x400000, 0x408000, "/usr/bin/example")]), c)
+    (
+        write_core(&segs, &[(0x400000, 0x408000, "/usr/bin/example")]),
+        c,
+    )
 }
 
 #[test]
@@ -148,7 +151,10 @@ fn written_core_counts_are_exact() {
     let f = TempPath::write("test.core", &core);
     let v = json(&[&f.s(), "--only", "breakdown"]);
     assert_eq!(v["inputs"][0]["source"], "core");
-    assert_eq!(v["inputs"][0]["mappings"], 2, "the segment without data is skipped");
+    assert_eq!(
+        v["inputs"][0]["mappings"], 2,
+        "the segment without data is skipped"
+    );
     // Anonymous pages of the composition + 8 identical file pages.
     assert_eq!(v["pages"], (c.pages() + 8) as u64);
     let b = &v["breakdown"];
@@ -171,7 +177,11 @@ fn written_core_counts_are_exact() {
 
 #[test]
 fn gcore_of_a_child_is_read() {
-    if std::process::Command::new("gcore").arg("--version").output().is_err() {
+    if std::process::Command::new("gcore")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
         eprintln!("gcore not installed: skipped");
         return;
     }
@@ -194,11 +204,20 @@ fn gcore_of_a_child_is_read() {
     let path = std::path::PathBuf::from(format!("{}.{}", core.s(), child.pid));
     let _cleanup = TempPath(path.clone());
     if !out.status.success() || !path.exists() {
-        eprintln!("gcore failed (ptrace not allowed here?): skipped: {}", String::from_utf8_lossy(&out.stderr));
+        eprintln!(
+            "gcore failed (ptrace not allowed here?): skipped: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         return;
     }
     let range = child.range();
-    let v = json(&[path.to_str().unwrap(), "--only", "breakdown", "--range", &range]);
+    let v = json(&[
+        path.to_str().unwrap(),
+        "--only",
+        "breakdown",
+        "--range",
+        &range,
+    ]);
     assert_eq!(v["pages"], c.pages() as u64);
     let b = &v["breakdown"];
     assert_eq!(b["zero_pages"], c.zero as u64);

@@ -72,7 +72,10 @@ fn empty_file() {
 #[test]
 fn image_not_a_page_multiple() {
     let f = TempPath::write("odd.img", &vec![1u8; PAGE + 100]);
-    assert_fails(&run(&[&f.s()]), "size 4196 bytes is not a multiple of the 4096-byte page size");
+    assert_fails(
+        &run(&[&f.s()]),
+        "size 4196 bytes is not a multiple of the 4096-byte page size",
+    );
 }
 
 #[test]
@@ -109,7 +112,10 @@ fn truncated_core() {
 
 #[test]
 fn missing_file_and_directory() {
-    assert_fails(&run(&["/nonexistent/pagefold.img"]), "/nonexistent/pagefold.img: No such file or directory");
+    assert_fails(
+        &run(&["/nonexistent/pagefold.img"]),
+        "/nonexistent/pagefold.img: No such file or directory",
+    );
     let d = std::env::temp_dir();
     assert_fails(&run(&[d.to_str().unwrap()]), "is a directory");
 }
@@ -120,12 +126,30 @@ fn bad_arguments() {
     assert_fails(&run(&[&f.s(), "--hsd", "2"]), "--hsd 2");
     assert_fails(&run(&[&f.s(), "--hsd", "0,1"]), "at least 1");
     assert_fails(&run(&[&f.s(), "--range", "10-5"]), "--range 10-5");
-    assert_fails(&run(&[&f.s(), "--kind", "weird"]), "unknown mapping kind weird");
-    assert_fails(&run(&[&f.s(), "--only", "everything"]), "unknown analysis everything");
-    assert_fails(&run(&[&f.s(), "--patch-encoder", "gzip"]), "unknown --patch-encoder gzip");
-    assert_fails(&run(&[&f.s(), "--interval", "1"]), "--interval takes snapshots of processes");
-    assert_fails(&run(&[&f.s(), "--range", "0x100000-0x200000"]), "nothing to analyze");
-    assert_fails(&run(&[&f.s(), "--threads", "0"]), "--threads must be at least 1");
+    assert_fails(
+        &run(&[&f.s(), "--kind", "weird"]),
+        "unknown mapping kind weird",
+    );
+    assert_fails(
+        &run(&[&f.s(), "--only", "everything"]),
+        "unknown analysis everything",
+    );
+    assert_fails(
+        &run(&[&f.s(), "--patch-encoder", "gzip"]),
+        "unknown --patch-encoder gzip",
+    );
+    assert_fails(
+        &run(&[&f.s(), "--interval", "1"]),
+        "--interval takes snapshots of processes",
+    );
+    assert_fails(
+        &run(&[&f.s(), "--range", "0x100000-0x200000"]),
+        "nothing to analyze",
+    );
+    assert_fails(
+        &run(&[&f.s(), "--threads", "0"]),
+        "--threads must be at least 1",
+    );
 }
 
 #[test]
@@ -133,7 +157,10 @@ fn unwritable_plot_dir() {
     let f = TempPath::write("plot.img", &vec![1u8; PAGE]);
     let blocker = TempPath::write("blocker", b"x");
     let dir = format!("{}/sub", blocker.s());
-    assert_fails(&run(&[&f.s(), "--only", "sharing", "--plot", &dir]), "cannot write plots to");
+    assert_fails(
+        &run(&[&f.s(), "--only", "sharing", "--plot", &dir]),
+        "cannot write plots to",
+    );
 }
 
 /// A minimal 64-bit core with one PT_LOAD segment holding `data`.

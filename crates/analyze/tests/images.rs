@@ -39,17 +39,28 @@ fn table1_counts_are_exact() {
     let b = r.breakdown.as_ref().unwrap();
     assert_eq!(b.counts.pages as usize, c.pages());
     assert_eq!(b.counts.zero_pages as usize, c.zero);
-    assert_eq!(b.counts.sharable_pages as usize, c.groups.iter().sum::<usize>());
+    assert_eq!(
+        b.counts.sharable_pages as usize,
+        c.groups.iter().sum::<usize>()
+    );
     assert_eq!(b.counts.sharable_distinct as usize, c.groups.len());
     assert_eq!(b.counts.unique_pages as usize, c.unique_pages());
     assert_eq!(b.counts.after_sharing as usize, c.after_sharing());
     assert_eq!(b.hash_collisions, 0);
 
     let p = b.patching.as_ref().unwrap();
-    assert_eq!(p.patched_pages as usize, c.variants(), "every variant patched against its reference");
+    assert_eq!(
+        p.patched_pages as usize,
+        c.variants(),
+        "every variant patched against its reference"
+    );
     assert_eq!(p.rejected_pages, 0);
     assert_eq!(p.contents as usize, c.unique_pages() + c.groups.len());
-    assert!(p.avg_patch_bytes > 0.0 && p.avg_patch_bytes < 200.0, "avg patch {}", p.avg_patch_bytes);
+    assert!(
+        p.avg_patch_bytes > 0.0 && p.avg_patch_bytes < 200.0,
+        "avg patch {}",
+        p.avg_patch_bytes
+    );
     let after = c.after_sharing() - c.variants() + (p.patch_bytes as usize).div_ceil(PAGE);
     assert_eq!(p.after_patching as usize, after);
 
@@ -128,22 +139,37 @@ fn characterization_matches_independent_count() {
             }
         }
     }
-    let expect: Vec<(u32, u64)> = runs.iter().enumerate().filter(|(_, &n)| n > 0).map(|(l, &n)| (l as u32, n)).collect();
+    let expect: Vec<(u32, u64)> = runs
+        .iter()
+        .enumerate()
+        .filter(|(_, &n)| n > 0)
+        .map(|(l, &n)| (l as u32, n))
+        .collect();
     assert_eq!(ch.zero_run_lengths, expect);
     assert_eq!(ch.long_runs, long);
     let total = data.len() as f64;
     let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
     assert!(close(ch.zero_bytes_pct, 100.0 * hist[0] as f64 / total));
-    assert!(close(ch.zero_bytes_in_long_runs_pct, 100.0 * long_bytes as f64 / total));
-    assert!(close(ch.long_runs_touching_page_boundary_pct, 100.0 * touching as f64 / long as f64));
+    assert!(close(
+        ch.zero_bytes_in_long_runs_pct,
+        100.0 * long_bytes as f64 / total
+    ));
+    assert!(close(
+        ch.long_runs_touching_page_boundary_pct,
+        100.0 * touching as f64 / long as f64
+    ));
     let low: u64 = hist[1..=9].iter().sum();
     assert!(close(ch.low_values_1_9_pct, 100.0 * low as f64 / total));
     let pow: u64 = [1, 2, 4, 8, 16, 32, 64, 128].iter().map(|&v| hist[v]).sum();
     assert!(close(ch.powers_of_two_pct, 100.0 * pow as f64 / total));
-    let h: f64 = hist.iter().filter(|&&n| n > 0).map(|&n| {
-        let q = n as f64 / total;
-        -q * q.log2()
-    }).sum();
+    let h: f64 = hist
+        .iter()
+        .filter(|&&n| n > 0)
+        .map(|&n| {
+            let q = n as f64 / total;
+            -q * q.log2()
+        })
+        .sum();
     assert!(close(ch.entropy_bits_per_byte, h));
 }
 
@@ -175,13 +201,23 @@ fn similarity_detector_needs_one_matching_block() {
     // against it.
     let mut o = quick();
     o.similarity.k = 1;
-    let p = analyze(&image, &o, &Progress::hidden()).unwrap().breakdown.unwrap().patching.unwrap();
+    let p = analyze(&image, &o, &Progress::hidden())
+        .unwrap()
+        .breakdown
+        .unwrap()
+        .patching
+        .unwrap();
     assert_eq!((p.patched_pages, p.indexed_pages), (1, 2));
     // A cut-off below any patch size rejects `one` (candidate r) and `both`
     // (candidate `one`, through block 0).
     let mut o = quick();
     o.similarity.cutoff = 4;
-    let p = analyze(&image, &o, &Progress::hidden()).unwrap().breakdown.unwrap().patching.unwrap();
+    let p = analyze(&image, &o, &Progress::hidden())
+        .unwrap()
+        .breakdown
+        .unwrap()
+        .patching
+        .unwrap();
     assert_eq!((p.patched_pages, p.rejected_pages), (0, 2));
 }
 
@@ -199,7 +235,12 @@ fn every_patch_encoder_patches_the_variants() {
     for enc in [Encoder::ZstdRef, Encoder::XorLz4, Encoder::XorZstd] {
         let mut o = quick();
         o.similarity.encoder = enc;
-        let p = analyze(&image, &o, &Progress::hidden()).unwrap().breakdown.unwrap().patching.unwrap();
+        let p = analyze(&image, &o, &Progress::hidden())
+            .unwrap()
+            .breakdown
+            .unwrap()
+            .patching
+            .unwrap();
         assert_eq!(p.patched_pages, 10, "{enc}");
     }
 }
@@ -230,10 +271,20 @@ fn candidates_per_bucket_widen_the_search() {
     // c=1: b is a's candidate-twin; b is patched against a? b is random
     // apart from the blocks: its patch is large, so b is indexed and
     // replaces a. va then only sees b.
-    let p = analyze(&image, &o, &Progress::hidden()).unwrap().breakdown.unwrap().patching.unwrap();
+    let p = analyze(&image, &o, &Progress::hidden())
+        .unwrap()
+        .breakdown
+        .unwrap()
+        .patching
+        .unwrap();
     assert_eq!((p.patched_pages, p.rejected_pages), (0, 2));
     o.similarity.candidates = 2;
-    let p = analyze(&image, &o, &Progress::hidden()).unwrap().breakdown.unwrap().patching.unwrap();
+    let p = analyze(&image, &o, &Progress::hidden())
+        .unwrap()
+        .breakdown
+        .unwrap()
+        .patching
+        .unwrap();
     assert_eq!((p.patched_pages, p.rejected_pages), (1, 1));
 }
 
@@ -249,7 +300,15 @@ fn cli_json_dedup_codecs_and_plots() {
     let data = build(&c, 4);
     let f = TempPath::write("cli.img", &data);
     let dir = TempPath::new("plots");
-    let v = json(&[&f.s(), "--plot", &dir.s(), "--codec-sample", "1", "--codec-blocks", "4,8"]);
+    let v = json(&[
+        &f.s(),
+        "--plot",
+        &dir.s(),
+        "--codec-sample",
+        "1",
+        "--codec-blocks",
+        "4,8",
+    ]);
     assert_eq!(v["pages"], c.pages() as u64);
     let b = &v["breakdown"];
     assert_eq!(b["zero_pages"], c.zero as u64);
@@ -259,14 +318,27 @@ fn cli_json_dedup_codecs_and_plots() {
     assert_eq!(b["after_sharing"], c.after_sharing() as u64);
     assert_eq!(b["patching"]["patched_pages"], 4);
     // FSP-4K keeps one chunk per distinct page (zero page included).
-    let fsp = v["dedup"]["rows"].as_array().unwrap().iter().find(|r| r["scheme"] == "fsp-4k").unwrap().clone();
+    let fsp = v["dedup"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["scheme"] == "fsp-4k")
+        .unwrap()
+        .clone();
     assert_eq!(fsp["chunks"], c.pages() as u64);
     assert_eq!(fsp["unique_chunks"], c.after_sharing() as u64);
     // Every codec at both block sizes.
     let rows = v["compression"]["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 10 * 2, "{rows:?}");
-    assert!(rows.iter().all(|r| r["ratio"].as_f64().is_some_and(|x| x > 0.0)));
-    for name in ["savings.png", "zero_runs.png", "byte_histogram.png", "codecs.png"] {
+    assert!(rows
+        .iter()
+        .all(|r| r["ratio"].as_f64().is_some_and(|x| x > 0.0)));
+    for name in [
+        "savings.png",
+        "zero_runs.png",
+        "byte_histogram.png",
+        "codecs.png",
+    ] {
         let png = std::fs::read(dir.0.join(name)).unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{name}");
     }
@@ -274,7 +346,13 @@ fn cli_json_dedup_codecs_and_plots() {
     let out = run(&[&f.s(), "-q", "--only", "breakdown"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    for want in ["zero", "sharable (2 distinct)", "after sharing", "patchable (HashSimilarityDetector(2,1), c=1)", "after patching"] {
+    for want in [
+        "zero",
+        "sharable (2 distinct)",
+        "after sharing",
+        "patchable (HashSimilarityDetector(2,1), c=1)",
+        "after patching",
+    ] {
         assert!(text.contains(want), "{want} missing in:\n{text}");
     }
 }
@@ -331,6 +409,14 @@ fn range_filter_selects_pages() {
     };
     let data = build(&c, 6);
     let f = TempPath::write("range.img", &data);
-    let v = json(&[&f.s(), "--only", "sharing", "--range", "0x1000-0x3000", "--range", "16384-20480"]);
+    let v = json(&[
+        &f.s(),
+        "--only",
+        "sharing",
+        "--range",
+        "0x1000-0x3000",
+        "--range",
+        "16384-20480",
+    ]);
     assert_eq!(v["pages"], 3);
 }

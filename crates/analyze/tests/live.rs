@@ -21,9 +21,18 @@ fn child_memory_counts_are_exact_and_unpopulated_pages_skipped() {
     };
     let data = build(&c, 41);
     let child = Child::spawn(&data, 40);
-    let v = json(&[&child.pid.to_string(), "--only", "breakdown", "--range", &child.range()]);
+    let v = json(&[
+        &child.pid.to_string(),
+        "--only",
+        "breakdown",
+        "--range",
+        &child.range(),
+    ]);
     assert_eq!(v["inputs"][0]["source"], "pid");
-    assert_eq!(v["inputs"][0]["unpopulated_pages"], 40, "untouched pages are skipped, not read");
+    assert_eq!(
+        v["inputs"][0]["unpopulated_pages"], 40,
+        "untouched pages are skipped, not read"
+    );
     assert_eq!(v["pages"], c.pages() as u64);
     let b = &v["breakdown"];
     assert_eq!(b["zero_pages"], c.zero as u64);
@@ -43,9 +52,21 @@ fn whole_child_process_with_every_analysis() {
         ..Composition::default()
     };
     let child = Child::spawn(&build(&c, 42), 0);
-    let v = json(&[&child.pid.to_string(), "--codec-sample", "0.5", "--dedup-sample", "4"]);
+    let v = json(&[
+        &child.pid.to_string(),
+        "--codec-sample",
+        "0.5",
+        "--dedup-sample",
+        "4",
+    ]);
     assert!(v["pages"].as_u64().unwrap() >= c.pages() as u64);
-    for key in ["breakdown", "characterization", "comparisons", "compression", "dedup"] {
+    for key in [
+        "breakdown",
+        "characterization",
+        "comparisons",
+        "compression",
+        "dedup",
+    ] {
         assert!(v[key].is_object(), "{key} missing");
     }
     // Mapping-kind filters partition the process.
@@ -136,12 +157,26 @@ fn two_snapshots_classify_changed_pages() {
     let rows = v["behaviour"].as_array().unwrap();
     let rw = rows.iter().find(|r| r["perms"] == "rw-p").unwrap();
     let r = rows.iter().find(|r| r["perms"] == "r--p").unwrap();
-    assert_eq!((rw["changed"].as_u64(), rw["unchanged"].as_u64()), (Some(5), Some(11)));
-    assert_eq!((r["changed"].as_u64(), r["unchanged"].as_u64()), (Some(0), Some(4)));
+    assert_eq!(
+        (rw["changed"].as_u64(), rw["unchanged"].as_u64()),
+        (Some(5), Some(11))
+    );
+    assert_eq!(
+        (r["changed"].as_u64(), r["unchanged"].as_u64()),
+        (Some(0), Some(4))
+    );
     let cmp = &v["comparisons"];
     assert_eq!(cmp["classes_from"], "snapshots");
     assert_eq!(cmp["volatile_pages"], 5);
-    let m = |name: &str| cmp["methods"].as_array().unwrap().iter().find(|m| m["name"] == name).unwrap().clone();
+    let m = |name: &str| {
+        cmp["methods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap()
+            .clone()
+    };
     // 7 copies of `dup` (4 writable + 3 read-only): 6 merges for the hash
     // index and KSM; BMD keeps the classes apart: 3 + 2 merges.
     assert_eq!(m("hash-index")["pages_merged"], 6);
@@ -149,8 +184,18 @@ fn two_snapshots_classify_changed_pages() {
     assert_eq!(m("bmd")["pages_merged"], 5);
     assert!(m("bmd")["page_compares"].as_u64() < m("ksm")["page_compares"].as_u64());
     let classes = cmp["bmd_classes"].as_array().unwrap();
-    let names: Vec<&str> = classes.iter().map(|c| c["class"].as_str().unwrap()).collect();
-    assert_eq!(names, ["changed writable", "unchanged read-only", "unchanged writable"]);
+    let names: Vec<&str> = classes
+        .iter()
+        .map(|c| c["class"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "changed writable",
+            "unchanged read-only",
+            "unchanged writable"
+        ]
+    );
 }
 
 #[test]
@@ -166,7 +211,19 @@ fn process_exiting_mid_read_is_an_error() {
             }
         }
     };
-    let e = live::read_pid(pid as u32, &Filter::default(), &Progress::hidden(), Some(&kill)).unwrap_err();
-    assert!(matches!(e, Error::ProcessExited(p) if p == pid as u32), "{e:?}");
-    assert_eq!(e.to_string(), format!("process {pid} exited while it was being read"));
+    let e = live::read_pid(
+        pid as u32,
+        &Filter::default(),
+        &Progress::hidden(),
+        Some(&kill),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, Error::ProcessExited(p) if p == pid as u32),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        format!("process {pid} exited while it was being read")
+    );
 }

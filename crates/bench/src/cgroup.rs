@@ -57,15 +57,22 @@ pub fn check_available() -> Result<(), String> {
     if unsafe { libc::geteuid() } != 0 {
         return Err("memory-constrained runs need root (cgroups and swap devices)".into());
     }
-    if !Path::new(MEMORY_ROOT).join("memory.limit_in_bytes").is_file() {
-        return Err(format!("no cgroup v1 memory controller at {MEMORY_ROOT} (cgroup v2 is not supported)"));
+    if !Path::new(MEMORY_ROOT)
+        .join("memory.limit_in_bytes")
+        .is_file()
+    {
+        return Err(format!(
+            "no cgroup v1 memory controller at {MEMORY_ROOT} (cgroup v2 is not supported)"
+        ));
     }
     Ok(())
 }
 
 /// Whether memory.stat reports swap per group (swap accounting, the memsw files).
 pub fn swap_accounted() -> bool {
-    Path::new(MEMORY_ROOT).join("memory.memsw.usage_in_bytes").is_file()
+    Path::new(MEMORY_ROOT)
+        .join("memory.memsw.usage_in_bytes")
+        .is_file()
 }
 
 impl MemoryCgroup {
@@ -77,7 +84,12 @@ impl MemoryCgroup {
         std::fs::create_dir(&dir).map_err(|e| format!("creating cgroup {}: {e}", dir.display()))?;
         let removal = teardown::register(Box::new(Removal::of(&dir)))?;
         let procs = c_path(&dir.join("cgroup.procs"));
-        let group = MemoryCgroup { dir, procs, limit, removal };
+        let group = MemoryCgroup {
+            dir,
+            procs,
+            limit,
+            removal,
+        };
         if let Some(bytes) = limit {
             group.write("memory.limit_in_bytes", &bytes.to_string())?;
         }
@@ -100,7 +112,9 @@ impl MemoryCgroup {
     /// The pids in the group now.
     pub fn members(&self) -> Vec<u32> {
         let text = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
-        text.split_whitespace().filter_map(|p| p.parse().ok()).collect()
+        text.split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
     }
 
     /// SIGKILLs every process in the group now (without waiting for them).
@@ -116,13 +130,17 @@ impl MemoryCgroup {
     /// A counter of memory.stat.
     pub fn stat(&self, key: &str) -> Option<u64> {
         let text = std::fs::read_to_string(self.dir.join("memory.stat")).ok()?;
-        text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
     }
 
     pub fn usage(&self) -> Usage {
         let read = |f: &str| std::fs::read_to_string(self.dir.join(f)).unwrap_or_default();
         let number = |f: &str| read(f).trim().parse().unwrap_or(0);
-        let oom_kills = read("memory.oom_control").lines().find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok()).unwrap_or(0);
+        let oom_kills = read("memory.oom_control")
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+            .unwrap_or(0);
         Usage {
             max_usage_bytes: number("memory.max_usage_in_bytes"),
             major_faults: self.stat("pgmajfault").unwrap_or(0),
@@ -134,12 +152,15 @@ impl MemoryCgroup {
     /// Kills what is left in the group and removes it; the error says what stayed.
     pub fn remove(self) -> Result<(), String> {
         let dir = self.dir.display().to_string();
-        self.removal.finish().map_err(|f| format!("removing cgroup {dir}: {f}"))
+        self.removal
+            .finish()
+            .map_err(|f| format!("removing cgroup {dir}: {f}"))
     }
 
     fn write(&self, file: &str, value: &str) -> Result<(), String> {
         let path = self.dir.join(file);
-        std::fs::write(&path, value).map_err(|e| format!("writing {value} to {}: {e}", path.display()))
+        std::fs::write(&path, value)
+            .map_err(|e| format!("writing {value} to {}: {e}", path.display()))
     }
 }
 
@@ -169,7 +190,10 @@ struct Removal {
 
 impl Removal {
     fn of(dir: &Path) -> Removal {
-        Removal { dir: c_path(dir), procs: c_path(&dir.join("cgroup.procs")) }
+        Removal {
+            dir: c_path(dir),
+            procs: c_path(&dir.join("cgroup.procs")),
+        }
     }
 }
 
@@ -185,7 +209,12 @@ impl Teardown for Removal {
             match errno() {
                 libc::ENOENT => return Ok(()),
                 libc::EBUSY if waited < EXIT_WAIT_MS => {}
-                e => return Err(Failure { what: "removing the cgroup (killed processes still in it?)", errno: e }),
+                e => {
+                    return Err(Failure {
+                        what: "removing the cgroup (killed processes still in it?)",
+                        errno: e,
+                    })
+                }
             }
             sleep_ms(10);
             waited += 10;
@@ -226,17 +255,27 @@ fn kill_members(procs: &CStr) {
 /// Removes groups of ours whose harness is gone (it was SIGKILLed); returns
 /// what was removed.
 pub fn sweep_leftovers() -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(MEMORY_ROOT) else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir(MEMORY_ROOT) else {
+        return Vec::new();
+    };
     let mut swept = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(owner) = name.strip_prefix(PREFIX).and_then(|rest| rest.split('-').next()?.parse::<u32>().ok()) else { continue };
+        let Some(owner) = name
+            .strip_prefix(PREFIX)
+            .and_then(|rest| rest.split('-').next()?.parse::<u32>().ok())
+        else {
+            continue;
+        };
         if owner == std::process::id() || crate::swap::pid_alive(owner) {
             continue;
         }
         match Removal::of(&entry.path()).teardown() {
             Ok(()) => swept.push(format!("cgroup {}", entry.path().display())),
-            Err(f) => eprintln!("bench: could not remove leftover cgroup {}: {f}", entry.path().display()),
+            Err(f) => eprintln!(
+                "bench: could not remove leftover cgroup {}: {f}",
+                entry.path().display()
+            ),
         }
     }
     swept
@@ -265,12 +304,22 @@ mod tests {
         }
         let group = MemoryCgroup::create(Some(64 << 20)).unwrap();
         let dir = group.dir().to_path_buf();
-        assert_eq!(std::fs::read_to_string(dir.join("memory.limit_in_bytes")).unwrap().trim(), (64u64 << 20).to_string());
+        assert_eq!(
+            std::fs::read_to_string(dir.join("memory.limit_in_bytes"))
+                .unwrap()
+                .trim(),
+            (64u64 << 20).to_string()
+        );
         // A daemon-like grandchild: its parent exits, it lives on in the group.
         let procs = group.procs_file().to_owned();
         let mut cmd = std::process::Command::new("sh");
-        cmd.args(["-c", "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo started"]);
-        unsafe { std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || join_from_child(&procs)) };
+        cmd.args([
+            "-c",
+            "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo started",
+        ]);
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || join_from_child(&procs))
+        };
         let out = cmd.output().unwrap();
         assert_eq!(out.stdout, b"started\n");
         assert_eq!(group.members().len(), 1, "the sleep is still in the group");
@@ -289,7 +338,12 @@ mod tests {
         let dir = Path::new(MEMORY_ROOT).join(format!("{PREFIX}{pid}-0"));
         std::fs::create_dir(&dir).unwrap();
         let swept = sweep_leftovers();
-        assert!(swept.iter().any(|s| s.contains(&format!("{PREFIX}{pid}-0"))), "{swept:?}");
+        assert!(
+            swept
+                .iter()
+                .any(|s| s.contains(&format!("{PREFIX}{pid}-0"))),
+            "{swept:?}"
+        );
         assert!(!dir.exists());
     }
 }

@@ -42,8 +42,18 @@ pub fn of(r: &SuiteResult) -> Option<Compass> {
     let pf = r.configs.iter().position(|c| c == "pagefold")?;
     let ksm = r.configs.iter().position(|c| c == KSM_AGGRESSIVE)?;
     let plain = r.configs.iter().position(|c| c == "plain");
-    let ratios: Vec<f64> = r.workloads.iter().map(|w| w.stats[pf].average_mib.median / w.stats[ksm].average_mib.median).collect();
-    let cpu_sum = |i: usize| r.workloads.iter().map(|w| w.stats[i].cpu_s.median).filter(|v| v.is_finite()).sum::<f64>();
+    let ratios: Vec<f64> = r
+        .workloads
+        .iter()
+        .map(|w| w.stats[pf].average_mib.median / w.stats[ksm].average_mib.median)
+        .collect();
+    let cpu_sum = |i: usize| {
+        r.workloads
+            .iter()
+            .map(|w| w.stats[i].cpu_s.median)
+            .filter(|v| v.is_finite())
+            .sum::<f64>()
+    };
     let (pagefold_cpu_s, ksm_cpu_s) = (cpu_sum(pf), cpu_sum(ksm));
     let plain_cpu_s = plain.map(cpu_sum);
     let footprint_vs_ksm = geomean(&ratios);

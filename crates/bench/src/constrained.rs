@@ -93,7 +93,11 @@ pub fn limit_for(plain_peak: u64, fraction: f64) -> Result<u64, String> {
     let page = 4096;
     let limit = (plain_peak as f64 * fraction) as u64 / page * page;
     if limit < MIN_LIMIT {
-        return Err(format!("a limit of {:.1} MiB ({fraction} x {:.1} MiB) is below the minimum of 16 MiB", mib(limit), mib(plain_peak)));
+        return Err(format!(
+            "a limit of {:.1} MiB ({fraction} x {:.1} MiB) is below the minimum of 16 MiB",
+            mib(limit),
+            mib(plain_peak)
+        ));
     }
     Ok(limit)
 }
@@ -102,7 +106,9 @@ pub fn check_fraction(fraction: f64) -> Result<(), String> {
     if fraction > 0.0 && fraction <= 1.0 {
         Ok(())
     } else {
-        Err(format!("--limit-fraction must be above 0 and at most 1 (got {fraction})"))
+        Err(format!(
+            "--limit-fraction must be above 0 and at most 1 (got {fraction})"
+        ))
     }
 }
 
@@ -234,7 +240,12 @@ pub struct LimitResult {
 pub fn run_suite(a: &crate::Args, ps: ProgramSuite) -> anyhow::Result<bool> {
     let l = &a.limits;
     check_fraction(l.limit_fraction).map_err(anyhow::Error::msg)?;
-    let mut configs = a.configs_for(ps).iter().map(|c| program::parse_config(c)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+    let mut configs = a
+        .configs_for(ps)
+        .iter()
+        .map(|c| program::parse_config(c))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(anyhow::Error::msg)?;
     plain_first(&mut configs);
     let mut devices = l.limit.clone();
     devices.sort();
@@ -265,17 +276,35 @@ pub fn run_suite(a: &crate::Args, ps: ProgramSuite) -> anyhow::Result<bool> {
     );
     let result = run(&plan).map_err(anyhow::Error::msg)?;
     let markdown = report::markdown(&result);
-    println!("\n## pagefold bench: {} under a memory limit\n\n{markdown}", ps.name());
+    println!(
+        "\n## pagefold bench: {} under a memory limit\n\n{markdown}",
+        ps.name()
+    );
     let files = report::publish(&result, &a.out.join("results")).map_err(anyhow::Error::msg)?;
     for f in &files {
         eprintln!("bench: wrote {}", f.display());
     }
     if a.results_doc.as_os_str() != "-" {
-        let key = if ps == ProgramSuite::R { "constrained".to_string() } else { format!("constrained-{}", ps.name()) };
-        crate::report::update_doc(&a.results_doc, &key, &report::doc_section(&result, &files, &a.results_doc))?;
-        eprintln!("bench: {key} section regenerated in {}", a.results_doc.display());
+        let key = if ps == ProgramSuite::R {
+            "constrained".to_string()
+        } else {
+            format!("constrained-{}", ps.name())
+        };
+        crate::report::update_doc(
+            &a.results_doc,
+            &key,
+            &report::doc_section(&result, &files, &a.results_doc),
+        )?;
+        eprintln!(
+            "bench: {key} section regenerated in {}",
+            a.results_doc.display()
+        );
     }
-    Ok(result.workloads.iter().flat_map(|w| &w.runs).all(|r| !r.verdict.is_error()))
+    Ok(result
+        .workloads
+        .iter()
+        .flat_map(|w| &w.runs)
+        .all(|r| !r.verdict.is_error()))
 }
 
 /// Moves plain to the front: every ratio is to it, and the tables show it first.
@@ -323,10 +352,31 @@ pub fn run(plan: &LimitPlan) -> Result<LimitResult, String> {
     for s in &foreign_swaps {
         eprintln!("bench: note: swap already active from elsewhere: {} ({} MiB); ours gets a higher priority", s.path.display(), s.size_bytes >> 20);
     }
-    let needs_ksm = plan.configs.iter().any(|c| matches!(c.setup, Setup::Ksm { .. }));
-    let ksm = if needs_ksm { Some(KsmGuard::acquire().map_err(|e| format!("KSM configurations need root and {}: {e}", crate::ksm::KSM_DIR))?) } else { None };
-    let machine = crate::report::Machine::probe(&crate::Plan { runs: plan.runs, quick: false });
-    let mut runner = Runner { plan, ksm: ksm.as_ref(), lock: lock.as_ref(), bar: crate::suite::progress(total_runs(plan)), workloads: Vec::new() };
+    let needs_ksm = plan
+        .configs
+        .iter()
+        .any(|c| matches!(c.setup, Setup::Ksm { .. }));
+    let ksm = if needs_ksm {
+        Some(KsmGuard::acquire().map_err(|e| {
+            format!(
+                "KSM configurations need root and {}: {e}",
+                crate::ksm::KSM_DIR
+            )
+        })?)
+    } else {
+        None
+    };
+    let machine = crate::report::Machine::probe(&crate::Plan {
+        runs: plan.runs,
+        quick: false,
+    });
+    let mut runner = Runner {
+        plan,
+        ksm: ksm.as_ref(),
+        lock: lock.as_ref(),
+        bar: crate::suite::progress(total_runs(plan)),
+        workloads: Vec::new(),
+    };
     for rep in 0..plan.runs {
         for (w, wl) in plan.workloads.iter().enumerate() {
             runner.workload(rep, w, wl)?;
@@ -369,7 +419,13 @@ impl Runner<'_> {
         if rep == 0 {
             let plain = program::parse_config("plain")?;
             let run = self.run_one(rep, wl, &plain, Device::None, None, None)?;
-            self.start_workload(wl, LimitedRun { reference: true, ..run })?;
+            self.start_workload(
+                wl,
+                LimitedRun {
+                    reference: true,
+                    ..run
+                },
+            )?;
         }
         for &device in self.plan.devices {
             let limit = (device != Device::None).then(|| self.workloads[w].limit_bytes);
@@ -388,11 +444,23 @@ impl Runner<'_> {
     /// Records the workload with the limit its reference run sets.
     fn start_workload(&mut self, wl: &Workload, first: LimitedRun) -> Result<(), String> {
         if first.verdict != Verdict::Ok {
-            return Err(format!("{}: plain failed without a limit ({}), so no limit can be derived", wl.name, first.verdict.label()));
+            return Err(format!(
+                "{}: plain failed without a limit ({}), so no limit can be derived",
+                wl.name,
+                first.verdict.label()
+            ));
         }
         let peak = first.outcome.peak_bytes;
         let limit = limit_for(peak, self.plan.fraction).map_err(|e| format!("{}: {e}", wl.name))?;
-        crate::suite::log(&self.bar, format!("  {}: plain peak {:.1} MiB without a limit: limit {:.1} MiB", wl.name, mib(peak), mib(limit)));
+        crate::suite::log(
+            &self.bar,
+            format!(
+                "  {}: plain peak {:.1} MiB without a limit: limit {:.1} MiB",
+                wl.name,
+                mib(peak),
+                mib(limit)
+            ),
+        );
         self.workloads.push(LimitedWorkload {
             name: wl.name.clone(),
             cmd: wl.cmd.clone(),
@@ -409,7 +477,9 @@ impl Runner<'_> {
             return Ok(None);
         }
         let size = self.workloads[w].swap_size_bytes;
-        let lock = self.lock.ok_or("internal: a swap device without the swap lock")?;
+        let lock = self
+            .lock
+            .ok_or("internal: a swap device without the swap lock")?;
         Ok(Some(match device {
             Device::Zram => SwapDevice::zram(lock, size, self.plan.zram_algorithm)?,
             _ => SwapDevice::file(lock, self.plan.swap_dir, size)?,
@@ -417,13 +487,34 @@ impl Runner<'_> {
     }
 
     /// One run in a fresh cgroup, its swap sampled meanwhile.
-    fn run_one(&self, rep: usize, wl: &Workload, cfg: &Config, device: Device, limit: Option<u64>, dev: Option<&SwapDevice>) -> Result<LimitedRun, String> {
-        self.bar.set_message(format!("run {}/{} {} under {} ({})", rep + 1, self.plan.runs, wl.name, cfg.name, device.name()));
+    fn run_one(
+        &self,
+        rep: usize,
+        wl: &Workload,
+        cfg: &Config,
+        device: Device,
+        limit: Option<u64>,
+        dev: Option<&SwapDevice>,
+    ) -> Result<LimitedRun, String> {
+        self.bar.set_message(format!(
+            "run {}/{} {} under {} ({})",
+            rep + 1,
+            self.plan.runs,
+            wl.name,
+            cfg.name,
+            device.name()
+        ));
         let group = MemoryCgroup::create(limit)?;
         if let Some(d) = dev {
             d.reset_zram_peak();
         }
-        let inv = Invocation { cmd: &wl.cmd, preload: self.plan.preload, input: Some(&[]), interval: self.plan.interval, timeout: self.plan.timeout };
+        let inv = Invocation {
+            cmd: &wl.cmd,
+            preload: self.plan.preload,
+            input: Some(&[]),
+            interval: self.plan.interval,
+            timeout: self.plan.timeout,
+        };
         let before = vmstat_swaps();
         let stop = AtomicBool::new(false);
         let (outcome, peak_swap_bytes) = std::thread::scope(|s| {
@@ -461,7 +552,10 @@ impl Runner<'_> {
 
     /// The unconstrained plain run's outcome, once there is one.
     fn reference(&self, wl: &Workload) -> Option<&Outcome> {
-        self.workloads.iter().find(|w| w.name == wl.name).map(|w| &w.runs[0].outcome)
+        self.workloads
+            .iter()
+            .find(|w| w.name == wl.name)
+            .map(|w| &w.runs[0].outcome)
     }
 
     fn log_run(&self, wl: &Workload, r: &LimitedRun) {
@@ -490,8 +584,18 @@ impl Runner<'_> {
 }
 
 /// Samples the group's swap use until `stop`; returns the largest seen.
-fn peak_swap(group: &MemoryCgroup, dev: Option<&SwapDevice>, interval: Duration, stop: &AtomicBool) -> u64 {
-    let read = || group.swap_bytes().or_else(|| dev.and_then(SwapDevice::used_bytes)).unwrap_or(0);
+fn peak_swap(
+    group: &MemoryCgroup,
+    dev: Option<&SwapDevice>,
+    interval: Duration,
+    stop: &AtomicBool,
+) -> u64 {
+    let read = || {
+        group
+            .swap_bytes()
+            .or_else(|| dev.and_then(SwapDevice::used_bytes))
+            .unwrap_or(0)
+    };
     let mut peak = 0;
     while !stop.load(SeqCst) {
         peak = peak.max(read());
@@ -508,7 +612,11 @@ fn peak_swap(group: &MemoryCgroup, dev: Option<&SwapDevice>, interval: Duration,
 /// (pswpout, pswpin) from /proc/vmstat, in pages.
 fn vmstat_swaps() -> (u64, u64) {
     let text = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
-    let get = |key: &str| text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0);
+    let get = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or(0)
+    };
     (get("pswpout"), get("pswpin"))
 }
 

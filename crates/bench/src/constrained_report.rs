@@ -67,7 +67,9 @@ pub fn cells(w: &LimitedWorkload, devices: &[Device], configs: &[String]) -> Vec
                 completed: good.len(),
                 problems: problems(&all),
                 wall_s: wall,
-                cpu_s: spread(&good, |r| r.outcome.cpu_s + r.outcome.ksmd_cpu_s.unwrap_or(0.0)),
+                cpu_s: spread(&good, |r| {
+                    r.outcome.cpu_s + r.outcome.ksmd_cpu_s.unwrap_or(0.0)
+                }),
                 ksmd_cpu_s: spread(&good, |r| r.outcome.ksmd_cpu_s.unwrap_or(0.0)),
                 wall_ratio: wall.median / plain_wall,
                 wall_vs_unlimited: wall.median / unlimited,
@@ -77,7 +79,9 @@ pub fn cells(w: &LimitedWorkload, devices: &[Device], configs: &[String]) -> Vec
                 swapped_out_mib: spread(&good, |r| mib(r.swapped_out_bytes)),
                 swapped_in_mib: spread(&good, |r| mib(r.swapped_in_bytes)),
                 major_faults: spread(&good, |r| r.cgroup.major_faults as f64),
-                zram_pool_peak_mib: spread(&good, |r| r.zram.map_or(f64::NAN, |z| mib(z.pool_peak_bytes))),
+                zram_pool_peak_mib: spread(&good, |r| {
+                    r.zram.map_or(f64::NAN, |z| mib(z.pool_peak_bytes))
+                }),
             });
         }
     }
@@ -88,27 +92,46 @@ pub fn cells(w: &LimitedWorkload, devices: &[Device], configs: &[String]) -> Vec
 /// them the reference run (cold page cache: slower).
 fn plain_unlimited_wall(w: &LimitedWorkload) -> f64 {
     let none = runs_of(w, Device::None, "plain");
-    let runs = if none.is_empty() { w.runs.iter().filter(|r| r.reference).collect() } else { none };
+    let runs = if none.is_empty() {
+        w.runs.iter().filter(|r| r.reference).collect()
+    } else {
+        none
+    };
     spread(&ok(&runs), |r| r.outcome.wall_s).median
 }
 
 /// The runs of one cell (the reference run belongs to none).
 fn runs_of<'a>(w: &'a LimitedWorkload, device: Device, config: &str) -> Vec<&'a LimitedRun> {
-    w.runs.iter().filter(|r| !r.reference && r.device == device && r.outcome.config == config).collect()
+    w.runs
+        .iter()
+        .filter(|r| !r.reference && r.device == device && r.outcome.config == config)
+        .collect()
 }
 
 fn ok<'a>(runs: &[&'a LimitedRun]) -> Vec<&'a LimitedRun> {
-    runs.iter().copied().filter(|r| r.verdict == Verdict::Ok).collect()
+    runs.iter()
+        .copied()
+        .filter(|r| r.verdict == Verdict::Ok)
+        .collect()
 }
 
 fn spread(runs: &[&LimitedRun], f: impl Fn(&LimitedRun) -> f64) -> Spread {
-    let values: Vec<f64> = runs.iter().map(|r| f(r)).filter(|v| v.is_finite()).collect();
+    let values: Vec<f64> = runs
+        .iter()
+        .map(|r| f(r))
+        .filter(|v| v.is_finite())
+        .collect();
     Spread::of(&values)
 }
 
 /// "OOM-killed 2/3"-style counts of the runs that did not complete correctly.
 fn problems(runs: &[&LimitedRun]) -> Vec<String> {
-    let kinds = [Verdict::OomKilled, Verdict::TimedOut, Verdict::Failed, Verdict::Differs];
+    let kinds = [
+        Verdict::OomKilled,
+        Verdict::TimedOut,
+        Verdict::Failed,
+        Verdict::Differs,
+    ];
     kinds
         .iter()
         .filter_map(|k| {
@@ -119,7 +142,10 @@ fn problems(runs: &[&LimitedRun]) -> Vec<String> {
 }
 
 fn all_cells(r: &LimitResult) -> Vec<Vec<Cell>> {
-    r.workloads.iter().map(|w| cells(w, &r.devices, &r.configs)).collect()
+    r.workloads
+        .iter()
+        .map(|w| cells(w, &r.devices, &r.configs))
+        .collect()
 }
 
 /// The whole report in markdown.
@@ -129,7 +155,12 @@ pub fn markdown(r: &LimitResult) -> String {
     out += &runtime_table(r, &cells);
     out += &footprint_table(r, &cells);
     out += &detail_table(&cells);
-    let errors = r.workloads.iter().flat_map(|w| &w.runs).filter(|x| x.verdict.is_error()).count();
+    let errors = r
+        .workloads
+        .iter()
+        .flat_map(|w| &w.runs)
+        .filter(|x| x.verdict.is_error())
+        .count();
     out += &match errors {
         0 => "Outputs: every run that completed printed exactly what plain printed without a limit.\n".to_string(),
         n => format!("Outputs: **{n} runs failed or printed something else than plain** (FAILED / DIFFERS above).\n"),
@@ -138,7 +169,12 @@ pub fn markdown(r: &LimitResult) -> String {
 }
 
 fn header(r: &LimitResult) -> String {
-    let limited: Vec<&str> = r.devices.iter().filter(|d| **d != Device::None).map(|d| d.name()).collect();
+    let limited: Vec<&str> = r
+        .devices
+        .iter()
+        .filter(|d| **d != Device::None)
+        .map(|d| d.name())
+        .collect();
     let mut out = format!(
         "{}\n\nSuite `{}` under a memory limit: {} workloads x {} configurations x {} devices ({}) x {} runs, interleaved. \
          The limit is {} x plain's peak footprint in a reference run without a limit made first in this invocation (not counted below: it runs with a cold page cache). \
@@ -162,14 +198,29 @@ fn header(r: &LimitResult) -> String {
         r.interval_ms
     );
     out += &match r.foreign_swaps.is_empty() {
-        true => "Swap active from elsewhere: none, so only our device could be swapped to.\n\n".to_string(),
+        true => "Swap active from elsewhere: none, so only our device could be swapped to.\n\n"
+            .to_string(),
         false => {
-            let list: Vec<String> = r.foreign_swaps.iter().map(|s| format!("{} ({} MiB, priority {})", s.path.display(), s.size_bytes >> 20, s.priority)).collect();
+            let list: Vec<String> = r
+                .foreign_swaps
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{} ({} MiB, priority {})",
+                        s.path.display(),
+                        s.size_bytes >> 20,
+                        s.priority
+                    )
+                })
+                .collect();
             format!("**Swap active from elsewhere**: {}; ours was used first (higher priority), the others once it was full.\n\n", list.join(", "))
         }
     };
     if !r.swept.is_empty() {
-        out += &format!("Removed before the runs (left by a killed harness): {}.\n\n", r.swept.join(", "));
+        out += &format!(
+            "Removed before the runs (left by a killed harness): {}.\n\n",
+            r.swept.join(", ")
+        );
     }
     out
 }
@@ -219,17 +270,38 @@ fn runtime_table(r: &LimitResult, cells: &[Vec<Cell>]) -> String {
     out += &"---:|".repeat(cols.len());
     out.push('\n');
     for (w, row) in r.workloads.iter().zip(cells) {
-        out += &format!("| {} | {:.1} | {:.1} |", w.name, mib(w.plain_peak_bytes), mib(w.limit_bytes));
+        out += &format!(
+            "| {} | {:.1} | {:.1} |",
+            w.name,
+            mib(w.plain_peak_bytes),
+            mib(w.limit_bytes)
+        );
         for (i, _, c) in &cols {
             let cell = &row[*i];
-            out += &format!(" {} |", if *c == "plain" { seconds(cell) } else { ratio(cell) });
+            out += &format!(
+                " {} |",
+                if *c == "plain" {
+                    seconds(cell)
+                } else {
+                    ratio(cell)
+                }
+            );
         }
         out.push('\n');
     }
     out += "| **geomean** | | |";
     for (i, _, c) in &cols {
-        let g = geomean(&cells.iter().map(|row| row[*i].wall_ratio).collect::<Vec<_>>());
-        out += &if *c == "plain" || !g.is_finite() { " |".to_string() } else { format!(" **{g:.3}** |") };
+        let g = geomean(
+            &cells
+                .iter()
+                .map(|row| row[*i].wall_ratio)
+                .collect::<Vec<_>>(),
+        );
+        out += &if *c == "plain" || !g.is_finite() {
+            " |".to_string()
+        } else {
+            format!(" **{g:.3}** |")
+        };
     }
     out += "\n\n";
     out
@@ -237,7 +309,9 @@ fn runtime_table(r: &LimitResult, cells: &[Vec<Cell>]) -> String {
 
 fn footprint_table(r: &LimitResult, cells: &[Vec<Cell>]) -> String {
     let cols = columns(r);
-    let mut out = String::from("**Footprint** (resident peak / swap peak, MiB, medians)\n\n| workload | limit (MiB) |");
+    let mut out = String::from(
+        "**Footprint** (resident peak / swap peak, MiB, medians)\n\n| workload | limit (MiB) |",
+    );
     for (_, d, c) in &cols {
         out += &format!(" {}: {c} |", d.name());
     }
@@ -250,7 +324,10 @@ fn footprint_table(r: &LimitResult, cells: &[Vec<Cell>]) -> String {
             let cell = &row[*i];
             out += &match cell.completed {
                 0 => format!(" {} |", failed(cell)),
-                _ => format!(" {:.0} / {:.0} |", cell.resident_peak_mib.median, cell.swap_peak_mib.median),
+                _ => format!(
+                    " {:.0} / {:.0} |",
+                    cell.resident_peak_mib.median, cell.swap_peak_mib.median
+                ),
             };
         }
         out.push('\n');
@@ -268,7 +345,12 @@ fn detail_table(cells: &[Vec<Cell>]) -> String {
     for cell in cells.iter().flatten() {
         let status = match cell.problems.is_empty() {
             true => format!("{}/{}", cell.completed, cell.runs),
-            false => format!("{}/{} ({})", cell.completed, cell.runs, cell.problems.join(", ")),
+            false => format!(
+                "{}/{} ({})",
+                cell.completed,
+                cell.runs,
+                cell.problems.join(", ")
+            ),
         };
         out += &format!(
             "| {} | {} | {} | {status} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} |\n",
@@ -355,8 +437,18 @@ fn runtime_chart(r: &LimitResult, path: &Path) -> Result<(), String> {
             stacked.push(chunk.iter().map(|c| c.ksmd_cpu_s.median / base).collect());
         }
     }
-    let title = format!("{}: wall time under {} x plain's peak, relative to plain without a limit", r.suite, r.fraction);
-    let bars = crate::plot::Bars { title: &title, y_desc: "wall time / plain without limit", workloads: &groups, configs: &r.configs, values, stacked };
+    let title = format!(
+        "{}: wall time under {} x plain's peak, relative to plain without a limit",
+        r.suite, r.fraction
+    );
+    let bars = crate::plot::Bars {
+        title: &title,
+        y_desc: "wall time / plain without limit",
+        workloads: &groups,
+        configs: &r.configs,
+        values,
+        stacked,
+    };
     crate::plot::relative_bars(path, &bars)
 }
 
@@ -366,9 +458,16 @@ pub fn doc_section(r: &LimitResult, files: &[PathBuf], doc: &Path) -> String {
     let base = doc.parent().unwrap_or(Path::new(""));
     let mut out = markdown(r);
     out.push('\n');
-    for f in files.iter().filter(|f| f.extension().is_some_and(|e| e == "png")) {
+    for f in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "png"))
+    {
         let rel = f.strip_prefix(base).unwrap_or(f);
-        out += &format!("![{}]({})\n\n", f.file_stem().unwrap_or_default().to_string_lossy(), rel.display());
+        out += &format!(
+            "![{}]({})\n\n",
+            f.file_stem().unwrap_or_default().to_string_lossy(),
+            rel.display()
+        );
     }
     out
 }

@@ -40,22 +40,38 @@ fn idle_of(cmd: &[String]) -> Option<f64> {
 
 /// Each phase as (name, start, end) in seconds from the program's start.
 pub fn phases(cmd: &[String]) -> Vec<(&'static str, f64, f64)> {
-    let Some(idle) = idle_of(cmd) else { return Vec::new() };
+    let Some(idle) = idle_of(cmd) else {
+        return Vec::new();
+    };
     let (starts, end) = schedule(idle);
-    let ends = starts.iter().skip(1).map(|s| s.1).chain(std::iter::once(end));
-    starts.iter().zip(ends).map(|(&(name, start), end)| (name, start, end)).collect()
+    let ends = starts
+        .iter()
+        .skip(1)
+        .map(|s| s.1)
+        .chain(std::iter::once(end));
+    starts
+        .iter()
+        .zip(ends)
+        .map(|(&(name, start), end)| (name, start, end))
+        .collect()
 }
 
 /// Each sample (ms, bytes) of `run` inside plain's span as (seconds,
 /// bytes, plain's bytes interpolated there).
 fn paired(plain: &[(u64, u64)], run: &[(u64, u64)]) -> Vec<(f64, f64, f64)> {
-    run.iter().filter_map(|&(t, bytes)| Some((t as f64 / 1000.0, bytes as f64, interpolate(plain, t)?))).filter(|p| p.2 > 0.0).collect()
+    run.iter()
+        .filter_map(|&(t, bytes)| Some((t as f64 / 1000.0, bytes as f64, interpolate(plain, t)?)))
+        .filter(|p| p.2 > 0.0)
+        .collect()
 }
 
 /// Savings over time: paired samples as (seconds, percent saved against
 /// plain at that moment).
 fn curve(pairs: &[(f64, f64, f64)]) -> Vec<(f64, f64)> {
-    pairs.iter().map(|&(t, used, base)| (t, 100.0 * (1.0 - used / base))).collect()
+    pairs
+        .iter()
+        .map(|&(t, used, base)| (t, 100.0 * (1.0 - used / base)))
+        .collect()
 }
 
 /// `samples` (sorted by time) at `t`, linearly between neighbours; None
@@ -86,7 +102,10 @@ fn saved_in(pairs: &[(f64, f64, f64)], start: f64, end: f64) -> f64 {
 
 /// The first run's footprint timeline of `config`.
 fn timeline<'a>(w: &'a WorkloadResult, config: &str) -> Option<&'a [(u64, u64)]> {
-    w.outcomes.iter().find(|o| o.config == config && !o.timeline.is_empty()).map(|o| o.timeline.as_slice())
+    w.outcomes
+        .iter()
+        .find(|o| o.config == config && !o.timeline.is_empty())
+        .map(|o| o.timeline.as_slice())
 }
 
 /// Every configuration but plain, in the suite's order, with its samples
@@ -94,10 +113,28 @@ fn timeline<'a>(w: &'a WorkloadResult, config: &str) -> Option<&'a [(u64, u64)]>
 /// the free phase: after it both footprints are the bare program's, and
 /// their ratio says nothing of the mechanisms).
 fn pairs(r: &SuiteResult, w: &WorkloadResult) -> Vec<(String, Vec<(f64, f64, f64)>)> {
-    let Some(plain) = timeline(w, "plain") else { return Vec::new() };
-    let until = phases(&w.cmd).iter().find(|p| p.0 == "free").map_or(f64::INFINITY, |p| p.1);
-    let of = |c: &str| timeline(w, c).map(|t| paired(plain, t).into_iter().filter(|p| p.0 <= until).collect()).unwrap_or_default();
-    r.configs.iter().filter(|c| *c != "plain").map(|c| (c.clone(), of(c))).collect()
+    let Some(plain) = timeline(w, "plain") else {
+        return Vec::new();
+    };
+    let until = phases(&w.cmd)
+        .iter()
+        .find(|p| p.0 == "free")
+        .map_or(f64::INFINITY, |p| p.1);
+    let of = |c: &str| {
+        timeline(w, c)
+            .map(|t| {
+                paired(plain, t)
+                    .into_iter()
+                    .filter(|p| p.0 <= until)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    r.configs
+        .iter()
+        .filter(|c| *c != "plain")
+        .map(|c| (c.clone(), of(c)))
+        .collect()
 }
 
 /// The suite's DE part: mean savings per phase and what the engine did.
@@ -114,7 +151,10 @@ pub fn markdown(r: &SuiteResult) -> String {
         for (config, pairs) in pairs(r, w) {
             out += &format!("| {} | {config} |", w.name);
             for name in ["alloc", "read", "write"] {
-                let saved = phases.iter().find(|p| p.0 == name).map_or(f64::NAN, |p| saved_in(&pairs, p.1, p.2));
+                let saved = phases
+                    .iter()
+                    .find(|p| p.0 == name)
+                    .map_or(f64::NAN, |p| saved_in(&pairs, p.1, p.2));
                 out += &format!(" {} |", percent(saved));
             }
             out += &format!(" {} |\n", percent(saved_in(&pairs, 0.0, f64::INFINITY)));
@@ -135,15 +175,22 @@ fn percent(v: f64) -> String {
 /// Counters of the tiering mechanisms, whatever their exact names: keys
 /// that speak of patches, compression or swap.
 fn is_tier_counter(key: &str) -> bool {
-    ["patch", "compress", "swap", "clock", "cold"].iter().any(|w| key.contains(w))
+    ["patch", "compress", "swap", "clock", "cold"]
+        .iter()
+        .any(|w| key.contains(w))
 }
 
 /// The numbers of an engine report, nested ones as "outer.inner".
 fn flatten(v: &serde_json::Value) -> Vec<(String, f64)> {
-    let Some(map) = v.as_object() else { return Vec::new() };
+    let Some(map) = v.as_object() else {
+        return Vec::new();
+    };
     map.iter()
         .flat_map(|(k, v)| match v {
-            serde_json::Value::Object(_) => flatten(v).into_iter().map(|(inner, x)| (format!("{k}.{inner}"), x)).collect(),
+            serde_json::Value::Object(_) => flatten(v)
+                .into_iter()
+                .map(|(inner, x)| (format!("{k}.{inner}"), x))
+                .collect(),
             _ => v.as_f64().map(|x| vec![(k.clone(), x)]).unwrap_or_default(),
         })
         .collect()
@@ -159,7 +206,11 @@ fn engine_table(r: &SuiteResult) -> String {
     for w in &r.workloads {
         for s in w.stats.iter().filter(|s| s.config != "plain") {
             let n = |k: &str| s.engine.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
-            let first_run = w.outcomes.iter().find(|o| o.config == s.config).map(|o| engine_total(&o.engine));
+            let first_run = w
+                .outcomes
+                .iter()
+                .find(|o| o.config == s.config)
+                .map(|o| engine_total(&o.engine));
             let tier: Vec<String> = flatten(&first_run.unwrap_or_default())
                 .into_iter()
                 .filter(|(k, v)| is_tier_counter(k) && *v != 0.0)
@@ -173,7 +224,11 @@ fn engine_table(r: &SuiteResult) -> String {
                 n("merged"),
                 n("evicted"),
                 n("restored"),
-                if tier.is_empty() { "-".to_string() } else { tier.join(", ") }
+                if tier.is_empty() {
+                    "-".to_string()
+                } else {
+                    tier.join(", ")
+                }
             );
         }
     }
@@ -185,14 +240,27 @@ fn engine_table(r: &SuiteResult) -> String {
 pub fn charts(r: &SuiteResult, dir: &Path) -> Result<Vec<PathBuf>, String> {
     let mut files = Vec::new();
     for w in &r.workloads {
-        let series: Vec<_> = pairs(r, w).into_iter().map(|(c, p)| (c, curve(&p))).collect();
+        let series: Vec<_> = pairs(r, w)
+            .into_iter()
+            .map(|(c, p)| (c, curve(&p)))
+            .collect();
         if series.is_empty() {
             continue;
         }
         let phases: Vec<(&str, f64)> = phases(&w.cmd).iter().map(|p| (p.0, p.1)).collect();
         let path = dir.join(format!("de-savings-{}.png", w.name));
-        let title = format!("{}: savings over time against plain (Difference Engine micro-benchmark)", w.name);
-        crate::plot::savings_over_time(&path, &crate::plot::SavingsChart { title: &title, series: &series, phases: &phases })?;
+        let title = format!(
+            "{}: savings over time against plain (Difference Engine micro-benchmark)",
+            w.name
+        );
+        crate::plot::savings_over_time(
+            &path,
+            &crate::plot::SavingsChart {
+                title: &title,
+                series: &series,
+                phases: &phases,
+            },
+        )?;
         files.push(path);
     }
     Ok(files)
@@ -207,15 +275,29 @@ mod tests {
         let plain = [(0, 100), (1000, 200), (2000, 200)];
         let run = [(0, 50), (500, 75), (2000, 20), (2500, 10)];
         let s = curve(&paired(&plain, &run));
-        assert_eq!(s, [(0.0, 50.0), (0.5, 50.0), (2.0, 90.0)], "plain is 150 at 0.5 s; 2.5 s is past plain's end");
+        assert_eq!(
+            s,
+            [(0.0, 50.0), (0.5, 50.0), (2.0, 90.0)],
+            "plain is 150 at 0.5 s; 2.5 s is past plain's end"
+        );
         assert!(paired(&[], &run).is_empty());
         assert_eq!(interpolate(&plain, 1500), Some(200.0));
     }
 
     #[test]
     fn phases_come_from_the_idle_time_in_the_command() {
-        let cmd: Vec<String> = ["synth", "de-zero", "--idle", "4", "--quick"].map(String::from).to_vec();
-        assert_eq!(phases(&cmd), [("alloc", 0.0, 4.0), ("read", 4.0, 8.0), ("write", 8.0, 12.0), ("free", 12.0, 14.0)]);
+        let cmd: Vec<String> = ["synth", "de-zero", "--idle", "4", "--quick"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            phases(&cmd),
+            [
+                ("alloc", 0.0, 4.0),
+                ("read", 4.0, 8.0),
+                ("write", 8.0, 12.0),
+                ("free", 12.0, 14.0)
+            ]
+        );
         assert!(phases(&cmd[..2]).is_empty());
         // 1 MiB against 10 at first, then 10 against 10: 11 of 20 used.
         let pairs = [(0.0, 1.0, 10.0), (3.9, 10.0, 10.0), (4.0, 0.0, 10.0)];
@@ -225,11 +307,22 @@ mod tests {
 
     #[test]
     fn tier_counters_are_found_by_what_they_name() {
-        assert!(is_tier_counter("pages_patched") && is_tier_counter("compressed_bytes") && is_tier_counter("swap_out"));
+        assert!(
+            is_tier_counter("pages_patched")
+                && is_tier_counter("compressed_bytes")
+                && is_tier_counter("swap_out")
+        );
         assert!(!is_tier_counter("merged") && !is_tier_counter("zero_folded"));
-        let report = serde_json::json!({"merged": 3, "store": {"compressed_pages": 2, "name": "lz4"}});
+        let report =
+            serde_json::json!({"merged": 3, "store": {"compressed_pages": 2, "name": "lz4"}});
         let mut flat = flatten(&report);
         flat.sort_by(|a, b| a.0.cmp(&b.0));
-        assert_eq!(flat, [("merged".to_string(), 3.0), ("store.compressed_pages".to_string(), 2.0)]);
+        assert_eq!(
+            flat,
+            [
+                ("merged".to_string(), 3.0),
+                ("store.compressed_pages".to_string(), 2.0)
+            ]
+        );
     }
 }

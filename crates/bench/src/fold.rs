@@ -82,31 +82,60 @@ pub fn run(plan: &Plan) -> FoldResults {
             (Vec::new(), Some(why))
         }
     };
-    FoldResults { engine, ksm, ksm_skipped }
+    FoldResults {
+        engine,
+        ksm,
+        ksm_skipped,
+    }
 }
 
 /// Content id of every page: the first half cycles through DISTINCT ids, the
 /// second half is unique; then shuffled with a fixed seed.
 pub fn fold_ids(pages: usize, seed: u64) -> Vec<u64> {
     let duplicates = pages / 2;
-    let mut ids: Vec<u64> =
-        (0..pages).map(|i| if i < duplicates { i as u64 % DISTINCT } else { DISTINCT + i as u64 }).collect();
+    let mut ids: Vec<u64> = (0..pages)
+        .map(|i| {
+            if i < duplicates {
+                i as u64 % DISTINCT
+            } else {
+                DISTINCT + i as u64
+            }
+        })
+        .collect();
     ids.shuffle(&mut StdRng::seed_from_u64(seed));
     ids
 }
 
 fn ksm_settings(plan: &Plan) -> Vec<KsmSetting> {
-    let (rates, cap): (&[u64], u64) = if plan.quick { (&[10_000], 30) } else { (&[10_000, 1_000, 100], 200) };
-    rates.iter().map(|&pages_to_scan| KsmSetting { pages_to_scan, sleep_ms: 20, cap: Duration::from_secs(cap) }).collect()
+    let (rates, cap): (&[u64], u64) = if plan.quick {
+        (&[10_000], 30)
+    } else {
+        (&[10_000, 1_000, 100], 200)
+    };
+    rates
+        .iter()
+        .map(|&pages_to_scan| KsmSetting {
+            pages_to_scan,
+            sleep_ms: 20,
+            cap: Duration::from_secs(cap),
+        })
+        .collect()
 }
 
 fn ksm_folds(guard: &KsmGuard, ids: &[u64], plan: &Plan) -> Vec<KsmFold> {
     let mut results = Vec::new();
     for setting in ksm_settings(plan) {
-        eprintln!("fold: kernel KSM, pages_to_scan {} (cap {} s)", setting.pages_to_scan, setting.cap.as_secs());
+        eprintln!(
+            "fold: kernel KSM, pages_to_scan {} (cap {} s)",
+            setting.pages_to_scan,
+            setting.cap.as_secs()
+        );
         match kernel_ksm::fold(guard, ids, &setting) {
             Ok(result) => results.push(result),
-            Err(e) => eprintln!("fold: kernel KSM at pages_to_scan {} failed: {e:#}", setting.pages_to_scan),
+            Err(e) => eprintln!(
+                "fold: kernel KSM at pages_to_scan {} failed: {e:#}",
+                setting.pages_to_scan
+            ),
         }
     }
     results
@@ -154,7 +183,8 @@ fn engine_fold(ids: &[u64], runs: usize) -> EngineFold {
         frames_after: first.frames_after,
         frames_ideal,
         metadata_bytes: first.metadata_bytes,
-        footprint_mib: (first.frames_after as f64 * PAGE as f64 + first.metadata_bytes as f64) / MIB,
+        footprint_mib: (first.frames_after as f64 * PAGE as f64 + first.metadata_bytes as f64)
+            / MIB,
         shmem_filled_mib: med(|s| s.shmem_filled_kib as f64 / 1024.0),
         shmem_folded_mib: med(|s| s.shmem_folded_kib as f64 / 1024.0),
         verified: samples.iter().all(|s| s.verified),
@@ -214,6 +244,9 @@ mod tests {
         sorted.dedup();
         assert_eq!(sorted.len(), FOLD_PAGES / 2 + DISTINCT as usize);
         assert_eq!(ids, fold_ids(FOLD_PAGES, SEED));
-        assert!(ids[..1000].iter().any(|&id| id >= DISTINCT) && ids[..1000].iter().any(|&id| id < DISTINCT));
+        assert!(
+            ids[..1000].iter().any(|&id| id >= DISTINCT)
+                && ids[..1000].iter().any(|&id| id < DISTINCT)
+        );
     }
 }

@@ -89,7 +89,9 @@ pub fn fold(guard: &KsmGuard, ids: &[u64], setting: &KsmSetting) -> Result<KsmFo
     let slab_base = ksm_slab_bytes();
     guard.set("run", "1")?;
     let samples = watch(t0, base, ksmd, setting.cap)?;
-    let ksm_metadata_kib = ksm_slab_bytes().zip(slab_base).map(|(now, base)| now.saturating_sub(base) / 1024);
+    let ksm_metadata_kib = ksm_slab_bytes()
+        .zip(slab_base)
+        .map(|(now, base)| now.saturating_sub(base) / 1024);
     drop(child);
     clean_up(guard)?;
     let mut result = summarise(setting, ids.len(), &samples, ksm_metadata_kib);
@@ -118,7 +120,11 @@ fn sample(t0: Instant, ksmd: Option<i32>) -> Result<Sample> {
         full_scans: read_counter("full_scans")?,
         scanned: read_counter("pages_scanned").unwrap_or(0),
         ksmd_cpu: ksmd.and_then(pid_cpu).map(|d| d.as_secs_f64()),
-        knobs: [read_counter("run")?, read_counter("pages_to_scan")?, read_counter("sleep_millisecs")?],
+        knobs: [
+            read_counter("run")?,
+            read_counter("pages_to_scan")?,
+            read_counter("sleep_millisecs")?,
+        ],
     })
 }
 
@@ -134,7 +140,10 @@ fn watch(t0: Instant, base: Sample, ksmd: Option<i32>, cap: Duration) -> Result<
 
 /// Index of the sample at which pages_sharing last changed (0 if never).
 fn last_change(samples: &[Sample]) -> usize {
-    (1..samples.len()).rev().find(|&i| samples[i].sharing != samples[i - 1].sharing).unwrap_or(0)
+    (1..samples.len())
+        .rev()
+        .find(|&i| samples[i].sharing != samples[i - 1].sharing)
+        .unwrap_or(0)
 }
 
 fn is_settled(samples: &[Sample]) -> bool {
@@ -143,11 +152,18 @@ fn is_settled(samples: &[Sample]) -> bool {
     last.sharing > base.sharing && last.full_scans >= change.full_scans + 2
 }
 
-fn summarise(setting: &KsmSetting, pages: usize, samples: &[Sample], ksm_metadata_kib: Option<u64>) -> KsmFold {
+fn summarise(
+    setting: &KsmSetting,
+    pages: usize,
+    samples: &[Sample],
+    ksm_metadata_kib: Option<u64>,
+) -> KsmFold {
     let (base, last) = (samples[0], samples[samples.len() - 1]);
     let settled = samples[last_change(samples)];
     let gain = settled.sharing.saturating_sub(base.sharing);
-    let half = samples.iter().find(|s| gain > 0 && s.sharing.saturating_sub(base.sharing) * 2 >= gain);
+    let half = samples
+        .iter()
+        .find(|s| gain > 0 && s.sharing.saturating_sub(base.sharing) * 2 >= gain);
     let cpu_since_base = |s: &Sample| Some(s.ksmd_cpu? - base.ksmd_cpu?);
     let ksmd_cpu_s = cpu_since_base(&settled);
     let scanned = settled.scanned.saturating_sub(base.scanned);
@@ -166,7 +182,9 @@ fn summarise(setting: &KsmSetting, pages: usize, samples: &[Sample], ksm_metadat
         pages_sharing_ideal: (pages / 2) as u64 - crate::fold::DISTINCT,
         full_scans: settled.full_scans - base.full_scans,
         pages_scanned: scanned,
-        cpu_per_scanned_page_us: ksmd_cpu_s.filter(|_| scanned > 0).map(|c| c * 1e6 / scanned as f64),
+        cpu_per_scanned_page_us: ksmd_cpu_s
+            .filter(|_| scanned > 0)
+            .map(|c| c * 1e6 / scanned as f64),
         footprint_mib: (pages as u64 - gain) as f64 * PAGE as f64 / MIB,
         ksm_metadata_kib,
         baseline_pages_sharing: base.sharing,
@@ -183,7 +201,10 @@ fn clean_up(guard: &KsmGuard) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(5);
     while read_counter("pages_sharing")? != 0 {
         if Instant::now() > deadline {
-            bail!("pages_sharing still {} after cleanup", read_counter("pages_sharing")?);
+            bail!(
+                "pages_sharing still {} after cleanup",
+                read_counter("pages_sharing")?
+            );
         }
         std::thread::sleep(POLL);
     }
@@ -203,7 +224,12 @@ fn ksm_slab_bytes() -> Option<u64> {
             continue;
         }
         let read = |file: &str| -> Option<u64> {
-            std::fs::read_to_string(dir.join(file)).ok()?.split_whitespace().next()?.parse().ok()
+            std::fs::read_to_string(dir.join(file))
+                .ok()?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
         };
         bytes += read("objects")? * read("object_size")?;
         seen.push(dir);
@@ -258,7 +284,14 @@ unsafe fn child_main(ids: &[u64], ready_fd: libc::c_int) -> ! {
     libc::signal(libc::SIGTERM, libc::SIG_DFL);
     let len = ids.len() * PAGE;
     let prot = libc::PROT_READ | libc::PROT_WRITE;
-    let region = libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+    let region = libc::mmap(
+        std::ptr::null_mut(),
+        len,
+        prot,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        -1,
+        0,
+    );
     if region == libc::MAP_FAILED {
         libc::_exit(2);
     }

@@ -72,21 +72,31 @@ impl KsmGuard {
             return Err("not root: /sys/kernel/mm/ksm is writable by root only".into());
         }
         if !Path::new(KSM_DIR).is_dir() {
-            return Err(format!("{KSM_DIR} missing: kernel built without CONFIG_KSM"));
+            return Err(format!(
+                "{KSM_DIR} missing: kernel built without CONFIG_KSM"
+            ));
         }
         let lock = lock_guards();
         let file_lock = lock_across_processes();
         let knobs = save_knobs().map_err(|e| format!("reading {KSM_DIR}: {e}"))?;
         let saved = Arc::new(Saved { knobs });
         let restore = teardown::register(Box::new(Restore(saved.clone())))?;
-        Ok(KsmGuard { saved, _restore: restore, _file_lock: file_lock, _lock: lock })
+        Ok(KsmGuard {
+            saved,
+            _restore: restore,
+            _file_lock: file_lock,
+            _lock: lock,
+        })
     }
 
     /// Writes a knob. Only knobs saved by this guard can be written, so every
     /// change is undone.
     pub fn set(&self, name: &str, value: &str) -> io::Result<()> {
         if !self.saved.knobs.iter().any(|k| k.name == name) {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{name} is not a saved KSM knob")));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name} is not a saved KSM knob"),
+            ));
         }
         std::fs::write(Path::new(KSM_DIR).join(name), value)
     }
@@ -105,18 +115,27 @@ pub fn read_knob(name: &str) -> io::Result<String> {
 
 /// A numeric KSM counter such as `pages_sharing` or `full_scans`.
 pub fn read_counter(name: &str) -> io::Result<u64> {
-    read_knob(name)?.parse().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: {e}")))
+    read_knob(name)?
+        .parse()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: {e}")))
 }
 
 fn lock_guards() -> MutexGuard<'static, ()> {
-    GUARD_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    GUARD_LOCK
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Waits (up to LOCK_WAIT) for an exclusive flock on LOCK_FILE. The kernel
 /// drops it when the process dies, however it dies.
 fn lock_across_processes() -> Option<std::fs::File> {
     use std::os::fd::AsRawFd;
-    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(LOCK_FILE).ok()?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LOCK_FILE)
+        .ok()?;
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     let mut said = false;
     while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
@@ -139,13 +158,15 @@ fn save_knobs() -> io::Result<Vec<Knob>> {
     let mut knobs = Vec::new();
     for entry in std::fs::read_dir(KSM_DIR)? {
         let entry = entry?;
-        let writable = std::os::unix::fs::PermissionsExt::mode(&entry.metadata()?.permissions()) & 0o200 != 0;
+        let writable =
+            std::os::unix::fs::PermissionsExt::mode(&entry.metadata()?.permissions()) & 0o200 != 0;
         if !writable {
             continue;
         }
         let name = entry.file_name().to_string_lossy().into_owned();
         let value = selected(&std::fs::read(entry.path())?).to_vec();
-        let path = CString::new(entry.path().as_os_str().as_encoded_bytes()).expect("no NUL in a sysfs path");
+        let path = CString::new(entry.path().as_os_str().as_encoded_bytes())
+            .expect("no NUL in a sysfs path");
         knobs.push(Knob { name, path, value });
     }
     knobs.sort_by_key(|k| (k.name != "run", k.name.clone()));
@@ -226,12 +247,19 @@ mod tests {
     fn restores_on_drop() {
         let Some(guard) = guard_or_skip() else { return };
         let before = (pages_to_scan(), read_counter("sleep_millisecs").unwrap());
-        guard.set("pages_to_scan", &(before.0 + 37).to_string()).unwrap();
-        guard.set("sleep_millisecs", &(before.1 + 3).to_string()).unwrap();
+        guard
+            .set("pages_to_scan", &(before.0 + 37).to_string())
+            .unwrap();
+        guard
+            .set("sleep_millisecs", &(before.1 + 3).to_string())
+            .unwrap();
         assert_eq!(pages_to_scan(), before.0 + 37);
         assert!(guard.saved_knobs().iter().any(|k| k == "run"));
         drop(guard);
-        assert_eq!((pages_to_scan(), read_counter("sleep_millisecs").unwrap()), before);
+        assert_eq!(
+            (pages_to_scan(), read_counter("sleep_millisecs").unwrap()),
+            before
+        );
     }
 
     #[test]
@@ -250,7 +278,9 @@ mod tests {
         let before = pages_to_scan();
         let outcome = std::panic::catch_unwind(|| {
             let guard = KsmGuard::acquire().unwrap();
-            guard.set("pages_to_scan", &(before + 19).to_string()).unwrap();
+            guard
+                .set("pages_to_scan", &(before + 19).to_string())
+                .unwrap();
             assert_eq!(pages_to_scan(), before + 19);
             panic!("deliberate panic inside the KSM guard");
         });
@@ -263,11 +293,19 @@ mod tests {
     fn run_child(mode: &str) -> (std::process::ExitStatus, String) {
         let exe = std::env::current_exe().unwrap();
         let out = Command::new(exe)
-            .args(["ksm::tests::child_helper", "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                "ksm::tests::child_helper",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_MODE, mode)
             .output()
             .unwrap();
-        (out.status, String::from_utf8_lossy(&out.stdout).into_owned())
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
     }
 
     #[test]
@@ -279,8 +317,15 @@ mod tests {
         let _serial = lock_guards();
         let before = pages_to_scan();
         let (status, stdout) = run_child("sigterm");
-        assert!(stdout.contains("knob changed"), "child did not change the knob: {stdout}");
-        assert_eq!(status.signal(), Some(libc::SIGTERM), "child status {status:?}");
+        assert!(
+            stdout.contains("knob changed"),
+            "child did not change the knob: {stdout}"
+        );
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGTERM),
+            "child status {status:?}"
+        );
         assert_eq!(pages_to_scan(), before);
     }
 
@@ -293,7 +338,10 @@ mod tests {
         let _serial = lock_guards();
         let before = pages_to_scan();
         let (status, stdout) = run_child("panic-no-drop");
-        assert!(stdout.contains("knob changed"), "child did not change the knob: {stdout}");
+        assert!(
+            stdout.contains("knob changed"),
+            "child did not change the knob: {stdout}"
+        );
         assert!(!status.success());
         assert_eq!(pages_to_scan(), before);
     }
@@ -302,9 +350,13 @@ mod tests {
     /// It does nothing unless the parent test set PAGEFOLD_KSM_TEST_CHILD.
     #[test]
     fn child_helper() {
-        let Ok(mode) = std::env::var(CHILD_MODE) else { return };
+        let Ok(mode) = std::env::var(CHILD_MODE) else {
+            return;
+        };
         let guard = KsmGuard::acquire().unwrap();
-        guard.set("pages_to_scan", &(pages_to_scan() + 41).to_string()).unwrap();
+        guard
+            .set("pages_to_scan", &(pages_to_scan() + 41).to_string())
+            .unwrap();
         println!("knob changed");
         use std::io::Write;
         std::io::stdout().flush().unwrap();

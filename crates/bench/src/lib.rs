@@ -142,7 +142,11 @@ impl Args {
         if !self.configs.is_empty() {
             return self.configs.clone();
         }
-        let default = if ps == ProgramSuite::De { DEFAULT_DE_CONFIGS } else { DEFAULT_CONFIGS };
+        let default = if ps == ProgramSuite::De {
+            DEFAULT_DE_CONFIGS
+        } else {
+            DEFAULT_CONFIGS
+        };
         default.split(',').map(str::to_string).collect()
     }
 }
@@ -157,7 +161,10 @@ pub struct Plan {
 impl Plan {
     pub fn from_args(a: &Args) -> Plan {
         let default_runs = if a.quick { 3 } else { 5 };
-        Plan { runs: a.runs.unwrap_or(default_runs).max(1), quick: a.quick }
+        Plan {
+            runs: a.runs.unwrap_or(default_runs).max(1),
+            quick: a.quick,
+        }
     }
 }
 
@@ -184,7 +191,11 @@ fn run_suites(a: &Args) -> anyhow::Result<bool> {
         return render(a);
     }
     let plan = Plan::from_args(a);
-    let has = |s: Suite| a.suite.contains(&s) || (a.suite.contains(&Suite::All) && matches!(s, Suite::Micro | Suite::Fold | Suite::Synthetic));
+    let has = |s: Suite| {
+        a.suite.contains(&s)
+            || (a.suite.contains(&Suite::All)
+                && matches!(s, Suite::Micro | Suite::Fold | Suite::Synthetic))
+    };
     preflight(a, &has)?;
     let mut all_verified = true;
     if has(Suite::Micro) {
@@ -192,14 +203,24 @@ fn run_suites(a: &Args) -> anyhow::Result<bool> {
         let results = micro::run(&plan);
         all_verified &= micro_verified(&results);
         let markdown = report::micro_markdown(&results, &machine);
-        publish(a, "micro", &markdown, serde_json::json!({ "machine": machine, "results": results }))?;
+        publish(
+            a,
+            "micro",
+            &markdown,
+            serde_json::json!({ "machine": machine, "results": results }),
+        )?;
     }
     if has(Suite::Fold) {
         let machine = report::Machine::probe(&plan);
         let results = fold::run(&plan);
         all_verified &= results.engine.verified;
         let markdown = report::fold_markdown(&results, &machine);
-        publish(a, "fold", &markdown, serde_json::json!({ "machine": machine, "results": results }))?;
+        publish(
+            a,
+            "fold",
+            &markdown,
+            serde_json::json!({ "machine": machine, "results": results }),
+        )?;
     }
     for (s, ps) in PROGRAM_SUITES {
         if has(s) {
@@ -210,14 +231,22 @@ fn run_suites(a: &Args) -> anyhow::Result<bool> {
 }
 
 /// The workload suites, by the suite that chooses them.
-const PROGRAM_SUITES: [(Suite, ProgramSuite); 4] =
-    [(Suite::R, ProgramSuite::R), (Suite::Python, ProgramSuite::Python), (Suite::Synthetic, ProgramSuite::Synthetic), (Suite::De, ProgramSuite::De)];
+const PROGRAM_SUITES: [(Suite, ProgramSuite); 4] = [
+    (Suite::R, ProgramSuite::R),
+    (Suite::Python, ProgramSuite::Python),
+    (Suite::Synthetic, ProgramSuite::Synthetic),
+    (Suite::De, ProgramSuite::De),
+];
 
 /// Fails at once, not after minutes of micro and fold, when a chosen
 /// workload suite could not run anyway (unknown configuration, no preload
 /// library, no pagefold-synth).
 fn preflight(a: &Args, has: &dyn Fn(Suite) -> bool) -> anyhow::Result<()> {
-    let chosen: Vec<ProgramSuite> = PROGRAM_SUITES.iter().filter(|(s, _)| has(*s)).map(|(_, ps)| *ps).collect();
+    let chosen: Vec<ProgramSuite> = PROGRAM_SUITES
+        .iter()
+        .filter(|(s, _)| has(*s))
+        .map(|(_, ps)| *ps)
+        .collect();
     if chosen.is_empty() {
         return Ok(());
     }
@@ -225,10 +254,19 @@ fn preflight(a: &Args, has: &dyn Fn(Suite) -> bool) -> anyhow::Result<()> {
         program::parse_config(&c).map_err(anyhow::Error::msg)?;
     }
     program::find_preload(a.preload.as_deref()).map_err(anyhow::Error::msg)?;
-    if let Some(idle) = a.de_idle.filter(|i| !(0.0..=pagefold_synth::MAX_HOLD).contains(i)) {
-        anyhow::bail!("--de-idle must be 0 to {} seconds, not {idle}", pagefold_synth::MAX_HOLD);
+    if let Some(idle) = a
+        .de_idle
+        .filter(|i| !(0.0..=pagefold_synth::MAX_HOLD).contains(i))
+    {
+        anyhow::bail!(
+            "--de-idle must be 0 to {} seconds, not {idle}",
+            pagefold_synth::MAX_HOLD
+        );
     }
-    if chosen.iter().any(|ps| matches!(ps, ProgramSuite::Synthetic | ProgramSuite::De)) {
+    if chosen
+        .iter()
+        .any(|ps| matches!(ps, ProgramSuite::Synthetic | ProgramSuite::De))
+    {
         workloads::find_synth(a.synth.as_deref()).map_err(anyhow::Error::msg)?;
     }
     Ok(())
@@ -236,11 +274,15 @@ fn preflight(a: &Args, has: &dyn Fn(Suite) -> bool) -> anyhow::Result<()> {
 
 /// The programs of a workload suite as the arguments choose them: scripts
 /// under `--workloads`, or pagefold-synth's subcommands (small with `--quick`).
-pub(crate) fn suite_workloads(a: &Args, ps: ProgramSuite) -> Result<Vec<workloads::Workload>, String> {
+pub(crate) fn suite_workloads(
+    a: &Args,
+    ps: ProgramSuite,
+) -> Result<Vec<workloads::Workload>, String> {
     match ps {
-        ProgramSuite::Synthetic | ProgramSuite::De => {
-            workloads::find_synth(a.synth.as_deref()).and_then(|synth| workloads::discover_synthetic(&synth, ps, a.quick, a.de_idle, &a.only))
-        }
+        ProgramSuite::Synthetic | ProgramSuite::De => workloads::find_synth(a.synth.as_deref())
+            .and_then(|synth| {
+                workloads::discover_synthetic(&synth, ps, a.quick, a.de_idle, &a.only)
+            }),
         _ => workloads::discover(ps, &a.workloads, &a.only),
     }
 }
@@ -250,7 +292,12 @@ fn program_suite(a: &Args, ps: ProgramSuite) -> anyhow::Result<bool> {
     if !a.limits.limit.is_empty() {
         return constrained::run_suite(a, ps);
     }
-    let configs = a.configs_for(ps).iter().map(|c| program::parse_config(c)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+    let configs = a
+        .configs_for(ps)
+        .iter()
+        .map(|c| program::parse_config(c))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(anyhow::Error::msg)?;
     let workloads = suite_workloads(a, ps).map_err(anyhow::Error::msg)?;
     let preload = program::find_preload(a.preload.as_deref()).map_err(anyhow::Error::msg)?;
     let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 }).max(1);
@@ -263,7 +310,12 @@ fn program_suite(a: &Args, ps: ProgramSuite) -> anyhow::Result<bool> {
         interval: Duration::from_millis(a.interval.max(1)),
         timeout: Some(Duration::from_secs(a.timeout.max(1))),
     };
-    eprintln!("bench: suite {}: {} workloads x {} configurations x {runs} runs", ps.name(), workloads.len(), configs.len());
+    eprintln!(
+        "bench: suite {}: {} workloads x {} configurations x {runs} runs",
+        ps.name(),
+        workloads.len(),
+        configs.len()
+    );
     let result = suite::run(&plan).map_err(anyhow::Error::msg)?;
     publish_suite(a, &result)?;
     Ok(result.all_identical)
@@ -292,7 +344,11 @@ fn publish_suite(a: &Args, result: &suite::SuiteResult) -> anyhow::Result<()> {
     if a.results_doc.as_os_str() != "-" {
         let section = suite::doc_section(result, &files, &a.results_doc);
         report::update_doc(&a.results_doc, &result.suite, &section)?;
-        eprintln!("bench: {} section regenerated in {}", result.suite, a.results_doc.display());
+        eprintln!(
+            "bench: {} section regenerated in {}",
+            result.suite,
+            a.results_doc.display()
+        );
     }
     Ok(())
 }

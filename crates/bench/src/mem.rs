@@ -26,7 +26,11 @@ impl Region {
 
     /// The whole memfd mapped MAP_SHARED or MAP_PRIVATE.
     pub fn of_memfd(fd: &Memfd, shared: bool) -> io::Result<Region> {
-        let kind = if shared { libc::MAP_SHARED } else { libc::MAP_PRIVATE };
+        let kind = if shared {
+            libc::MAP_SHARED
+        } else {
+            libc::MAP_PRIVATE
+        };
         map(fd.len, kind, fd.fd)
     }
 
@@ -51,7 +55,10 @@ fn map(len: usize, flags: libc::c_int, fd: libc::c_int) -> io::Result<Region> {
     if ptr == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
-    Ok(Region { ptr: ptr.cast(), len })
+    Ok(Region {
+        ptr: ptr.cast(),
+        len,
+    })
 }
 
 /// A memfd of a fixed length, closed when dropped.
@@ -90,7 +97,10 @@ pub struct Block<'e> {
 impl<'e> Block<'e> {
     pub fn new(engine: &'e Engine, pages: usize, hint: Hint) -> Block<'e> {
         let ptr = engine.alloc(pages * PAGE, hint);
-        assert!(!ptr.is_null(), "engine.alloc of {pages} pages returned null");
+        assert!(
+            !ptr.is_null(),
+            "engine.alloc of {pages} pages returned null"
+        );
         Block { engine, ptr, pages }
     }
 
@@ -131,7 +141,10 @@ fn mix(mut x: u64) -> u64 {
 
 fn page_word(id: u64, word: usize) -> u64 {
     // never zero, so no generated page is an all-zero page
-    mix(id.wrapping_mul(WORDS_PER_PAGE as u64).wrapping_add(word as u64)) | 1
+    mix(id
+        .wrapping_mul(WORDS_PER_PAGE as u64)
+        .wrapping_add(word as u64))
+        | 1
 }
 
 /// Fills one page with the content named `id`.
@@ -198,14 +211,24 @@ pub unsafe fn write_byte_per_page(base: *mut u8, pages: usize, value: u8) {
 /// # Safety
 /// `base` must point to `pages` readable pages.
 pub unsafe fn read_byte_per_page(base: *const u8, pages: usize) -> u64 {
-    (0..pages).map(|i| base.add(i * PAGE).read_volatile() as u64).sum()
+    (0..pages)
+        .map(|i| base.add(i * PAGE).read_volatile() as u64)
+        .sum()
 }
 
 /// A field of /proc/meminfo in KiB (Shmem holds memfd frames, AnonPages diverged copies).
 pub fn meminfo_kib(field: &str) -> u64 {
     let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     text.lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':')?.trim().strip_suffix("kB")?.trim().parse().ok())
+        .find_map(|line| {
+            line.strip_prefix(field)?
+                .strip_prefix(':')?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
         .unwrap_or(0)
 }
 

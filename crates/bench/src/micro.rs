@@ -104,7 +104,9 @@ impl Content {
     fn ids(self, pages: usize) -> Option<Vec<u64>> {
         match self {
             Content::Zero => None,
-            Content::Duplicates(distinct) => Some((0..pages as u64).map(|i| i % distinct).collect()),
+            Content::Duplicates(distinct) => {
+                Some((0..pages as u64).map(|i| i % distinct).collect())
+            }
             Content::Unique => Some((0..pages as u64).map(|i| 1_000_000 + i).collect()),
         }
     }
@@ -238,7 +240,13 @@ fn written_memfd(pages: usize) -> Memfd {
     fd
 }
 
-fn copy_sample(engine: &Engine, view_source: &Memfd, source: Source, pages: usize, first_id: u64) -> CopySample {
+fn copy_sample(
+    engine: &Engine,
+    view_source: &Memfd,
+    source: Source,
+    pages: usize,
+    first_id: u64,
+) -> CopySample {
     let ids: Vec<u64> = (first_id..first_id + pages as u64).collect();
     let blocks = make_source(engine, source, &ids);
     let src = blocks.last().expect("a source block");
@@ -250,12 +258,14 @@ fn copy_sample(engine: &Engine, view_source: &Memfd, source: Source, pages: usiz
         unsafe { std::ptr::copy_nonoverlapping(src.ptr(), fresh.ptr(), len) };
         fresh
     });
-    let (_, memcpy_read) = timed(|| black_box(unsafe { mem::read_byte_per_page(fresh.ptr(), pages) }));
+    let (_, memcpy_read) =
+        timed(|| black_box(unsafe { mem::read_byte_per_page(fresh.ptr(), pages) }));
     drop(fresh);
     let (dst, alloc) = timed(|| Block::new(engine, pages, Hint::None));
     let (_, copy) = timed(|| unsafe { engine.copy(dst.ptr(), src.ptr(), len) });
     let (_, read) = timed(|| black_box(unsafe { mem::read_byte_per_page(dst.ptr(), pages) }));
-    let (view, view_time) = timed(|| Region::of_memfd(view_source, false).expect("mmap memfd private"));
+    let (view, view_time) =
+        timed(|| Region::of_memfd(view_source, false).expect("mmap memfd private"));
     let (_, view_read) = timed(|| black_box(unsafe { mem::read_byte_per_page(view.ptr(), pages) }));
     CopySample {
         alloc: micros(alloc),
@@ -307,7 +317,8 @@ fn cow_row(plan: &Plan) -> CowRow {
         samples[3].push(kernel_cow_us(COW_PAGES, false));
         samples[4].push(first_touch_us(COW_PAGES));
     }
-    let [engine_us, engine_cold_us, kernel_us, kernel_cold_us, first_touch_us] = samples.map(|s| median(&s));
+    let [engine_us, engine_cold_us, kernel_us, kernel_cold_us, first_touch_us] =
+        samples.map(|s| median(&s));
     CowRow {
         pages: COW_PAGES,
         samples: plan.runs,
@@ -373,7 +384,9 @@ struct ScanSample {
 }
 
 fn scan_row(content: Content, pages: usize, plan: &Plan) -> ScanRow {
-    let samples: Vec<ScanSample> = (0..plan.runs).map(|_| scan_sample(content, pages)).collect();
+    let samples: Vec<ScanSample> = (0..plan.runs)
+        .map(|_| scan_sample(content, pages))
+        .collect();
     let med = |f: fn(&ScanSample) -> f64| median(&samples.iter().map(f).collect::<Vec<_>>());
     let first = &samples[0];
     let bytes = (pages * PAGE) as f64;
@@ -417,7 +430,9 @@ fn scan_sample(content: Content, pages: usize) -> ScanSample {
     let (_, rescan) = timed(|| engine.scan());
     let verified = content_is(&block, ids.as_deref());
     if !verified {
-        eprintln!("ENGINE CHECK FAILED: {content:?} block of {pages} pages reads back wrong after scan");
+        eprintln!(
+            "ENGINE CHECK FAILED: {content:?} block of {pages} pages reads back wrong after scan"
+        );
     }
     ScanSample {
         wall_ms: wall.as_secs_f64() * 1e3,

@@ -6,9 +6,9 @@
 
 use std::path::Path;
 
+use pagefold_analyze::plot::{load_font, FONT};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use pagefold_analyze::plot::{load_font, FONT};
 
 const W: u32 = 1100;
 const H: u32 = 600;
@@ -32,10 +32,16 @@ fn color(i: usize) -> RGBColor {
 
 /// Checks before a long run that a chart can be written to `path`.
 pub fn check_target(path: &Path) -> Result<(), String> {
-    if path.extension().is_none_or(|e| !e.eq_ignore_ascii_case("png")) {
+    if path
+        .extension()
+        .is_none_or(|e| !e.eq_ignore_ascii_case("png"))
+    {
         return Err(format!("{}: the plot must be a .png file", path.display()));
     }
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     if !dir.is_dir() {
         return Err(format!("{}: no such directory for the plot", dir.display()));
     }
@@ -43,15 +49,29 @@ pub fn check_target(path: &Path) -> Result<(), String> {
 }
 
 /// Footprint over time, one line per (configuration, (ms, bytes) samples).
-pub fn memory_over_time(path: &Path, title: &str, series: &[(String, Vec<(u64, u64)>)]) -> Result<(), String> {
+pub fn memory_over_time(
+    path: &Path,
+    title: &str,
+    series: &[(String, Vec<(u64, u64)>)],
+) -> Result<(), String> {
     load_font()?;
     draw_timeline(path, title, series).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn draw_timeline(path: &Path, title: &str, series: &[(String, Vec<(u64, u64)>)]) -> Res {
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
-    let t_max = series.iter().flat_map(|(_, s)| s.iter().map(|p| p.0)).max().unwrap_or(1).max(1) as f64 / 1000.0;
-    let m_max = series.iter().flat_map(|(_, s)| s.iter().map(|p| mib(p.1))).fold(1.0, f64::max) * 1.08;
+    let t_max = series
+        .iter()
+        .flat_map(|(_, s)| s.iter().map(|p| p.0))
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64
+        / 1000.0;
+    let m_max = series
+        .iter()
+        .flat_map(|(_, s)| s.iter().map(|p| mib(p.1)))
+        .fold(1.0, f64::max)
+        * 1.08;
     let root = BitMapBackend::new(path, (W, H)).into_drawing_area();
     root.fill(&WHITE)?;
     let title: String = title.chars().take(90).collect();
@@ -61,7 +81,12 @@ fn draw_timeline(path: &Path, title: &str, series: &[(String, Vec<(u64, u64)>)])
         .x_label_area_size(40)
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..t_max, 0f64..m_max)?;
-    chart.configure_mesh().x_desc("time (s)").y_desc("footprint (MiB)").label_style((FONT, 14)).draw()?;
+    chart
+        .configure_mesh()
+        .x_desc("time (s)")
+        .y_desc("footprint (MiB)")
+        .label_style((FONT, 14))
+        .draw()?;
     for (i, (name, samples)) in series.iter().enumerate() {
         let c = color(i);
         let points = samples.iter().map(|&(t, b)| (t as f64 / 1000.0, mib(b)));
@@ -70,7 +95,12 @@ fn draw_timeline(path: &Path, title: &str, series: &[(String, Vec<(u64, u64)>)])
             .label(name.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
     }
-    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).label_font((FONT, 14)).draw()?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font((FONT, 14))
+        .draw()?;
     root.present()?;
     Ok(())
 }
@@ -103,7 +133,12 @@ fn draw_bars(path: &Path, b: &Bars) -> Res {
         .fold(1.2, f64::max)
         * 1.1;
     // Wide enough that the group labels (about 8 px a character) do not overlap.
-    let longest = b.workloads.iter().map(|n| n.chars().count()).max().unwrap_or(0) as u32;
+    let longest = b
+        .workloads
+        .iter()
+        .map(|n| n.chars().count())
+        .max()
+        .unwrap_or(0) as u32;
     let group_px = 90.max(longest * 8 + 12);
     let root = BitMapBackend::new(path, (W.max(group_px * nw as u32), H)).into_drawing_area();
     root.fill(&WHITE)?;
@@ -137,18 +172,27 @@ fn draw_bars(path: &Path, b: &Bars) -> Res {
                 Rectangle::new([(x0, 0.0), (x0 + width * 0.9, v)], col.filled())
             })
         });
-        chart.draw_series(rects)?.label(b.configs[c].clone()).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], col.filled()));
+        chart
+            .draw_series(rects)?
+            .label(b.configs[c].clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], col.filled()));
         let stacked = (0..nw).filter_map(|w| {
             let v = *b.values.get(w)?.get(c)?;
             let s = *b.stacked.get(w)?.get(c)?;
             (v.is_finite() && s > 0.0).then(|| {
                 let x0 = w as f64 + 0.1 + c as f64 * width;
-                Rectangle::new([(x0, v), (x0 + width * 0.9, v + s)], BLACK.mix(0.35).filled())
+                Rectangle::new(
+                    [(x0, v), (x0 + width * 0.9, v + s)],
+                    BLACK.mix(0.35).filled(),
+                )
             })
         });
         chart.draw_series(stacked)?;
     }
-    chart.draw_series(LineSeries::new([(0.0, 1.0), (nw as f64, 1.0)], BLACK.stroke_width(1)))?;
+    chart.draw_series(LineSeries::new(
+        [(0.0, 1.0), (nw as f64, 1.0)],
+        BLACK.stroke_width(1),
+    ))?;
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
@@ -175,7 +219,12 @@ pub fn savings_over_time(path: &Path, chart: &SavingsChart) -> Result<(), String
 }
 
 fn draw_savings(path: &Path, s: &SavingsChart) -> Res {
-    let points = || s.series.iter().flat_map(|(_, p)| p.iter().copied()).filter(|(t, v)| t.is_finite() && v.is_finite());
+    let points = || {
+        s.series
+            .iter()
+            .flat_map(|(_, p)| p.iter().copied())
+            .filter(|(t, v)| t.is_finite() && v.is_finite())
+    };
     let phase_end = s.phases.iter().map(|p| p.1).fold(0.0, f64::max);
     let t_max = points().map(|p| p.0).fold(phase_end, f64::max).max(1.0);
     // Startup samples (both programs nearly empty) can be far below -100%:
@@ -190,18 +239,40 @@ fn draw_savings(path: &Path, s: &SavingsChart) -> Res {
         .x_label_area_size(40)
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..t_max, y_min..105f64)?;
-    chart.configure_mesh().x_desc("time (s)").y_desc("savings vs plain (%)").label_style((FONT, 14)).draw()?;
+    chart
+        .configure_mesh()
+        .x_desc("time (s)")
+        .y_desc("savings vs plain (%)")
+        .label_style((FONT, 14))
+        .draw()?;
     for &(name, at) in s.phases {
-        let dashes = (0..40).map(|i| y_min + (105.0 - y_min) * i as f64 / 40.0).collect::<Vec<_>>();
-        chart.draw_series(dashes.chunks(2).filter(|c| c.len() == 2).map(|c| PathElement::new(vec![(at, c[0]), (at, c[1])], BLACK.mix(0.4))))?;
-        chart.draw_series(std::iter::once(Text::new(name.to_string(), (at + t_max * 0.005, 101.0), (FONT, 13))))?;
+        let dashes = (0..40)
+            .map(|i| y_min + (105.0 - y_min) * i as f64 / 40.0)
+            .collect::<Vec<_>>();
+        chart.draw_series(
+            dashes
+                .chunks(2)
+                .filter(|c| c.len() == 2)
+                .map(|c| PathElement::new(vec![(at, c[0]), (at, c[1])], BLACK.mix(0.4))),
+        )?;
+        chart.draw_series(std::iter::once(Text::new(
+            name.to_string(),
+            (at + t_max * 0.005, 101.0),
+            (FONT, 13),
+        )))?;
     }
-    chart.draw_series(LineSeries::new([(0.0, 0.0), (t_max, 0.0)], BLACK.stroke_width(1)))?;
+    chart.draw_series(LineSeries::new(
+        [(0.0, 0.0), (t_max, 0.0)],
+        BLACK.stroke_width(1),
+    ))?;
     for (i, (name, curve)) in s.series.iter().enumerate() {
         // Colour by position among all configurations (plain is the first and has no curve).
         let c = color(i + 1);
         chart
-            .draw_series(LineSeries::new(curve.iter().map(|&(t, v)| (t, v.max(y_min))), c.stroke_width(2)))?
+            .draw_series(LineSeries::new(
+                curve.iter().map(|&(t, v)| (t, v.max(y_min))),
+                c.stroke_width(2),
+            ))?
             .label(name.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
     }

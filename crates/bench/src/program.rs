@@ -34,9 +34,14 @@ const PR_SET_MEMORY_MERGE: libc::c_int = 67;
 pub enum Setup {
     Plain,
     /// Under the preload, with these `PAGEFOLD_*` variables.
-    Pagefold { env: Vec<(String, String)> },
+    Pagefold {
+        env: Vec<(String, String)>,
+    },
     /// The whole process made mergeable; ksmd scans at this rate.
-    Ksm { pages_to_scan: u32, sleep_ms: u32 },
+    Ksm {
+        pages_to_scan: u32,
+        sleep_ms: u32,
+    },
 }
 
 /// A named configuration, as given to `--configs`.
@@ -56,18 +61,46 @@ pub const CONFIG_NAMES: &[(&str, &str)] = &[
     ("ksm-100", "kernel KSM, 100 pages per 20 ms (its default)"),
     ("ksm-1000", "kernel KSM, 1000 pages per 20 ms"),
     ("ksm-10000", "kernel KSM, 10000 pages per 20 ms"),
-    ("de-share", "pagefold with tiering off: zero folding and merging (Difference Engine's sharing)"),
-    ("de-patch", "pagefold, tiering with patching only: no compression, no zero folding, no merging"),
-    ("de-compress", "pagefold, tiering with compression only: no patching, no zero folding, no merging"),
-    ("de-all", "pagefold, tiering on: sharing, patching and compression together"),
+    (
+        "de-share",
+        "pagefold with tiering off: zero folding and merging (Difference Engine's sharing)",
+    ),
+    (
+        "de-patch",
+        "pagefold, tiering with patching only: no compression, no zero folding, no merging",
+    ),
+    (
+        "de-compress",
+        "pagefold, tiering with compression only: no patching, no zero folding, no merging",
+    ),
+    (
+        "de-all",
+        "pagefold, tiering on: sharing, patching and compression together",
+    ),
 ];
 
 /// The `de-*` configurations as `PAGEFOLD_*` settings (docs/CONFIG.md): each
 /// of Difference Engine's mechanisms alone, and all together.
 const DE_CONFIGS: &[(&str, &[(&str, &str)])] = &[
     ("de-share", &[("TIER", "0")]),
-    ("de-patch", &[("TIER", "1"), ("TIER_COMPRESS", "0"), ("MERGE", "0"), ("ZERO", "0")]),
-    ("de-compress", &[("TIER", "1"), ("TIER_PATCH", "0"), ("MERGE", "0"), ("ZERO", "0")]),
+    (
+        "de-patch",
+        &[
+            ("TIER", "1"),
+            ("TIER_COMPRESS", "0"),
+            ("MERGE", "0"),
+            ("ZERO", "0"),
+        ],
+    ),
+    (
+        "de-compress",
+        &[
+            ("TIER", "1"),
+            ("TIER_PATCH", "0"),
+            ("MERGE", "0"),
+            ("ZERO", "0"),
+        ],
+    ),
     ("de-all", &[("TIER", "1")]),
 ];
 
@@ -75,7 +108,12 @@ const DE_CONFIGS: &[(&str, &[(&str, &str)])] = &[
 /// `pagefold:KEY=V:...`: pagefold with `PAGEFOLD_KEY=V` set (docs/CONFIG.md).
 pub fn parse_config(name: &str) -> Result<Config, String> {
     if let Some(settings) = name.strip_prefix("pagefold:") {
-        return Ok(Config { name: name.to_string(), setup: Setup::Pagefold { env: parse_settings(settings)? } });
+        return Ok(Config {
+            name: name.to_string(),
+            setup: Setup::Pagefold {
+                env: parse_settings(settings)?,
+            },
+        });
     }
     let only = |keep: &str| {
         let env = ["COPY", "ZERO", "MERGE"]
@@ -85,10 +123,19 @@ pub fn parse_config(name: &str) -> Result<Config, String> {
             .collect();
         Setup::Pagefold { env }
     };
-    let ksm = |pages_to_scan| Setup::Ksm { pages_to_scan, sleep_ms: 20 };
+    let ksm = |pages_to_scan| Setup::Ksm {
+        pages_to_scan,
+        sleep_ms: 20,
+    };
     if let Some((_, settings)) = DE_CONFIGS.iter().find(|(n, _)| *n == name) {
-        let env = settings.iter().map(|(k, v)| (format!("PAGEFOLD_{k}"), v.to_string())).collect();
-        return Ok(Config { name: name.to_string(), setup: Setup::Pagefold { env } });
+        let env = settings
+            .iter()
+            .map(|(k, v)| (format!("PAGEFOLD_{k}"), v.to_string()))
+            .collect();
+        return Ok(Config {
+            name: name.to_string(),
+            setup: Setup::Pagefold { env },
+        });
     }
     let setup = match name {
         "plain" => Setup::Plain,
@@ -99,10 +146,16 @@ pub fn parse_config(name: &str) -> Result<Config, String> {
         "ksm-10000" => ksm(10000),
         _ => {
             let known: Vec<_> = CONFIG_NAMES.iter().map(|(n, _)| *n).collect();
-            return Err(format!("unknown configuration '{name}' (known: {})", known.join(", ")));
+            return Err(format!(
+                "unknown configuration '{name}' (known: {})",
+                known.join(", ")
+            ));
         }
     };
-    Ok(Config { name: name.to_string(), setup })
+    Ok(Config {
+        name: name.to_string(),
+        setup,
+    })
 }
 
 /// `KEY=V:KEY=V` as `PAGEFOLD_KEY=V` variables.
@@ -110,10 +163,17 @@ fn parse_settings(settings: &str) -> Result<Vec<(String, String)>, String> {
     settings
         .split(':')
         .map(|kv| match kv.split_once('=') {
-            Some((k, v)) if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') => {
-                Ok((format!("PAGEFOLD_{}", k.to_ascii_uppercase()), v.to_string()))
+            Some((k, v))
+                if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+            {
+                Ok((
+                    format!("PAGEFOLD_{}", k.to_ascii_uppercase()),
+                    v.to_string(),
+                ))
             }
-            _ => Err(format!("'{kv}' in configuration 'pagefold:{settings}' is not KEY=VALUE")),
+            _ => Err(format!(
+                "'{kv}' in configuration 'pagefold:{settings}' is not KEY=VALUE"
+            )),
         })
         .collect()
 }
@@ -165,28 +225,46 @@ pub fn run(inv: &Invocation, config: &Config, ksm: Option<&KsmGuard>) -> Result<
 /// `run`, with the program put into `cgroup` before it executes. What is
 /// left in the group when the program has exited is killed, so a process
 /// that left its process group cannot hold the output pipes open.
-pub fn run_in(inv: &Invocation, config: &Config, ksm: Option<&KsmGuard>, cgroup: Option<&MemoryCgroup>) -> Result<Outcome, String> {
+pub fn run_in(
+    inv: &Invocation,
+    config: &Config,
+    ksm: Option<&KsmGuard>,
+    cgroup: Option<&MemoryCgroup>,
+) -> Result<Outcome, String> {
     let reports = tempdir()?;
     let mut cmd = command(inv, &config.setup, &reports);
     if let Some(procs) = cgroup.map(|g| g.procs_file().to_owned()) {
         unsafe { cmd.pre_exec(move || crate::cgroup::join_from_child(&procs)) };
     }
     let ksmd_before = match &config.setup {
-        Setup::Ksm { pages_to_scan, sleep_ms } => {
+        Setup::Ksm {
+            pages_to_scan,
+            sleep_ms,
+        } => {
             let guard = ksm.ok_or("a KSM configuration needs root and the KSM guard")?;
             start_ksm(guard, *pages_to_scan, *sleep_ms)?;
             ksmd_cpu()
         }
         _ => None,
     };
-    let result = run_command(&mut cmd, inv, &|| cgroup.iter().for_each(|g| g.kill_members()));
+    let result = run_command(&mut cmd, inv, &|| {
+        cgroup.iter().for_each(|g| g.kill_members())
+    });
     if let (Setup::Ksm { .. }, Some(guard)) = (&config.setup, ksm) {
         // ksmd must not keep spending CPU during the next configuration's run.
         let _ = guard.set("run", "0");
     }
     let engine = read_reports(&reports);
     let _ = std::fs::remove_dir_all(&reports);
-    let Finished { code, wall, cpu, series, stdout, stderr, timed_out } = result?;
+    let Finished {
+        code,
+        wall,
+        cpu,
+        series,
+        stdout,
+        stderr,
+        timed_out,
+    } = result?;
     let s = &series.summary;
     Ok(Outcome {
         config: config.name.clone(),
@@ -194,13 +272,22 @@ pub fn run_in(inv: &Invocation, config: &Config, ksm: Option<&KsmGuard>, cgroup:
         timed_out,
         wall_s: wall.as_secs_f64(),
         cpu_s: cpu.as_secs_f64(),
-        ksmd_cpu_s: ksmd_before.zip(ksmd_cpu()).map(|(a, b)| b.saturating_sub(a).as_secs_f64()),
+        ksmd_cpu_s: ksmd_before
+            .zip(ksmd_cpu())
+            .map(|(a, b)| b.saturating_sub(a).as_secs_f64()),
         peak_bytes: s.peak_bytes,
         average_bytes: s.average_bytes,
         samples: s.samples,
-        method: s.method.map(|m| format!("{m:?}").to_lowercase()).unwrap_or_else(|| "none".into()),
+        method: s
+            .method
+            .map(|m| format!("{m:?}").to_lowercase())
+            .unwrap_or_else(|| "none".into()),
         engine,
-        timeline: series.samples.iter().map(|f| (f.timestamp_ms, f.footprint_bytes)).collect(),
+        timeline: series
+            .samples
+            .iter()
+            .map(|f| (f.timestamp_ms, f.footprint_bytes))
+            .collect(),
         stdout,
         stderr,
     })
@@ -217,7 +304,8 @@ fn command(inv: &Invocation, setup: &Setup, reports: &Path) -> Command {
                 ld.push(":");
                 ld.push(old);
             }
-            cmd.env("LD_PRELOAD", ld).env("PAGEFOLD_REPORT", reports.join("engine"));
+            cmd.env("LD_PRELOAD", ld)
+                .env("PAGEFOLD_REPORT", reports.join("engine"));
             cmd.envs(env.iter().map(|(k, v)| (k, v)));
         }
         Setup::Ksm { .. } => unsafe {
@@ -230,7 +318,9 @@ fn command(inv: &Invocation, setup: &Setup, reports: &Path) -> Command {
         },
     }
     if inv.input.is_some() {
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
     }
     if inv.timeout.is_some() {
         // Its own process group, so a timeout kills every descendant too.
@@ -240,9 +330,15 @@ fn command(inv: &Invocation, setup: &Setup, reports: &Path) -> Command {
 }
 
 fn start_ksm(guard: &KsmGuard, pages_to_scan: u32, sleep_ms: u32) -> Result<(), String> {
-    let values = [("pages_to_scan", pages_to_scan.to_string()), ("sleep_millisecs", sleep_ms.to_string()), ("run", "1".into())];
+    let values = [
+        ("pages_to_scan", pages_to_scan.to_string()),
+        ("sleep_millisecs", sleep_ms.to_string()),
+        ("run", "1".into()),
+    ];
     for (k, v) in values {
-        guard.set(k, &v).map_err(|e| format!("setting KSM {k}: {e}"))?;
+        guard
+            .set(k, &v)
+            .map_err(|e| format!("setting KSM {k}: {e}"))?;
     }
     Ok(())
 }
@@ -259,7 +355,11 @@ struct Finished {
 
 /// Runs the command to its end; `after_exit` runs once the program has exited,
 /// before its output pipes are drained.
-fn run_command(cmd: &mut Command, inv: &Invocation, after_exit: &dyn Fn()) -> Result<Finished, String> {
+fn run_command(
+    cmd: &mut Command,
+    inv: &Invocation,
+    after_exit: &dyn Fn(),
+) -> Result<Finished, String> {
     let t0 = Instant::now();
     let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", inv.cmd[0]))?;
     let pid = child.id();
@@ -279,8 +379,18 @@ fn run_command(cmd: &mut Command, inv: &Invocation, after_exit: &dyn Fn()) -> Re
             })
         })
     };
-    let out = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let err = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
     let watchdog = inv.timeout.map(|limit| Watchdog::start(pid, limit));
     let waited = wait_with_rusage(pid);
     let wall = t0.elapsed();
@@ -293,7 +403,15 @@ fn run_command(cmd: &mut Command, inv: &Invocation, after_exit: &dyn Fn()) -> Re
     let stdout = out.map(|r| r.join().unwrap_or_default());
     let stderr = err.map(|r| r.join().unwrap_or_default());
     let (code, cpu) = waited?;
-    Ok(Finished { code, wall, cpu, series, stdout, stderr, timed_out })
+    Ok(Finished {
+        code,
+        wall,
+        cpu,
+        series,
+        stdout,
+        stderr,
+        timed_out,
+    })
 }
 
 /// Kills a process group that outlives its time limit.
@@ -311,13 +429,19 @@ impl Watchdog {
         let thread = std::thread::spawn(move || {
             let (lock, cv) = &*d;
             let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
-            let (finished, _) = cv.wait_timeout_while(guard, limit, |finished| !*finished).unwrap_or_else(|e| e.into_inner());
+            let (finished, _) = cv
+                .wait_timeout_while(guard, limit, |finished| !*finished)
+                .unwrap_or_else(|e| e.into_inner());
             if !*finished {
                 f.store(true, std::sync::atomic::Ordering::SeqCst);
                 unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
             }
         });
-        Watchdog { done, fired, thread }
+        Watchdog {
+            done,
+            fired,
+            thread,
+        }
     }
 
     /// True if it had to kill.
@@ -345,7 +469,11 @@ fn wait_with_rusage(pid: u32) -> Result<(i32, Duration), String> {
         }
     }
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) };
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    };
     Ok((code, tv(ru.ru_utime) + tv(ru.ru_stime)))
 }
 
@@ -354,7 +482,9 @@ fn ksmd_cpu() -> Option<Duration> {
 }
 
 fn read_reports(dir: &Path) -> Vec<Value> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
     let mut out: Vec<Value> = entries
         .flatten()
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
@@ -388,11 +518,16 @@ fn add_numbers(total: &mut serde_json::Map<String, Value>, stats: &serde_json::M
     for (k, v) in stats {
         match v {
             Value::Number(n) => {
-                let sum = total.get(k).and_then(Value::as_u64).unwrap_or(0) + n.as_u64().unwrap_or(0);
+                let sum =
+                    total.get(k).and_then(Value::as_u64).unwrap_or(0) + n.as_u64().unwrap_or(0);
                 total.insert(k.clone(), sum.into());
             }
             Value::Object(inner) => {
-                let mut sub = total.get(k).and_then(Value::as_object).cloned().unwrap_or_default();
+                let mut sub = total
+                    .get(k)
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default();
                 add_numbers(&mut sub, inner);
                 total.insert(k.clone(), Value::Object(sub));
             }
@@ -417,7 +552,9 @@ pub fn find_preload(opt: Option<&Path>) -> Result<PathBuf, String> {
             candidate.display()
         ));
     }
-    candidate.canonicalize().map_err(|e| format!("{}: {e}", candidate.display()))
+    candidate
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", candidate.display()))
 }
 
 /// `name` as the shell would find it.
@@ -426,13 +563,17 @@ pub fn resolve(name: &str) -> Option<PathBuf> {
         return Path::new(name).is_file().then(|| PathBuf::from(name));
     }
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
 }
 
 /// True unless `path` is an ELF file without a program interpreter (static):
 /// scripts run an interpreter that is itself checked by the kernel, not us.
 pub fn is_dynamic(path: &Path) -> bool {
-    let Ok(bytes) = std::fs::read(path) else { return true };
+    let Ok(bytes) = std::fs::read(path) else {
+        return true;
+    };
     if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" || bytes[4] != 2 {
         return true;
     }
@@ -441,7 +582,9 @@ pub fn is_dynamic(path: &Path) -> bool {
     let (size, count) = (u16_at(0x36), u16_at(0x38));
     (0..count).any(|i| {
         let o = phoff + i * size;
-        bytes.get(o..o + 4).is_some_and(|t| u32::from_le_bytes(t.try_into().unwrap_or_default()) == 3)
+        bytes
+            .get(o..o + 4)
+            .is_some_and(|t| u32::from_le_bytes(t.try_into().unwrap_or_default()) == 3)
     })
 }
 
@@ -455,11 +598,19 @@ mod tests {
             assert_eq!(parse_config(name).unwrap().name, *name);
         }
         let err = parse_config("turbo").unwrap_err();
-        assert!(err.contains("unknown configuration 'turbo'") && err.contains("ksm-10000"), "{err}");
+        assert!(
+            err.contains("unknown configuration 'turbo'") && err.contains("ksm-10000"),
+            "{err}"
+        );
         let set = parse_config("pagefold:threshold=131072:SCAN_CPU=0.05").unwrap();
-        let env = vec![("PAGEFOLD_THRESHOLD".to_string(), "131072".to_string()), ("PAGEFOLD_SCAN_CPU".to_string(), "0.05".to_string())];
+        let env = vec![
+            ("PAGEFOLD_THRESHOLD".to_string(), "131072".to_string()),
+            ("PAGEFOLD_SCAN_CPU".to_string(), "0.05".to_string()),
+        ];
         assert_eq!(set.setup, Setup::Pagefold { env });
-        assert!(parse_config("pagefold:THRESHOLD").unwrap_err().contains("not KEY=VALUE"));
+        assert!(parse_config("pagefold:THRESHOLD")
+            .unwrap_err()
+            .contains("not KEY=VALUE"));
         assert!(parse_config("pagefold:A B=1").is_err());
     }
 
@@ -468,23 +619,40 @@ mod tests {
     }
 
     fn invocation<'a>(cmd: &'a [String], timeout: Option<Duration>) -> Invocation<'a> {
-        Invocation { cmd, preload: Path::new("/nonexistent"), input: Some(&[]), interval: Duration::from_millis(10), timeout }
+        Invocation {
+            cmd,
+            preload: Path::new("/nonexistent"),
+            input: Some(&[]),
+            interval: Duration::from_millis(10),
+            timeout,
+        }
     }
 
     #[test]
     fn ksm_knobs_are_restored_after_a_failing_run() {
-        let knobs = || ["run", "pages_to_scan", "sleep_millisecs"].map(|k| crate::ksm::read_knob(k).unwrap());
+        let knobs = || {
+            ["run", "pages_to_scan", "sleep_millisecs"].map(|k| crate::ksm::read_knob(k).unwrap())
+        };
         let guard = match KsmGuard::acquire() {
             Ok(g) => g,
             Err(why) => return eprintln!("skipped: {why}"),
         };
         let before = knobs();
         let cmd = sh("echo partial; exit 3");
-        let o = run(&invocation(&cmd, None), &parse_config("ksm-10000").unwrap(), Some(&guard)).unwrap();
+        let o = run(
+            &invocation(&cmd, None),
+            &parse_config("ksm-10000").unwrap(),
+            Some(&guard),
+        )
+        .unwrap();
         assert_eq!(o.exit_code, 3);
         assert_eq!(o.stdout.as_deref(), Some(&b"partial\n"[..]));
         assert!(o.ksmd_cpu_s.is_some());
-        assert_eq!(crate::ksm::read_knob("run").unwrap(), "0", "ksmd stopped after the run");
+        assert_eq!(
+            crate::ksm::read_knob("run").unwrap(),
+            "0",
+            "ksmd stopped after the run"
+        );
         drop(guard);
         assert_eq!(knobs(), before);
     }
@@ -493,9 +661,17 @@ mod tests {
     fn a_run_past_its_time_limit_is_killed_with_its_children() {
         let cmd = sh("sleep 30 & sleep 30; echo never");
         let t = std::time::Instant::now();
-        let o = run(&invocation(&cmd, Some(Duration::from_millis(300))), &parse_config("plain").unwrap(), None).unwrap();
+        let o = run(
+            &invocation(&cmd, Some(Duration::from_millis(300))),
+            &parse_config("plain").unwrap(),
+            None,
+        )
+        .unwrap();
         assert!(o.timed_out && o.exit_code == 128 + libc::SIGKILL, "{o:?}");
-        assert!(t.elapsed() < Duration::from_secs(10), "the background child kept the pipes open");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the background child kept the pipes open"
+        );
         assert_eq!(o.stdout.as_deref(), Some(&b""[..]));
     }
 
@@ -504,23 +680,44 @@ mod tests {
         // Real runs of a program that prints its own pid: never the same twice.
         let cmd = sh("echo $$");
         let plain = parse_config("plain").unwrap();
-        let runs: Vec<Outcome> = (0..2).map(|_| run(&invocation(&cmd, None), &plain, None).unwrap()).collect();
+        let runs: Vec<Outcome> = (0..2)
+            .map(|_| run(&invocation(&cmd, None), &plain, None).unwrap())
+            .collect();
         let mut second = runs[1].clone();
         second.config = "pagefold".into();
-        let stats = crate::suite::summarize(&["plain".into(), "pagefold".into()], &[runs[0].clone(), second]);
+        let stats = crate::suite::summarize(
+            &["plain".into(), "pagefold".into()],
+            &[runs[0].clone(), second],
+        );
         assert!(stats[0].identical && !stats[1].identical);
         let same = sh("echo same");
         let a = run(&invocation(&same, None), &plain, None).unwrap();
         let mut b = run(&invocation(&same, None), &plain, None).unwrap();
         b.config = "pagefold".into();
-        assert!(crate::suite::summarize(&["plain".into(), "pagefold".into()], &[a, b])[1].identical);
+        assert!(
+            crate::suite::summarize(&["plain".into(), "pagefold".into()], &[a, b])[1].identical
+        );
     }
 
     #[test]
     fn a_single_mechanism_switches_the_other_two_off() {
-        let Setup::Pagefold { env } = parse_config("zero").unwrap().setup else { panic!() };
-        assert_eq!(env, vec![("PAGEFOLD_COPY".to_string(), "0".to_string()), ("PAGEFOLD_MERGE".to_string(), "0".to_string())]);
-        assert_eq!(parse_config("ksm").unwrap().setup, Setup::Ksm { pages_to_scan: 100, sleep_ms: 20 });
+        let Setup::Pagefold { env } = parse_config("zero").unwrap().setup else {
+            panic!()
+        };
+        assert_eq!(
+            env,
+            vec![
+                ("PAGEFOLD_COPY".to_string(), "0".to_string()),
+                ("PAGEFOLD_MERGE".to_string(), "0".to_string())
+            ]
+        );
+        assert_eq!(
+            parse_config("ksm").unwrap().setup,
+            Setup::Ksm {
+                pages_to_scan: 100,
+                sleep_ms: 20
+            }
+        );
     }
 
     #[test]
@@ -534,8 +731,14 @@ mod tests {
             other => panic!("{s}: {other:?}"),
         };
         assert_eq!(env("de-share"), by_hand("TIER=0"));
-        assert_eq!(env("de-patch"), by_hand("TIER=1:TIER_COMPRESS=0:MERGE=0:ZERO=0"));
-        assert_eq!(env("de-compress"), by_hand("TIER=1:TIER_PATCH=0:MERGE=0:ZERO=0"));
+        assert_eq!(
+            env("de-patch"),
+            by_hand("TIER=1:TIER_COMPRESS=0:MERGE=0:ZERO=0")
+        );
+        assert_eq!(
+            env("de-compress"),
+            by_hand("TIER=1:TIER_PATCH=0:MERGE=0:ZERO=0")
+        );
         assert_eq!(env("de-all"), by_hand("TIER=1"));
     }
 }

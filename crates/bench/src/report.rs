@@ -44,12 +44,20 @@ pub struct Machine {
 impl Machine {
     pub fn probe(plan: &Plan) -> Machine {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let cpu = cpuinfo.lines().find_map(|l| l.strip_prefix("model name")?.split(':').nth(1)).unwrap_or("?");
+        let cpu = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name")?.split(':').nth(1))
+            .unwrap_or("?");
         Machine {
             date_utc: utc_now(),
-            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
             cpu: cpu.trim().to_string(),
-            cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            cpus: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
             mem_gib: crate::mem::meminfo_kib("MemTotal") as f64 / (1 << 20) as f64,
             runs: plan.runs,
             quick: plan.quick,
@@ -74,12 +82,18 @@ impl Machine {
 
 pub fn load_avg() -> f64 {
     let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    text.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+    text.split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 /// "2026-11-21 15:04 UTC" without a date crate (civil-from-days, H. Hinnant).
 fn utc_now() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
@@ -90,23 +104,39 @@ fn utc_now() -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02} UTC", rest / 3600, rest / 60 % 60)
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
+        rest / 3600,
+        rest / 60 % 60
+    )
 }
 
 /// "pass (63.0x >= 50x, 1.26x margin)" or "MISS (12.0x < 50x, short by 4.17x)".
 pub fn at_least(measured: f64, target: f64, unit: &str) -> String {
     if measured >= target {
-        format!("pass ({measured:.2}{unit} >= {target}{unit}, {:.2}x margin)", measured / target)
+        format!(
+            "pass ({measured:.2}{unit} >= {target}{unit}, {:.2}x margin)",
+            measured / target
+        )
     } else {
-        format!("MISS ({measured:.2}{unit} < {target}{unit}, short by {:.2}x)", target / measured)
+        format!(
+            "MISS ({measured:.2}{unit} < {target}{unit}, short by {:.2}x)",
+            target / measured
+        )
     }
 }
 
 pub fn at_most(measured: f64, target: f64, unit: &str) -> String {
     if measured <= target {
-        format!("pass ({measured:.3}{unit} <= {target}{unit}, {:.2}x margin)", target / measured)
+        format!(
+            "pass ({measured:.3}{unit} <= {target}{unit}, {:.2}x margin)",
+            target / measured
+        )
     } else {
-        format!("MISS ({measured:.3}{unit} > {target}{unit}, over by {:.2}x)", measured / target)
+        format!(
+            "MISS ({measured:.3}{unit} > {target}{unit}, over by {:.2}x)",
+            measured / target
+        )
     }
 }
 
@@ -123,12 +153,17 @@ pub fn micro_markdown(m: &MicroResults, machine: &Machine) -> String {
 }
 
 fn copy_row(m: &MicroResults, source: Source, pages: usize) -> Option<&CopyRow> {
-    m.copy.iter().find(|r| r.source == source && r.pages == pages)
+    m.copy
+        .iter()
+        .find(|r| r.source == source && r.pages == pages)
 }
 
 fn micro_targets(m: &MicroResults) -> String {
     let mut out = String::from("**Targets**\n\n");
-    for (source, label) in [(Source::Fresh, "fresh source"), (Source::CopyOfCopy, "copy of a copy")] {
+    for (source, label) in [
+        (Source::Fresh, "fresh source"),
+        (Source::CopyOfCopy, "copy of a copy"),
+    ] {
         if let Some(r) = copy_row(m, source, 16384) {
             writeln!(
                 out,
@@ -162,18 +197,45 @@ fn per_page_table(m: &MicroResults) -> String {
         "**Per-page costs, us** (kernel column measured in the same run; Difference Engine = its Table 2, Xen 2008)\n\n\
          | operation | pagefold | kernel | Difference Engine |\n|---|---:|---:|---:|\n",
     );
-    for (source, label) in [(Source::Fresh, "fresh source"), (Source::CopyOfCopy, "copy of a copy")] {
+    for (source, label) in [
+        (Source::Fresh, "fresh source"),
+        (Source::CopyOfCopy, "copy of a copy"),
+    ] {
         if let Some(r) = copy_row(m, source, 16384) {
-            writeln!(out, "| share: engine.copy of 16384 pages, {label} | {:.3} | - | {DE_SHARE_US} |", r.share_us_per_page)
-                .unwrap();
+            writeln!(
+                out,
+                "| share: engine.copy of 16384 pages, {label} | {:.3} | - | {DE_SHARE_US} |",
+                r.share_us_per_page
+            )
+            .unwrap();
         }
     }
     let c = &m.cow;
     writeln!(out, "| CoW break: 1 byte written per page of a copy, pages read first | {:.2} | {:.2} (memfd MAP_PRIVATE) | {DE_COW_BREAK_US} |", c.engine_us, c.kernel_us).unwrap();
-    writeln!(out, "| CoW break, written without a prior read | {:.2} | {:.2} | - |", c.engine_cold_us, c.kernel_cold_us).unwrap();
-    writeln!(out, "| first-touch anonymous write fault | - | {:.2} | - |", c.first_touch_us).unwrap();
-    writeln!(out, "| zero fold: scan of {} all-zero pages | {:.3} | - | - |", m.zero_fold.pages, m.zero_fold.us_per_page).unwrap();
-    writeln!(out, "| merge: scan of {} pages, {:?} | {:.3} | - | - |\n", m.merge.pages, m.merge.content, m.merge.us_per_page).unwrap();
+    writeln!(
+        out,
+        "| CoW break, written without a prior read | {:.2} | {:.2} | - |",
+        c.engine_cold_us, c.kernel_cold_us
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "| first-touch anonymous write fault | - | {:.2} | - |",
+        c.first_touch_us
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "| zero fold: scan of {} all-zero pages | {:.3} | - | - |",
+        m.zero_fold.pages, m.zero_fold.us_per_page
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "| merge: scan of {} pages, {:?} | {:.3} | - | - |\n",
+        m.merge.pages, m.merge.content, m.merge.us_per_page
+    )
+    .unwrap();
     out
 }
 
@@ -313,9 +375,16 @@ fn ksm_line(k: &KsmFold) -> String {
         warnings += &format!("; **DISTURBED**: {what}");
     }
     if k.baseline_pages_sharing > 0 {
-        warnings += &format!("; another KSM user held {} pages_sharing at the start", k.baseline_pages_sharing);
+        warnings += &format!(
+            "; another KSM user held {} pages_sharing at the start",
+            k.baseline_pages_sharing
+        );
     }
-    let settle = if k.confirmed { format!("{:.2}", k.settled_s) } else { format!("{:.2} (unconfirmed)", k.settled_s) };
+    let settle = if k.confirmed {
+        format!("{:.2}", k.settled_s)
+    } else {
+        format!("{:.2} (unconfirmed)", k.settled_s)
+    };
     format!(
         "| kernel KSM | pages_to_scan {}, sleep {} ms | {} | {} (ksmd) | {} | {} (ideal {}) | {:.1} | {} full scans, {} us ksmd CPU/scanned page, ksmd CPU {} s over {:.1} s observed, slab {} KiB{} |\n",
         k.pages_to_scan,
@@ -347,9 +416,14 @@ fn factor(ours: f64, theirs: f64) -> String {
 fn fold_notes(f: &FoldResults) -> String {
     let e = &f.engine;
     let mut out = String::new();
-    let fastest = f.ksm.iter().filter(|k| k.pages_sharing > 0).min_by(|a, b| a.settled_s.total_cmp(&b.settled_s));
+    let fastest = f
+        .ksm
+        .iter()
+        .filter(|k| k.pages_sharing > 0)
+        .min_by(|a, b| a.settled_s.total_cmp(&b.settled_s));
     if let Some(k) = fastest {
-        let footprint = (k.footprint_mib + k.ksm_metadata_kib.unwrap_or(0) as f64 / 1024.0) / e.footprint_mib;
+        let footprint =
+            (k.footprint_mib + k.ksm_metadata_kib.unwrap_or(0) as f64 / 1024.0) / e.footprint_mib;
         writeln!(
             out,
             "Same run, fastest KSM setting (pages_to_scan {}): pagefold takes {} wall time and {} CPU than KSM, \
@@ -453,7 +527,8 @@ mod tests {
         let path = std::env::temp_dir().join(format!("pagefold-bench-{}.json", std::process::id()));
         update_json(&path, "micro", serde_json::json!({"a": 1})).unwrap();
         update_json(&path, "fold", serde_json::json!({"b": 2})).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(v["micro"]["a"], 1);
         assert_eq!(v["fold"]["b"], 2);
         std::fs::remove_file(path).unwrap();

@@ -39,7 +39,11 @@ pub fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Err
 impl Spread {
     pub fn of(values: &[f64]) -> Spread {
         if values.is_empty() {
-            return Spread { median: f64::NAN, min: f64::NAN, max: f64::NAN };
+            return Spread {
+                median: f64::NAN,
+                min: f64::NAN,
+                max: f64::NAN,
+            };
         }
         Spread {
             median: crate::timing::median(values),
@@ -50,7 +54,11 @@ impl Spread {
 
     /// Each bound divided by `base` (a ratio to plain's median).
     fn over(self, base: f64) -> Spread {
-        Spread { median: self.median / base, min: self.min / base, max: self.max / base }
+        Spread {
+            median: self.median / base,
+            min: self.min / base,
+            max: self.max / base,
+        }
     }
 }
 
@@ -135,17 +143,44 @@ pub struct SuitePlan<'a> {
 /// Runs everything; an error only for what stops the whole suite (KSM
 /// unavailable, a program that cannot be started).
 pub fn run(plan: &SuitePlan) -> Result<SuiteResult, String> {
-    let needs_ksm = plan.configs.iter().any(|c| matches!(c.setup, Setup::Ksm { .. }));
-    let guard = if needs_ksm { Some(KsmGuard::acquire().map_err(|e| format!("KSM configurations need root and {}: {e}", crate::ksm::KSM_DIR))?) } else { None };
-    let machine = crate::report::Machine::probe(&crate::Plan { runs: plan.runs, quick: false });
+    let needs_ksm = plan
+        .configs
+        .iter()
+        .any(|c| matches!(c.setup, Setup::Ksm { .. }));
+    let guard = if needs_ksm {
+        Some(KsmGuard::acquire().map_err(|e| {
+            format!(
+                "KSM configurations need root and {}: {e}",
+                crate::ksm::KSM_DIR
+            )
+        })?)
+    } else {
+        None
+    };
+    let machine = crate::report::Machine::probe(&crate::Plan {
+        runs: plan.runs,
+        quick: false,
+    });
     let total = (plan.runs * plan.workloads.len() * plan.configs.len()) as u64;
     let bar = progress(total);
     let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); plan.workloads.len()];
     for rep in 0..plan.runs {
         for (w, wl) in plan.workloads.iter().enumerate() {
             for cfg in plan.configs {
-                bar.set_message(format!("run {}/{} {} under {}", rep + 1, plan.runs, wl.name, cfg.name));
-                let inv = Invocation { cmd: &wl.cmd, preload: plan.preload, input: Some(&[]), interval: plan.interval, timeout: plan.timeout };
+                bar.set_message(format!(
+                    "run {}/{} {} under {}",
+                    rep + 1,
+                    plan.runs,
+                    wl.name,
+                    cfg.name
+                ));
+                let inv = Invocation {
+                    cmd: &wl.cmd,
+                    preload: plan.preload,
+                    input: Some(&[]),
+                    interval: plan.interval,
+                    timeout: plan.timeout,
+                };
                 let mut o = program::run(&inv, cfg, guard.as_ref())?;
                 log(&bar, run_line(&wl.name, rep, &o));
                 if o.exit_code != 0 {
@@ -166,7 +201,12 @@ pub fn run(plan: &SuitePlan) -> Result<SuiteResult, String> {
         .workloads
         .iter()
         .zip(outcomes)
-        .map(|(wl, runs)| WorkloadResult { name: wl.name.clone(), cmd: wl.cmd.clone(), stats: summarize(&names, &runs), outcomes: runs })
+        .map(|(wl, runs)| WorkloadResult {
+            name: wl.name.clone(),
+            cmd: wl.cmd.clone(),
+            stats: summarize(&names, &runs),
+            outcomes: runs,
+        })
         .collect();
     let mut r = assemble(plan.suite, names, plan.runs, plan.interval, workloads);
     r.machine = Some(machine);
@@ -176,7 +216,9 @@ pub fn run(plan: &SuitePlan) -> Result<SuiteResult, String> {
 
 pub(crate) fn progress(total: u64) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(total);
-    let style = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} runs, ETA {eta} {msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    let style =
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} runs, ETA {eta} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
     bar.set_style(style);
     bar
 }
@@ -208,8 +250,17 @@ pub(crate) fn failure_tail(o: &Outcome) -> String {
     let err = String::from_utf8_lossy(o.stderr.as_deref().unwrap_or_default()).into_owned();
     let lines: Vec<&str> = err.lines().rev().take(5).collect();
     let tail: Vec<&str> = lines.into_iter().rev().collect();
-    let why = if o.timed_out { ", killed at the time limit" } else { "" };
-    format!("    FAILED under {} (exit {}{why}); stderr ends:\n      {}", o.config, o.exit_code, tail.join("\n      "))
+    let why = if o.timed_out {
+        ", killed at the time limit"
+    } else {
+        ""
+    };
+    format!(
+        "    FAILED under {} (exit {}{why}); stderr ends:\n      {}",
+        o.config,
+        o.exit_code,
+        tail.join("\n      ")
+    )
 }
 
 fn mib(b: u64) -> f64 {
@@ -220,10 +271,15 @@ fn mib(b: u64) -> f64 {
 /// plain, the first configuration) is the base of every ratio and the
 /// reference output.
 pub fn summarize(configs: &[String], runs: &[Outcome]) -> Vec<ConfigStats> {
-    let base_name = configs.iter().find(|c| *c == "plain").unwrap_or(&configs[0]);
+    let base_name = configs
+        .iter()
+        .find(|c| *c == "plain")
+        .unwrap_or(&configs[0]);
     let reference = runs.iter().find(|o| &o.config == base_name);
     let of = |name: &str| runs.iter().filter(|o| o.config == name).collect::<Vec<_>>();
-    let spread = |name: &str, f: &dyn Fn(&Outcome) -> f64| Spread::of(&of(name).into_iter().map(f).collect::<Vec<_>>());
+    let spread = |name: &str, f: &dyn Fn(&Outcome) -> f64| {
+        Spread::of(&of(name).into_iter().map(f).collect::<Vec<_>>())
+    };
     let total_cpu = |o: &Outcome| o.cpu_s + o.ksmd_cpu_s.unwrap_or(0.0);
     let base_avg = spread(base_name, &|o| mib(o.average_bytes)).median;
     let base_peak = spread(base_name, &|o| mib(o.peak_bytes)).median;
@@ -248,7 +304,11 @@ pub fn summarize(configs: &[String], runs: &[Outcome]) -> Vec<ConfigStats> {
                 peak_ratio: peak.over(base_peak),
                 wall_ratio: wall.over(base_wall),
                 cpu_ratio: cpu.over(base_cpu),
-                identical: reference.is_some_and(|r| of(c).iter().all(|o| o.stdout == r.stdout && o.exit_code == r.exit_code)),
+                identical: reference.is_some_and(|r| {
+                    of(c)
+                        .iter()
+                        .all(|o| o.stdout == r.stdout && o.exit_code == r.exit_code)
+                }),
                 failed_runs: of(c).iter().filter(|o| o.exit_code != 0).count(),
                 engine: median_counters(&of(c)),
             }
@@ -258,13 +318,22 @@ pub fn summarize(configs: &[String], runs: &[Outcome]) -> Vec<ConfigStats> {
 
 /// Each top-level engine counter's median over the runs that used the engine.
 fn median_counters(runs: &[&Outcome]) -> serde_json::Map<String, serde_json::Value> {
-    let totals: Vec<_> = runs.iter().filter(|o| !o.engine.is_empty()).map(|o| engine_total(&o.engine)).collect();
+    let totals: Vec<_> = runs
+        .iter()
+        .filter(|o| !o.engine.is_empty())
+        .map(|o| engine_total(&o.engine))
+        .collect();
     let mut out = serde_json::Map::new();
-    let Some(first) = totals.first().and_then(|t| t.as_object()) else { return out };
+    let Some(first) = totals.first().and_then(|t| t.as_object()) else {
+        return out;
+    };
     for key in first.keys() {
         let values: Vec<f64> = totals.iter().filter_map(|t| t[key].as_f64()).collect();
         if values.len() == totals.len() {
-            out.insert(key.clone(), serde_json::json!(crate::timing::median(&values)));
+            out.insert(
+                key.clone(),
+                serde_json::json!(crate::timing::median(&values)),
+            );
         }
     }
     out
@@ -272,19 +341,31 @@ fn median_counters(runs: &[&Outcome]) -> serde_json::Map<String, serde_json::Val
 
 /// Geometric mean of the positive, finite values; NaN if there are none.
 pub fn geomean(values: &[f64]) -> f64 {
-    let good: Vec<f64> = values.iter().copied().filter(|v| v.is_finite() && *v > 0.0).collect();
+    let good: Vec<f64> = values
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .collect();
     if good.is_empty() {
         return f64::NAN;
     }
     (good.iter().map(|v| v.ln()).sum::<f64>() / good.len() as f64).exp()
 }
 
-pub fn assemble(suite: &str, configs: Vec<String>, runs: usize, interval: Duration, workloads: Vec<WorkloadResult>) -> SuiteResult {
+pub fn assemble(
+    suite: &str,
+    configs: Vec<String>,
+    runs: usize,
+    interval: Duration,
+    workloads: Vec<WorkloadResult>,
+) -> SuiteResult {
     let geomeans = configs
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let g = |f: &dyn Fn(&ConfigStats) -> f64| geomean(&workloads.iter().map(|w| f(&w.stats[i])).collect::<Vec<_>>());
+            let g = |f: &dyn Fn(&ConfigStats) -> f64| {
+                geomean(&workloads.iter().map(|w| f(&w.stats[i])).collect::<Vec<_>>())
+            };
             Geomean {
                 config: c.clone(),
                 average_ratio: g(&|s| s.average_ratio.median),
@@ -294,8 +375,21 @@ pub fn assemble(suite: &str, configs: Vec<String>, runs: usize, interval: Durati
             }
         })
         .collect();
-    let all_identical = workloads.iter().all(|w| w.stats.iter().all(|s| s.identical));
-    let mut r = SuiteResult { suite: suite.to_string(), configs, runs, interval_ms: interval.as_millis() as u64, workloads, geomeans, all_identical, machine: None, load_avg_end: None, compass: None };
+    let all_identical = workloads
+        .iter()
+        .all(|w| w.stats.iter().all(|s| s.identical));
+    let mut r = SuiteResult {
+        suite: suite.to_string(),
+        configs,
+        runs,
+        interval_ms: interval.as_millis() as u64,
+        workloads,
+        geomeans,
+        all_identical,
+        machine: None,
+        load_avg_end: None,
+        compass: None,
+    };
     r.compass = crate::compass::of(&r);
     r
 }
@@ -317,16 +411,45 @@ pub fn markdown(r: &SuiteResult) -> String {
         r.runs,
         r.interval_ms
     );
-    let tables: [(&str, &dyn Fn(&ConfigStats) -> (Spread, Spread), &dyn Fn(&Geomean) -> f64, &str); 4] = [
-        ("Average footprint", &|s| (s.average_mib, s.average_ratio), &|g| g.average_ratio, "MiB"),
-        ("Peak footprint", &|s| (s.peak_mib, s.peak_ratio), &|g| g.peak_ratio, "MiB"),
-        ("Wall time", &|s| (s.wall_s, s.wall_ratio), &|g| g.wall_ratio, "s"),
-        ("CPU time (process tree + ksmd)", &|s| (s.cpu_s, s.cpu_ratio), &|g| g.cpu_ratio, "s"),
+    let tables: [(
+        &str,
+        &dyn Fn(&ConfigStats) -> (Spread, Spread),
+        &dyn Fn(&Geomean) -> f64,
+        &str,
+    ); 4] = [
+        (
+            "Average footprint",
+            &|s| (s.average_mib, s.average_ratio),
+            &|g| g.average_ratio,
+            "MiB",
+        ),
+        (
+            "Peak footprint",
+            &|s| (s.peak_mib, s.peak_ratio),
+            &|g| g.peak_ratio,
+            "MiB",
+        ),
+        (
+            "Wall time",
+            &|s| (s.wall_s, s.wall_ratio),
+            &|g| g.wall_ratio,
+            "s",
+        ),
+        (
+            "CPU time (process tree + ksmd)",
+            &|s| (s.cpu_s, s.cpu_ratio),
+            &|g| g.cpu_ratio,
+            "s",
+        ),
     ];
     for (title, cell, geo, unit) in tables {
         out += &format!("**{title}**\n\n| workload |");
         for (i, c) in r.configs.iter().enumerate() {
-            out += &if i == 0 { format!(" {c} ({unit}) |") } else { format!(" {c} |") };
+            out += &if i == 0 {
+                format!(" {c} ({unit}) |")
+            } else {
+                format!(" {c} |")
+            };
         }
         out += "\n|---|";
         out += &"---:|".repeat(r.configs.len());
@@ -336,13 +459,21 @@ pub fn markdown(r: &SuiteResult) -> String {
             for (i, s) in w.stats.iter().enumerate() {
                 let (abs, ratio) = cell(s);
                 let flag = if s.identical { "" } else { " **DIFFERS**" };
-                out += &if i == 0 { format!(" {} |", fmt_spread(abs, 1)) } else { format!(" {}{flag} |", fmt_spread(ratio, 2)) };
+                out += &if i == 0 {
+                    format!(" {} |", fmt_spread(abs, 1))
+                } else {
+                    format!(" {}{flag} |", fmt_spread(ratio, 2))
+                };
             }
             out.push('\n');
         }
         out += "| **geomean** |";
         for (i, g) in r.geomeans.iter().enumerate() {
-            out += &if i == 0 { " |".to_string() } else { format!(" **{:.3}** |", geo(g)) };
+            out += &if i == 0 {
+                " |".to_string()
+            } else {
+                format!(" **{:.3}** |", geo(g))
+            };
         }
         out += "\n\n";
     }
@@ -369,7 +500,9 @@ fn fmt_spread(s: Spread, digits: usize) -> String {
 
 /// What the engine did under the all-mechanisms configuration, per workload.
 fn engine_table(r: &SuiteResult) -> String {
-    let Some(i) = r.configs.iter().position(|c| c == "pagefold") else { return String::new() };
+    let Some(i) = r.configs.iter().position(|c| c == "pagefold") else {
+        return String::new();
+    };
     let mut out = String::from(
         "**What the engine did** (configuration `pagefold`, medians over runs, summed over the processes of a run)\n\n\
          | workload | pages shared by copy | zero pages folded | pages merged | MiB copied plainly | scans | scan CPU (s) | fallbacks |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
@@ -377,7 +510,13 @@ fn engine_table(r: &SuiteResult) -> String {
     for w in &r.workloads {
         let e = &w.stats[i].engine;
         let n = |k: &str| e.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
-        let fallbacks: u64 = w.outcomes.iter().filter(|o| o.config == "pagefold").map(|o| fallback_count(&engine_total(&o.engine))).max().unwrap_or(0);
+        let fallbacks: u64 = w
+            .outcomes
+            .iter()
+            .filter(|o| o.config == "pagefold")
+            .map(|o| fallback_count(&engine_total(&o.engine)))
+            .max()
+            .unwrap_or(0);
         out += &format!(
             "| {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.0} | {:.2} | {} |\n",
             w.name,
@@ -400,10 +539,16 @@ fn tier_table(r: &SuiteResult) -> String {
     let mut rows = String::new();
     for w in &r.workloads {
         for c in &r.configs {
-            let totals: Vec<serde_json::Value> =
-                w.outcomes.iter().filter(|o| &o.config == c && !o.engine.is_empty()).map(|o| engine_total(&o.engine)).collect();
+            let totals: Vec<serde_json::Value> = w
+                .outcomes
+                .iter()
+                .filter(|o| &o.config == c && !o.engine.is_empty())
+                .map(|o| engine_total(&o.engine))
+                .collect();
             let med = |path: &[&str]| {
-                let at = |t: &serde_json::Value| path.iter().fold(t, |v, k| &v[*k]).as_f64().unwrap_or(0.0);
+                let at = |t: &serde_json::Value| {
+                    path.iter().fold(t, |v, k| &v[*k]).as_f64().unwrap_or(0.0)
+                };
                 crate::timing::median(&totals.iter().map(at).collect::<Vec<f64>>())
             };
             if totals.is_empty() || med(&["clock", "passes"]) == 0.0 {
@@ -439,14 +584,18 @@ fn tier_table(r: &SuiteResult) -> String {
 }
 
 fn fallback_count(total: &serde_json::Value) -> u64 {
-    total["fallbacks"].as_object().map(|m| m.values().filter_map(|v| v.as_u64()).sum()).unwrap_or(0)
+    total["fallbacks"]
+        .as_object()
+        .map(|m| m.values().filter_map(|v| v.as_u64()).sum())
+        .unwrap_or(0)
 }
 
 /// A suite result written by `publish`, for drawing its tables and charts
 /// again without running it again.
 pub fn load(path: &Path) -> Result<SuiteResult, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut r: SuiteResult = serde_json::from_str(&text).map_err(|e| format!("{}: not a suite result: {e}", path.display()))?;
+    let mut r: SuiteResult = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a suite result: {e}", path.display()))?;
     r.compass = crate::compass::of(&r);
     Ok(r)
 }
@@ -454,7 +603,11 @@ pub fn load(path: &Path) -> Result<SuiteResult, String> {
 /// Writes JSON, markdown and charts for the suite into `dir`; returns the
 /// files written. Timelines are drawn for `timelines` workloads, or else for
 /// the four where pagefold's average footprint differs most from plain's.
-pub fn publish(r: &SuiteResult, dir: &Path, timelines: &[String]) -> Result<Vec<std::path::PathBuf>, String> {
+pub fn publish(
+    r: &SuiteResult,
+    dir: &Path,
+    timelines: &[String],
+) -> Result<Vec<std::path::PathBuf>, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut files = Vec::new();
     let json_path = dir.join(format!("{}.json", r.suite));
@@ -474,7 +627,10 @@ pub fn doc_section(r: &SuiteResult, files: &[std::path::PathBuf], doc: &Path) ->
     let base = doc.parent().unwrap_or(Path::new(""));
     let mut out = markdown(r);
     out.push('\n');
-    for f in files.iter().filter(|f| f.extension().is_some_and(|e| e == "png")) {
+    for f in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "png"))
+    {
         let rel = f.strip_prefix(base).unwrap_or(f);
         let name = f.file_stem().unwrap_or_default().to_string_lossy();
         out += &format!("![{name}]({})\n\n", rel.display());
@@ -482,9 +638,18 @@ pub fn doc_section(r: &SuiteResult, files: &[std::path::PathBuf], doc: &Path) ->
     out
 }
 
-fn charts(r: &SuiteResult, dir: &Path, timelines: &[String]) -> Result<Vec<std::path::PathBuf>, String> {
+fn charts(
+    r: &SuiteResult,
+    dir: &Path,
+    timelines: &[String],
+) -> Result<Vec<std::path::PathBuf>, String> {
     let names: Vec<String> = r.workloads.iter().map(|w| w.name.clone()).collect();
-    let col = |f: &dyn Fn(&ConfigStats) -> f64| r.workloads.iter().map(|w| w.stats.iter().map(f).collect()).collect();
+    let col = |f: &dyn Fn(&ConfigStats) -> f64| {
+        r.workloads
+            .iter()
+            .map(|w| w.stats.iter().map(f).collect())
+            .collect()
+    };
     let zeros = col(&|_| 0.0);
     let memory = dir.join(format!("{}-memory.png", r.suite));
     let bars = crate::plot::Bars {
@@ -497,14 +662,23 @@ fn charts(r: &SuiteResult, dir: &Path, timelines: &[String]) -> Result<Vec<std::
     };
     crate::plot::relative_bars(&memory, &bars)?;
     let runtime = dir.join(format!("{}-runtime.png", r.suite));
-    let plain_wall: Vec<f64> = r.workloads.iter().map(|w| w.stats[0].wall_s.median).collect();
+    let plain_wall: Vec<f64> = r
+        .workloads
+        .iter()
+        .map(|w| w.stats[0].wall_s.median)
+        .collect();
     let bars = crate::plot::Bars {
         title: &format!("{}: wall time relative to plain (dark: ksmd CPU)", r.suite),
         y_desc: "wall time / plain",
         workloads: &names,
         configs: &r.configs,
         values: col(&|s| s.wall_ratio.median),
-        stacked: r.workloads.iter().zip(&plain_wall).map(|(w, base)| w.stats.iter().map(|s| s.ksmd_cpu_s.median / base).collect()).collect(),
+        stacked: r
+            .workloads
+            .iter()
+            .zip(&plain_wall)
+            .map(|(w, base)| w.stats.iter().map(|s| s.ksmd_cpu_s.median / base).collect())
+            .collect(),
     };
     crate::plot::relative_bars(&runtime, &bars)?;
     let mut files = vec![memory, runtime];
@@ -513,8 +687,17 @@ fn charts(r: &SuiteResult, dir: &Path, timelines: &[String]) -> Result<Vec<std::
     }
     for w in pick_timelines(r, timelines) {
         let path = dir.join(format!("{}-timeline-{}.png", r.suite, w.name));
-        let series: Vec<_> = w.outcomes.iter().filter(|o| !o.timeline.is_empty()).map(|o| (o.config.clone(), o.timeline.clone())).collect();
-        crate::plot::memory_over_time(&path, &format!("{}: footprint over time (first run)", w.name), &series)?;
+        let series: Vec<_> = w
+            .outcomes
+            .iter()
+            .filter(|o| !o.timeline.is_empty())
+            .map(|o| (o.config.clone(), o.timeline.clone()))
+            .collect();
+        crate::plot::memory_over_time(
+            &path,
+            &format!("{}: footprint over time (first run)", w.name),
+            &series,
+        )?;
         files.push(path);
     }
     Ok(files)
@@ -522,10 +705,25 @@ fn charts(r: &SuiteResult, dir: &Path, timelines: &[String]) -> Result<Vec<std::
 
 fn pick_timelines<'a>(r: &'a SuiteResult, chosen: &[String]) -> Vec<&'a WorkloadResult> {
     if !chosen.is_empty() {
-        return r.workloads.iter().filter(|w| chosen.contains(&w.name)).collect();
+        return r
+            .workloads
+            .iter()
+            .filter(|w| chosen.contains(&w.name))
+            .collect();
     }
-    let Some(i) = r.configs.iter().position(|c| c == "pagefold") else { return Vec::new() };
-    let mut by_gap: Vec<_> = r.workloads.iter().map(|w| (w.stats[0].average_mib.median - w.stats[i].average_mib.median, w)).collect();
+    let Some(i) = r.configs.iter().position(|c| c == "pagefold") else {
+        return Vec::new();
+    };
+    let mut by_gap: Vec<_> = r
+        .workloads
+        .iter()
+        .map(|w| {
+            (
+                w.stats[0].average_mib.median - w.stats[i].average_mib.median,
+                w,
+            )
+        })
+        .collect();
     by_gap.sort_by(|a, b| b.0.total_cmp(&a.0));
     by_gap.into_iter().take(4).map(|(_, w)| w).collect()
 }
@@ -571,26 +769,57 @@ mod tests {
             outcome("ksm-100", 70, 10.0, "x"),
         ];
         let s = summarize(&configs(), &runs);
-        assert_eq!(s[0].average_mib, Spread { median: 110.0, min: 100.0, max: 120.0 });
+        assert_eq!(
+            s[0].average_mib,
+            Spread {
+                median: 110.0,
+                min: 100.0,
+                max: 120.0
+            }
+        );
         assert_eq!(s[0].average_ratio.median, 1.0);
         assert!((s[1].average_ratio.median - 0.5).abs() < 1e-12);
         assert!((s[1].average_ratio.min - 50.0 / 110.0).abs() < 1e-12);
         assert!((s[1].wall_ratio.median - 10.0 / 11.0).abs() < 1e-12);
-        assert!((s[2].cpu_ratio.median - 10.5 / 11.0).abs() < 1e-12, "ksmd's 0.5 s is added to KSM's CPU");
-        assert!(s.iter().all(|c| c.identical && c.runs == 3 && c.failed_runs == 0));
+        assert!(
+            (s[2].cpu_ratio.median - 10.5 / 11.0).abs() < 1e-12,
+            "ksmd's 0.5 s is added to KSM's CPU"
+        );
+        assert!(s
+            .iter()
+            .all(|c| c.identical && c.runs == 3 && c.failed_runs == 0));
     }
 
     #[test]
     fn an_output_that_differs_from_plain_is_flagged() {
         let mut bad = outcome("pagefold", 50, 10.0, "y");
-        let runs = vec![outcome("plain", 100, 10.0, "x"), bad.clone(), outcome("ksm-100", 90, 10.0, "x")];
+        let runs = vec![
+            outcome("plain", 100, 10.0, "x"),
+            bad.clone(),
+            outcome("ksm-100", 90, 10.0, "x"),
+        ];
         let s = summarize(&configs(), &runs);
         assert!(s[0].identical && !s[1].identical && s[2].identical);
         bad.stdout = Some(b"x".to_vec());
         bad.exit_code = 1;
-        let s = summarize(&configs(), &[outcome("plain", 100, 10.0, "x"), bad, outcome("ksm-100", 90, 10.0, "x")]);
-        assert!(!s[1].identical && s[1].failed_runs == 1, "a different exit code is a different result");
-        let wl = WorkloadResult { name: "w".into(), cmd: vec![], stats: s, outcomes: vec![] };
+        let s = summarize(
+            &configs(),
+            &[
+                outcome("plain", 100, 10.0, "x"),
+                bad,
+                outcome("ksm-100", 90, 10.0, "x"),
+            ],
+        );
+        assert!(
+            !s[1].identical && s[1].failed_runs == 1,
+            "a different exit code is a different result"
+        );
+        let wl = WorkloadResult {
+            name: "w".into(),
+            cmd: vec![],
+            stats: s,
+            outcomes: vec![],
+        };
         let r = assemble("t", configs(), 1, Duration::from_millis(50), vec![wl]);
         assert!(!r.all_identical);
         assert!(markdown(&r).contains("DIFFERS"));
@@ -599,15 +828,31 @@ mod tests {
     #[test]
     fn geomean_of_ratios() {
         assert!((geomean(&[0.5, 2.0]) - 1.0).abs() < 1e-12);
-        assert!((geomean(&[0.25, 1.0, f64::NAN]) - 0.5).abs() < 1e-12, "NaN (a missing run) is left out");
+        assert!(
+            (geomean(&[0.25, 1.0, f64::NAN]) - 0.5).abs() < 1e-12,
+            "NaN (a missing run) is left out"
+        );
         assert!(geomean(&[]).is_nan());
         let w = |n: &str, a: u64| WorkloadResult {
             name: n.into(),
             cmd: vec![],
-            stats: summarize(&configs(), &[outcome("plain", 100, 1.0, ""), outcome("pagefold", a, 1.0, ""), outcome("ksm-100", 100, 1.0, "")]),
+            stats: summarize(
+                &configs(),
+                &[
+                    outcome("plain", 100, 1.0, ""),
+                    outcome("pagefold", a, 1.0, ""),
+                    outcome("ksm-100", 100, 1.0, ""),
+                ],
+            ),
             outcomes: vec![],
         };
-        let r = assemble("t", configs(), 1, Duration::from_millis(50), vec![w("a", 25), w("b", 100)]);
+        let r = assemble(
+            "t",
+            configs(),
+            1,
+            Duration::from_millis(50),
+            vec![w("a", 25), w("b", 100)],
+        );
         assert!((r.geomeans[1].average_ratio - 0.5).abs() < 1e-12);
         let md = markdown(&r);
         assert!(md.contains("| **geomean** | | **0.500** |"), "{md}");
@@ -620,18 +865,43 @@ mod tests {
             name: n.into(),
             cmd: vec![],
             // CPU: plain 10 s, pagefold 11 s, KSM 10 s + ksmd 0.5 s.
-            stats: summarize(&configs, &[outcome("plain", 100, 10.0, ""), outcome("pagefold", pf, 11.0, ""), outcome("ksm-10000", ksm, 10.0, "")]),
+            stats: summarize(
+                &configs,
+                &[
+                    outcome("plain", 100, 10.0, ""),
+                    outcome("pagefold", pf, 11.0, ""),
+                    outcome("ksm-10000", ksm, 10.0, ""),
+                ],
+            ),
             outcomes: vec![],
         };
-        let r = assemble("t", configs.clone(), 1, Duration::from_millis(50), vec![w("a", 40, 80), w("b", 90, 45)]);
+        let r = assemble(
+            "t",
+            configs.clone(),
+            1,
+            Duration::from_millis(50),
+            vec![w("a", 40, 80), w("b", 90, 45)],
+        );
         let c = r.compass.clone().expect("both configurations ran");
-        assert!((c.footprint_vs_ksm - (0.5f64 * 2.0).sqrt()).abs() < 1e-12, "geomean of 40/80 and 90/45");
+        assert!(
+            (c.footprint_vs_ksm - (0.5f64 * 2.0).sqrt()).abs() < 1e-12,
+            "geomean of 40/80 and 90/45"
+        );
         assert_eq!((c.workloads_below_ksm, c.workloads), (1, 2));
         assert!((c.pagefold_cpu_s - 22.0).abs() < 1e-12 && (c.ksm_cpu_s - 21.0).abs() < 1e-12);
-        assert!((c.extra_cpu_vs_ksm.unwrap() - 2.0).abs() < 1e-12, "2 s extra against ksmd's 1 s");
+        assert!(
+            (c.extra_cpu_vs_ksm.unwrap() - 2.0).abs() < 1e-12,
+            "2 s extra against ksmd's 1 s"
+        );
         assert!(!c.footprint_met && !c.cpu_met);
         assert!(markdown(&r).contains("**Compass**"));
-        let without = assemble("t", configs[..2].to_vec(), 1, Duration::from_millis(50), vec![]);
+        let without = assemble(
+            "t",
+            configs[..2].to_vec(),
+            1,
+            Duration::from_millis(50),
+            vec![],
+        );
         assert!(without.compass.is_none() && !markdown(&without).contains("Compass"));
     }
 
@@ -643,7 +913,14 @@ mod tests {
         let w = WorkloadResult {
             name: "w".into(),
             cmd: vec!["x".into()],
-            stats: summarize(&configs, &[outcome("plain", 100, 2.0, "a"), outcome("pagefold", 30, 3.0, "a"), missing]),
+            stats: summarize(
+                &configs,
+                &[
+                    outcome("plain", 100, 2.0, "a"),
+                    outcome("pagefold", 30, 3.0, "a"),
+                    missing,
+                ],
+            ),
             outcomes: vec![outcome("plain", 100, 2.0, "a")],
         };
         let r = assemble("roundtrip", configs, 1, Duration::from_millis(50), vec![w]);
@@ -669,15 +946,47 @@ mod tests {
             o
         };
         let names: Vec<String> = vec!["plain".into(), "pagefold".into(), "pagefold:TIER=1".into()];
-        let runs = vec![outcome("plain", 100, 10.0, "x"), outcome("pagefold", 50, 10.0, "x"), tiered(10), tiered(30), tiered(20)];
-        let wl = WorkloadResult { name: "w".into(), cmd: vec![], stats: summarize(&names, &runs), outcomes: runs };
+        let runs = vec![
+            outcome("plain", 100, 10.0, "x"),
+            outcome("pagefold", 50, 10.0, "x"),
+            tiered(10),
+            tiered(30),
+            tiered(20),
+        ];
+        let wl = WorkloadResult {
+            name: "w".into(),
+            cmd: vec![],
+            stats: summarize(&names, &runs),
+            outcomes: runs,
+        };
         let r = assemble("t", names, 3, Duration::from_millis(50), vec![wl]);
         let table = tier_table(&r);
-        assert!(table.contains("| w | pagefold:TIER=1 | 5 | 1 / 2 / 3 / 4 | 20 | 7 / 3 | 9 | 0 |"), "{table}");
-        assert!(!table.contains("| w | pagefold |"), "configurations without passes are left out");
-        let plain_runs = vec![outcome("plain", 100, 10.0, "x"), outcome("pagefold", 50, 10.0, "x")];
+        assert!(
+            table.contains("| w | pagefold:TIER=1 | 5 | 1 / 2 / 3 / 4 | 20 | 7 / 3 | 9 | 0 |"),
+            "{table}"
+        );
+        assert!(
+            !table.contains("| w | pagefold |"),
+            "configurations without passes are left out"
+        );
+        let plain_runs = vec![
+            outcome("plain", 100, 10.0, "x"),
+            outcome("pagefold", 50, 10.0, "x"),
+        ];
         let names: Vec<String> = vec!["plain".into(), "pagefold".into()];
-        let untiered = WorkloadResult { name: "w".into(), cmd: vec![], stats: summarize(&names, &plain_runs), outcomes: plain_runs };
-        assert!(tier_table(&assemble("t", names, 1, Duration::from_millis(50), vec![untiered])).is_empty());
+        let untiered = WorkloadResult {
+            name: "w".into(),
+            cmd: vec![],
+            stats: summarize(&names, &plain_runs),
+            outcomes: plain_runs,
+        };
+        assert!(tier_table(&assemble(
+            "t",
+            names,
+            1,
+            Duration::from_millis(50),
+            vec![untiered]
+        ))
+        .is_empty());
     }
 }

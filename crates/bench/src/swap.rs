@@ -55,10 +55,14 @@ impl SwapLock {
         let mut said = false;
         while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             if Instant::now() > deadline {
-                return Err(format!("another harness holds {LOCK_FILE} (a swap device of ours is in use)"));
+                return Err(format!(
+                    "another harness holds {LOCK_FILE} (a swap device of ours is in use)"
+                ));
             }
             if !said {
-                eprintln!("bench: another harness is using a swap device ({LOCK_FILE} held); waiting");
+                eprintln!(
+                    "bench: another harness is using a swap device ({LOCK_FILE} held); waiting"
+                );
                 said = true;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -107,11 +111,26 @@ impl SwapDevice {
             .mode(0o600)
             .open(&path)
             .map_err(|e| format!("creating swap file {}: {e}", path.display()))?;
-        let removal = teardown::register(Box::new(Removal { path: c_path(&path), file: true, reset: None }))?;
-        let dev = SwapDevice { kind: Kind::File, path, sysfs: None, size, removal };
+        let removal = teardown::register(Box::new(Removal {
+            path: c_path(&path),
+            file: true,
+            reset: None,
+        }))?;
+        let dev = SwapDevice {
+            kind: Kind::File,
+            path,
+            sysfs: None,
+            size,
+            removal,
+        };
         // Allocated, not sparse: the kernel refuses swap files with holes.
         if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size as libc::off_t) } != 0 {
-            return Err(format!("allocating {} MiB for {}: {}", size >> 20, dev.path.display(), std::io::Error::last_os_error()));
+            return Err(format!(
+                "allocating {} MiB for {}: {}",
+                size >> 20,
+                dev.path.display(),
+                std::io::Error::last_os_error()
+            ));
         }
         write_header(&file, size, &dev.path)?;
         drop(file);
@@ -122,12 +141,29 @@ impl SwapDevice {
     /// A zram device of `size` bytes (uncompressed capacity) compressing with `algorithm`.
     pub fn zram(_lock: &SwapLock, size: u64, algorithm: &str) -> Result<SwapDevice, String> {
         let sysfs = claim_zram(size, algorithm)?;
-        let name = sysfs.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let name = sysfs
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
         let path = Path::new("/dev").join(&name);
         let reset = Some(c_path(&sysfs.join("reset")));
-        let removal = teardown::register(Box::new(Removal { path: c_path(&path), file: false, reset }))?;
-        let dev = SwapDevice { kind: Kind::Zram, path, sysfs: Some(sysfs), size, removal };
-        let device = std::fs::OpenOptions::new().write(true).open(&dev.path).map_err(|e| format!("{}: {e}", dev.path.display()))?;
+        let removal = teardown::register(Box::new(Removal {
+            path: c_path(&path),
+            file: false,
+            reset,
+        }))?;
+        let dev = SwapDevice {
+            kind: Kind::Zram,
+            path,
+            sysfs: Some(sysfs),
+            size,
+            removal,
+        };
+        let device = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&dev.path)
+            .map_err(|e| format!("{}: {e}", dev.path.display()))?;
         write_header(&device, size, &dev.path)?;
         drop(device);
         dev.swap_on()?;
@@ -148,14 +184,24 @@ impl SwapDevice {
 
     /// Bytes of this device in use now (/proc/swaps).
     pub fn used_bytes(&self) -> Option<u64> {
-        active_swaps().into_iter().find(|s| s.path == self.path).map(|s| s.used_bytes)
+        active_swaps()
+            .into_iter()
+            .find(|s| s.path == self.path)
+            .map(|s| s.used_bytes)
     }
 
     /// zram's counters (None for a file).
     pub fn zram_stats(&self) -> Option<ZramStats> {
         let text = std::fs::read_to_string(self.sysfs.as_ref()?.join("mm_stat")).ok()?;
-        let f: Vec<u64> = text.split_whitespace().filter_map(|v| v.parse().ok()).collect();
-        Some(ZramStats { stored_bytes: *f.first()?, pool_bytes: *f.get(2)?, pool_peak_bytes: *f.get(4)? })
+        let f: Vec<u64> = text
+            .split_whitespace()
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        Some(ZramStats {
+            stored_bytes: *f.first()?,
+            pool_bytes: *f.get(2)?,
+            pool_peak_bytes: *f.get(4)?,
+        })
     }
 
     /// Starts zram's peak pool size over (a file has none).
@@ -168,7 +214,9 @@ impl SwapDevice {
     /// Swaps off and removes the device; the error says what is left.
     pub fn remove(self) -> Result<(), String> {
         let path = self.path.display().to_string();
-        self.removal.finish().map_err(|f| format!("removing swap device {path}: {f}"))
+        self.removal
+            .finish()
+            .map_err(|f| format!("removing swap device {path}: {f}"))
     }
 
     fn swap_on(&self) -> Result<(), String> {
@@ -192,10 +240,17 @@ impl Teardown for Removal {
     fn teardown(&self) -> Result<(), Failure> {
         // EINVAL: not (or no longer) active, e.g. swapon never succeeded.
         if unsafe { libc::swapoff(self.path.as_ptr()) } != 0 && errno() != libc::EINVAL {
-            return Err(Failure { what: "swapoff", errno: errno() });
+            return Err(Failure {
+                what: "swapoff",
+                errno: errno(),
+            });
         }
-        if self.file && unsafe { libc::unlink(self.path.as_ptr()) } != 0 && errno() != libc::ENOENT {
-            return Err(Failure { what: "deleting the swap file", errno: errno() });
+        if self.file && unsafe { libc::unlink(self.path.as_ptr()) } != 0 && errno() != libc::ENOENT
+        {
+            return Err(Failure {
+                what: "deleting the swap file",
+                errno: errno(),
+            });
         }
         match &self.reset {
             Some(reset) => reset_zram(reset),
@@ -209,7 +264,10 @@ fn reset_zram(reset: &CString) -> Result<(), Failure> {
     for _ in 0..500 {
         let fd = unsafe { libc::open(reset.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
         if fd < 0 {
-            return Err(Failure { what: "opening zram reset", errno: errno() });
+            return Err(Failure {
+                what: "opening zram reset",
+                errno: errno(),
+            });
         }
         let written = unsafe { libc::write(fd, b"1".as_ptr().cast(), 1) };
         let e = errno();
@@ -218,11 +276,17 @@ fn reset_zram(reset: &CString) -> Result<(), Failure> {
             return Ok(());
         }
         if e != libc::EBUSY {
-            return Err(Failure { what: "resetting zram", errno: e });
+            return Err(Failure {
+                what: "resetting zram",
+                errno: e,
+            });
         }
         sleep_ms(10);
     }
-    Err(Failure { what: "resetting zram (still busy after 5 s)", errno: libc::EBUSY })
+    Err(Failure {
+        what: "resetting zram (still busy after 5 s)",
+        errno: libc::EBUSY,
+    })
 }
 
 /// The first page of a swap area (see the kernel's `union swap_header`).
@@ -241,7 +305,9 @@ pub fn header(size: u64, label: &str) -> Vec<u8> {
 
 /// The label of the swap area at `path` ("" if none).
 pub fn read_label(path: &Path) -> String {
-    let Ok(f) = File::open(path) else { return String::new() };
+    let Ok(f) = File::open(path) else {
+        return String::new();
+    };
     let mut buf = [0u8; 16];
     if f.read_exact_at(&mut buf, 1052).is_err() {
         return String::new();
@@ -252,10 +318,15 @@ pub fn read_label(path: &Path) -> String {
 
 fn write_header(f: &File, size: u64, path: &Path) -> Result<(), String> {
     if size < 16 * page_size() as u64 {
-        return Err(format!("swap device {} too small ({size} bytes)", path.display()));
+        return Err(format!(
+            "swap device {} too small ({size} bytes)",
+            path.display()
+        ));
     }
     let h = header(size, &format!("{LABEL_PREFIX}{}", std::process::id()));
-    f.write_all_at(&h, 0).and_then(|()| f.sync_all()).map_err(|e| format!("writing the swap header of {}: {e}", path.display()))
+    f.write_all_at(&h, 0)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| format!("writing the swap header of {}: {e}", path.display()))
 }
 
 fn page_size() -> usize {
@@ -275,10 +346,17 @@ pub fn check_swap_dir(dir: &Path) -> Result<(), String> {
     }
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statfs(c_path(dir).as_ptr(), &mut fs) } != 0 {
-        return Err(format!("{}: {}", dir.display(), std::io::Error::last_os_error()));
+        return Err(format!(
+            "{}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        ));
     }
     if fs.f_type as i64 == TMPFS_MAGIC {
-        return Err(format!("{} is on tmpfs, which cannot hold a swap file (pass --swap-dir on a disk)", dir.display()));
+        return Err(format!(
+            "{} is on tmpfs, which cannot hold a swap file (pass --swap-dir on a disk)",
+            dir.display()
+        ));
     }
     Ok(())
 }
@@ -287,19 +365,37 @@ pub fn check_swap_dir(dir: &Path) -> Result<(), String> {
 fn check_free_space(dir: &Path, size: u64) -> Result<(), String> {
     let mut fs: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(c_path(dir).as_ptr(), &mut fs) } != 0 {
-        return Err(format!("{}: {}", dir.display(), std::io::Error::last_os_error()));
+        return Err(format!(
+            "{}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        ));
     }
     let free = fs.f_bavail as u64 * fs.f_frsize as u64;
     if free < size + (1 << 30) {
-        return Err(format!("{} has {} MiB free: too little for a {} MiB swap file", dir.display(), free >> 20, size >> 20));
+        return Err(format!(
+            "{} has {} MiB free: too little for a {} MiB swap file",
+            dir.display(),
+            free >> 20,
+            size >> 20
+        ));
     }
     Ok(())
 }
 
 /// zram devices: /sys/block/zramN, sorted.
 fn zram_devices() -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir("/sys/block") else { return Vec::new() };
-    let mut out: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("zram"))).collect();
+    let Ok(entries) = std::fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("zram"))
+        })
+        .collect();
     out.sort();
     out
 }
@@ -311,7 +407,9 @@ fn zram_free(sysfs: &Path) -> bool {
 /// The algorithms a zram device offers.
 fn zram_algorithms(sysfs: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(sysfs.join("comp_algorithm")).unwrap_or_default();
-    text.split_whitespace().map(|w| w.trim_matches(|c| c == '[' || c == ']').to_string()).collect()
+    text.split_whitespace()
+        .map(|w| w.trim_matches(|c| c == '[' || c == ']').to_string())
+        .collect()
 }
 
 /// Fails unless zram offers `algorithm` (every device offers the same list).
@@ -321,7 +419,10 @@ pub fn check_zram_algorithm(algorithm: &str) -> Result<(), String> {
     };
     let offered = zram_algorithms(&device);
     if !offered.iter().any(|a| a == algorithm) {
-        return Err(format!("zram offers no algorithm '{algorithm}' (offered: {})", offered.join(", ")));
+        return Err(format!(
+            "zram offers no algorithm '{algorithm}' (offered: {})",
+            offered.join(", ")
+        ));
     }
     Ok(())
 }
@@ -331,7 +432,9 @@ pub fn check_zram_algorithm(algorithm: &str) -> Result<(), String> {
 pub fn check_zram_free(_lock: &SwapLock) -> Result<(), String> {
     match zram_devices().iter().any(|d| zram_free(d)) {
         true => Ok(()),
-        false => Err("no free zram device (every /sys/block/zram* has a disksize, and not from us)".into()),
+        false => Err(
+            "no free zram device (every /sys/block/zram* has a disksize, and not from us)".into(),
+        ),
     }
 }
 
@@ -386,7 +489,9 @@ fn unescape(s: &str) -> String {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        let octal = b.get(i + 1..i + 4).filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
         match octal {
             Some(d) => {
                 out.push(d.iter().fold(0u8, |a, c| a.wrapping_mul(8) + (c - b'0')));
@@ -407,12 +512,18 @@ fn owner(swap: &ActiveSwap) -> Option<u32> {
     if let Some(rest) = name.strip_prefix(FILE_PREFIX) {
         return rest.split('-').next()?.parse().ok();
     }
-    read_label(&swap.path).strip_prefix(LABEL_PREFIX)?.parse().ok()
+    read_label(&swap.path)
+        .strip_prefix(LABEL_PREFIX)?
+        .parse()
+        .ok()
 }
 
 /// Active swap areas that are not ours.
 pub fn foreign_swaps() -> Vec<ActiveSwap> {
-    active_swaps().into_iter().filter(|s| owner(s).is_none()).collect()
+    active_swaps()
+        .into_iter()
+        .filter(|s| owner(s).is_none())
+        .collect()
 }
 
 /// Whether a process with this pid exists.
@@ -429,12 +540,29 @@ pub fn sweep_leftovers(_lock: &SwapLock) -> Vec<String> {
         if pid == std::process::id() || pid_alive(pid) {
             continue;
         }
-        let zram = swap.path.file_name().map(|n| n.to_string_lossy().starts_with("zram")).unwrap_or(false);
-        let reset = zram.then(|| c_path(&Path::new("/sys/block").join(swap.path.file_name().unwrap_or_default()).join("reset")));
-        let removal = Removal { path: c_path(&swap.path), file: !zram, reset };
+        let zram = swap
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().starts_with("zram"))
+            .unwrap_or(false);
+        let reset = zram.then(|| {
+            c_path(
+                &Path::new("/sys/block")
+                    .join(swap.path.file_name().unwrap_or_default())
+                    .join("reset"),
+            )
+        });
+        let removal = Removal {
+            path: c_path(&swap.path),
+            file: !zram,
+            reset,
+        };
         match removal.teardown() {
             Ok(()) => swept.push(format!("swap {}", swap.path.display())),
-            Err(f) => eprintln!("bench: could not remove leftover swap {}: {f}", swap.path.display()),
+            Err(f) => eprintln!(
+                "bench: could not remove leftover swap {}: {f}",
+                swap.path.display()
+            ),
         }
     }
     swept
@@ -450,7 +578,10 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn ours_active() -> Vec<ActiveSwap> {
-        active_swaps().into_iter().filter(|s| owner(s) == Some(std::process::id())).collect()
+        active_swaps()
+            .into_iter()
+            .filter(|s| owner(s) == Some(std::process::id()))
+            .collect()
     }
 
     #[test]
@@ -459,7 +590,10 @@ pub(crate) mod tests {
         let h = header(64 << 20, "pagefold-1234");
         assert_eq!(h.len(), page);
         assert_eq!(u32::from_ne_bytes(h[1024..1028].try_into().unwrap()), 1);
-        assert_eq!(u32::from_ne_bytes(h[1028..1032].try_into().unwrap()) as u64, (64 << 20) / page as u64 - 1);
+        assert_eq!(
+            u32::from_ne_bytes(h[1028..1032].try_into().unwrap()) as u64,
+            (64 << 20) / page as u64 - 1
+        );
         assert_eq!(&h[1052..1065], b"pagefold-1234");
         assert_eq!(&h[page - 10..], b"SWAPSPACE2");
     }
@@ -497,8 +631,16 @@ pub(crate) mod tests {
         let dev = SwapDevice::file(&lock, Path::new("/var/tmp"), 32 << 20).unwrap();
         let path = dev.path().to_path_buf();
         let active = ours_active();
-        assert!(active.iter().any(|s| s.path == path && s.priority == PRIORITY), "{active:?}");
-        assert_eq!(read_label(&path), format!("pagefold-{}", std::process::id()));
+        assert!(
+            active
+                .iter()
+                .any(|s| s.path == path && s.priority == PRIORITY),
+            "{active:?}"
+        );
+        assert_eq!(
+            read_label(&path),
+            format!("pagefold-{}", std::process::id())
+        );
         dev.remove().unwrap();
         assert!(ours_active().is_empty() && !path.exists());
     }
@@ -515,11 +657,18 @@ pub(crate) mod tests {
         let dev = SwapDevice::zram(&lock, 32 << 20, "lz4").unwrap();
         let sysfs = Path::new("/sys/block").join(dev.path().file_name().unwrap());
         assert!(ours_active().iter().any(|s| s.path == dev.path()));
-        assert!(std::fs::read_to_string(sysfs.join("comp_algorithm")).unwrap().contains("[lz4]"));
+        assert!(std::fs::read_to_string(sysfs.join("comp_algorithm"))
+            .unwrap()
+            .contains("[lz4]"));
         assert!(dev.zram_stats().is_some());
         dev.remove().unwrap();
         assert!(ours_active().is_empty());
-        assert_eq!(std::fs::read_to_string(sysfs.join("disksize")).unwrap().trim(), "0");
+        assert_eq!(
+            std::fs::read_to_string(sysfs.join("disksize"))
+                .unwrap()
+                .trim(),
+            "0"
+        );
     }
 
     #[test]
@@ -533,15 +682,39 @@ pub(crate) mod tests {
         dead.wait().unwrap();
         // Made as a SIGKILLed harness would have left it: active, named after its pid.
         let path = Path::new("/var/tmp").join(format!("{FILE_PREFIX}{pid}-0.swap"));
-        let file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .unwrap();
         // Removes it even if an assertion below fails (after the sweep: nothing left to do).
-        let _cleanup = teardown::register(Box::new(Removal { path: c_path(&path), file: true, reset: None })).unwrap();
-        assert_eq!(unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, 16 << 20) }, 0);
-        file.write_all_at(&header(16 << 20, &format!("{LABEL_PREFIX}{pid}")), 0).unwrap();
+        let _cleanup = teardown::register(Box::new(Removal {
+            path: c_path(&path),
+            file: true,
+            reset: None,
+        }))
+        .unwrap();
+        assert_eq!(
+            unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, 16 << 20) },
+            0
+        );
+        file.write_all_at(&header(16 << 20, &format!("{LABEL_PREFIX}{pid}")), 0)
+            .unwrap();
         drop(file);
-        assert_eq!(unsafe { libc::swapon(c_path(&path).as_ptr(), 0) }, 0, "swapon: {}", std::io::Error::last_os_error());
+        assert_eq!(
+            unsafe { libc::swapon(c_path(&path).as_ptr(), 0) },
+            0,
+            "swapon: {}",
+            std::io::Error::last_os_error()
+        );
         let swept = sweep_leftovers(&lock);
-        assert!(swept.iter().any(|s| s.contains(&path.display().to_string())), "{swept:?}");
+        assert!(
+            swept
+                .iter()
+                .any(|s| s.contains(&path.display().to_string())),
+            "{swept:?}"
+        );
         assert!(!path.exists());
         assert!(!active_swaps().iter().any(|s| s.path == path));
     }

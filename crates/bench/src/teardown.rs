@@ -33,7 +33,12 @@ pub struct Failure {
 
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.what, std::io::Error::from_raw_os_error(self.errno))
+        write!(
+            f,
+            "{}: {}",
+            self.what,
+            std::io::Error::from_raw_os_error(self.errno)
+        )
     }
 }
 
@@ -89,7 +94,10 @@ pub fn register(action: Box<dyn Teardown>) -> Result<Registration, String> {
         seq: NEXT_SEQ.fetch_add(1, SeqCst),
         thread: std::thread::current().id(),
     }));
-    let Some(slot) = ENTRIES.iter().position(|s| s.compare_exchange(null_mut(), entry, SeqCst, SeqCst).is_ok()) else {
+    let Some(slot) = ENTRIES.iter().position(|s| {
+        s.compare_exchange(null_mut(), entry, SeqCst, SeqCst)
+            .is_ok()
+    }) else {
         drop(unsafe { Box::from_raw(entry) });
         return Err(format!("more than {SLOTS} teardowns registered at once"));
     };
@@ -194,7 +202,10 @@ unsafe fn install_handler(sig: libc::c_int) -> libc::sigaction {
 
 /// Sleeps without allocating (usable from the signal handler).
 pub fn sleep_ms(ms: u64) {
-    let ts = libc::timespec { tv_sec: (ms / 1000) as libc::time_t, tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long };
+    let ts = libc::timespec {
+        tv_sec: (ms / 1000) as libc::time_t,
+        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+    };
     unsafe { libc::nanosleep(&ts, null_mut()) };
 }
 
@@ -225,7 +236,8 @@ mod tests {
     }
 
     fn marker(name: &str) -> (PathBuf, Arc<AtomicUsize>, Box<dyn Teardown>) {
-        let path = std::env::temp_dir().join(format!("pagefold-teardown-{}-{name}", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("pagefold-teardown-{}-{name}", std::process::id()));
         std::fs::write(&path, "x").unwrap();
         let runs = Arc::new(AtomicUsize::new(0));
         let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
@@ -251,14 +263,23 @@ mod tests {
         }));
         assert!(outcome.is_err());
         assert!(!path.exists());
-        assert_eq!(runs.load(SeqCst), 1, "the hook ran it; the drop while unwinding did not again");
+        assert_eq!(
+            runs.load(SeqCst),
+            1,
+            "the hook ran it; the drop while unwinding did not again"
+        );
     }
 
     /// Runs `child_helper` in a copy of this test binary and returns its status.
     fn run_child(mode: &str, marker: &std::path::Path) -> std::process::ExitStatus {
         let exe = std::env::current_exe().unwrap();
         std::process::Command::new(exe)
-            .args(["teardown::tests::child_helper", "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                "teardown::tests::child_helper",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("PAGEFOLD_TEARDOWN_CHILD", mode)
             .env("PAGEFOLD_TEARDOWN_MARKER", marker)
             .output()
@@ -269,12 +290,19 @@ mod tests {
     #[test]
     fn sigterm_and_a_leaked_guard_panicking_still_tear_down() {
         for mode in ["sigterm", "panic-leaked"] {
-            let path = std::env::temp_dir().join(format!("pagefold-teardown-{}-child-{mode}", std::process::id()));
+            let path = std::env::temp_dir().join(format!(
+                "pagefold-teardown-{}-child-{mode}",
+                std::process::id()
+            ));
             std::fs::write(&path, "x").unwrap();
             let status = run_child(mode, &path);
             assert!(!status.success(), "{mode}: {status:?}");
             if mode == "sigterm" {
-                assert_eq!(status.signal(), Some(libc::SIGTERM), "dies of the same signal");
+                assert_eq!(
+                    status.signal(),
+                    Some(libc::SIGTERM),
+                    "dies of the same signal"
+                );
             }
             assert!(!path.exists(), "{mode}: the child's teardown did not run");
         }
@@ -283,8 +311,16 @@ mod tests {
     /// Not a test on its own: the child of the test above.
     #[test]
     fn child_helper() {
-        let (Ok(mode), Ok(path)) = (std::env::var("PAGEFOLD_TEARDOWN_CHILD"), std::env::var("PAGEFOLD_TEARDOWN_MARKER")) else { return };
-        let action = Box::new(Marker { runs: Arc::new(AtomicUsize::new(0)), path: std::ffi::CString::new(path).unwrap() });
+        let (Ok(mode), Ok(path)) = (
+            std::env::var("PAGEFOLD_TEARDOWN_CHILD"),
+            std::env::var("PAGEFOLD_TEARDOWN_MARKER"),
+        ) else {
+            return;
+        };
+        let action = Box::new(Marker {
+            runs: Arc::new(AtomicUsize::new(0)),
+            path: std::ffi::CString::new(path).unwrap(),
+        });
         let r = register(action).unwrap();
         if mode == "sigterm" {
             unsafe { libc::raise(libc::SIGTERM) };

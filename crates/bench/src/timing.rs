@@ -55,11 +55,14 @@ pub fn kernel_thread_cpu(comm: &str) -> Option<(i32, Duration)> {
 }
 
 pub fn find_pid_by_comm(comm: &str) -> Option<i32> {
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
-        let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-        let name = std::fs::read_to_string(entry.path().join("comm")).ok()?;
-        (name.trim() == comm).then_some(pid)
-    })
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let name = std::fs::read_to_string(entry.path().join("comm")).ok()?;
+            (name.trim() == comm).then_some(pid)
+        })
 }
 
 /// utime + stime of a pid from /proc/PID/stat (fields 14 and 15, after the comm).

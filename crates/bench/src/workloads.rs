@@ -55,18 +55,39 @@ pub struct Workload {
 
 /// The suite's programs under `root` (bench/), sorted by name; `only`, when
 /// not empty, keeps those named. Errors name what is missing.
-pub fn discover(suite: ProgramSuite, root: &Path, only: &[String]) -> Result<Vec<Workload>, String> {
+pub fn discover(
+    suite: ProgramSuite,
+    root: &Path,
+    only: &[String],
+) -> Result<Vec<Workload>, String> {
     let Some((dir, ext, interpreter)) = suite.layout() else {
-        return Err(format!("the {} suite has no scripts under {}", suite.name(), root.display()));
+        return Err(format!(
+            "the {} suite has no scripts under {}",
+            suite.name(),
+            root.display()
+        ));
     };
     let dir = root.join(dir);
-    let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e} (run from the repository root or pass --workloads)", dir.display()))?;
-    let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == ext)).collect();
+    let entries = std::fs::read_dir(&dir).map_err(|e| {
+        format!(
+            "{}: {e} (run from the repository root or pass --workloads)",
+            dir.display()
+        )
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect();
     files.sort();
     let all = files
         .into_iter()
         .map(|p| Workload {
-            name: p.file_stem().unwrap_or_default().to_string_lossy().into_owned(),
+            name: p
+                .file_stem()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned(),
             cmd: vec![interpreter.to_string(), p.to_string_lossy().into_owned()],
         })
         .collect();
@@ -75,7 +96,10 @@ pub fn discover(suite: ProgramSuite, root: &Path, only: &[String]) -> Result<Vec
         return Err(format!("no *.{ext} workloads in {}", dir.display()));
     }
     if crate::program::resolve(interpreter).is_none() {
-        return Err(format!("{interpreter} not found: the {} suite needs it", suite.name()));
+        return Err(format!(
+            "{interpreter} not found: the {} suite needs it",
+            suite.name()
+        ));
     }
     Ok(out)
 }
@@ -84,10 +108,24 @@ pub fn discover(suite: ProgramSuite, root: &Path, only: &[String]) -> Result<Vec
 /// subcommand `synth list SUITE` names, run as `synth NAME` (`--quick` for
 /// the small sizes; de workloads with `--idle` given: `idle`, or the
 /// default), in its order.
-pub fn discover_synthetic(synth: &Path, suite: ProgramSuite, quick: bool, idle: Option<f64>, only: &[String]) -> Result<Vec<Workload>, String> {
-    let listed = std::process::Command::new(synth).args(["list", suite.name()]).output().map_err(|e| format!("{}: {e}", synth.display()))?;
+pub fn discover_synthetic(
+    synth: &Path,
+    suite: ProgramSuite,
+    quick: bool,
+    idle: Option<f64>,
+    only: &[String],
+) -> Result<Vec<Workload>, String> {
+    let listed = std::process::Command::new(synth)
+        .args(["list", suite.name()])
+        .output()
+        .map_err(|e| format!("{}: {e}", synth.display()))?;
     if !listed.status.success() {
-        return Err(format!("{} list {} failed: {}", synth.display(), suite.name(), String::from_utf8_lossy(&listed.stderr).trim()));
+        return Err(format!(
+            "{} list {} failed: {}",
+            synth.display(),
+            suite.name(),
+            String::from_utf8_lossy(&listed.stderr).trim()
+        ));
     }
     let program = synth.to_string_lossy().into_owned();
     let all = String::from_utf8_lossy(&listed.stdout)
@@ -96,24 +134,39 @@ pub fn discover_synthetic(synth: &Path, suite: ProgramSuite, quick: bool, idle: 
         .map(|name| {
             let mut cmd = vec![program.clone(), name.to_string()];
             if suite == ProgramSuite::De {
-                cmd.extend(["--idle".to_string(), idle.unwrap_or_else(|| crate::de::idle_seconds(quick)).to_string()]);
+                cmd.extend([
+                    "--idle".to_string(),
+                    idle.unwrap_or_else(|| crate::de::idle_seconds(quick))
+                        .to_string(),
+                ]);
             }
             if quick {
                 cmd.push("--quick".into());
             }
-            Workload { name: name.to_string(), cmd }
+            Workload {
+                name: name.to_string(),
+                cmd,
+            }
         })
         .collect();
     let out = keep_only(all, only, &program)?;
     if out.is_empty() {
-        return Err(format!("{} list {} named no workloads", synth.display(), suite.name()));
+        return Err(format!(
+            "{} list {} named no workloads",
+            synth.display(),
+            suite.name()
+        ));
     }
     Ok(out)
 }
 
 /// `all` without duplicate names, restricted to `only` when it is not
 /// empty; an error names a wanted workload that `source` does not have.
-fn keep_only(mut all: Vec<Workload>, only: &[String], source: &str) -> Result<Vec<Workload>, String> {
+fn keep_only(
+    mut all: Vec<Workload>,
+    only: &[String],
+    source: &str,
+) -> Result<Vec<Workload>, String> {
     if let Some(missing) = only.iter().find(|n| !all.iter().any(|w| &w.name == *n)) {
         return Err(format!("no workload '{missing}' in {source}"));
     }
@@ -127,7 +180,9 @@ fn keep_only(mut all: Vec<Workload>, only: &[String], source: &str) -> Result<Ve
 pub fn find_synth(opt: Option<&Path>) -> Result<PathBuf, String> {
     let candidate = match opt {
         Some(p) => p.to_path_buf(),
-        None => std::env::current_exe().map_err(|e| format!("locating pagefold: {e}"))?.with_file_name("pagefold-synth"),
+        None => std::env::current_exe()
+            .map_err(|e| format!("locating pagefold: {e}"))?
+            .with_file_name("pagefold-synth"),
     };
     if !candidate.is_file() {
         return Err(format!(
@@ -135,7 +190,9 @@ pub fn find_synth(opt: Option<&Path>) -> Result<PathBuf, String> {
             candidate.display()
         ));
     }
-    candidate.canonicalize().map_err(|e| format!("{}: {e}", candidate.display()))
+    candidate
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", candidate.display()))
 }
 
 #[cfg(test)]
@@ -150,7 +207,10 @@ mod tests {
             std::fs::write(root.join("python").join(f), "").unwrap();
         }
         let all = discover(ProgramSuite::Python, &root, &[]).unwrap();
-        assert_eq!(all.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(
+            all.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
         assert_eq!(all[0].cmd[0], "python3");
         let one = discover(ProgramSuite::Python, &root, &["b".into()]).unwrap();
         assert_eq!(one.len(), 1);
@@ -168,7 +228,8 @@ mod tests {
         let fake = dir.join("pagefold-synth");
         let script = "#!/bin/sh\ncase $2 in de) printf 'de-zero  zero pages\\n';; *) printf 'copies  copied arrays\\nzeros   zero pages\\n';; esac\n";
         std::fs::write(&fake, script).unwrap();
-        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
         // A fork elsewhere in this test process may still hold the script
         // open for writing for an instant (ETXTBSY): try again then.
         let mut quick = discover_synthetic(&fake, ProgramSuite::Synthetic, true, None, &[]);
@@ -180,9 +241,19 @@ mod tests {
             quick = discover_synthetic(&fake, ProgramSuite::Synthetic, true, None, &[]);
         }
         let quick = quick.unwrap();
-        assert_eq!(quick.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(), ["copies", "zeros"]);
+        assert_eq!(
+            quick.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(),
+            ["copies", "zeros"]
+        );
         assert_eq!(quick[1].cmd[1..], ["zeros", "--quick"]);
-        let full = discover_synthetic(&fake, ProgramSuite::Synthetic, false, None, &["zeros".into()]).unwrap();
+        let full = discover_synthetic(
+            &fake,
+            ProgramSuite::Synthetic,
+            false,
+            None,
+            &["zeros".into()],
+        )
+        .unwrap();
         assert_eq!(full.len(), 1);
         assert_eq!(full[0].cmd.len(), 2);
         let de = discover_synthetic(&fake, ProgramSuite::De, true, None, &[]).unwrap();
@@ -190,7 +261,14 @@ mod tests {
         assert_eq!(de[0].cmd[1..], ["de-zero", "--idle", "3", "--quick"]);
         let de = discover_synthetic(&fake, ProgramSuite::De, false, Some(2.5), &[]).unwrap();
         assert_eq!(de[0].cmd[1..], ["de-zero", "--idle", "2.5"]);
-        let err = discover_synthetic(&fake, ProgramSuite::Synthetic, false, None, &["nope".into()]).unwrap_err();
+        let err = discover_synthetic(
+            &fake,
+            ProgramSuite::Synthetic,
+            false,
+            None,
+            &["nope".into()],
+        )
+        .unwrap_err();
         assert!(err.contains("no workload 'nope'"), "{err}");
         let err = find_synth(Some(&dir.join("missing"))).unwrap_err();
         assert!(err.contains("--synth"), "{err}");

@@ -45,7 +45,16 @@ fn skip() -> bool {
 }
 
 fn python(name: &str, script: &str, mib: u64) -> Workload {
-    Workload { name: name.into(), cmd: vec!["env".into(), format!("MIB={mib}"), "python3".into(), "-c".into(), script.into()] }
+    Workload {
+        name: name.into(),
+        cmd: vec![
+            "env".into(),
+            format!("MIB={mib}"),
+            "python3".into(),
+            "-c".into(),
+            script.into(),
+        ],
+    }
 }
 
 /// A directory for swap files of one test, removed (with anything left in it) on drop.
@@ -53,7 +62,8 @@ struct SwapDir(PathBuf);
 
 impl SwapDir {
     fn new(tag: &str) -> SwapDir {
-        let dir = Path::new("/var/tmp").join(format!("pagefold-limit-test-{}-{tag}", std::process::id()));
+        let dir =
+            Path::new("/var/tmp").join(format!("pagefold-limit-test-{}-{tag}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         SwapDir(dir)
     }
@@ -69,7 +79,14 @@ impl Drop for SwapDir {
     }
 }
 
-fn plan<'a>(workloads: &'a [Workload], devices: &'a [Device], fraction: f64, timeout: u64, dir: &'a Path, configs: &'a [pagefold_bench::program::Config]) -> LimitPlan<'a> {
+fn plan<'a>(
+    workloads: &'a [Workload],
+    devices: &'a [Device],
+    fraction: f64,
+    timeout: u64,
+    dir: &'a Path,
+    configs: &'a [pagefold_bench::program::Config],
+) -> LimitPlan<'a> {
     LimitPlan {
         suite: "test",
         workloads,
@@ -88,10 +105,18 @@ fn plan<'a>(workloads: &'a [Workload], devices: &'a [Device], fraction: f64, tim
 /// Nothing of this process left: no cgroup, no active swap, no swap file, zram reset.
 fn assert_nothing_left(dir: &SwapDir) {
     let me = format!("{}{}-", cgroup::PREFIX, std::process::id());
-    let groups: Vec<String> = std::fs::read_dir(cgroup::MEMORY_ROOT).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with(&me)).collect();
+    let groups: Vec<String> = std::fs::read_dir(cgroup::MEMORY_ROOT)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&me))
+        .collect();
     assert!(groups.is_empty(), "cgroups left: {groups:?}");
     let label = format!("pagefold-{}", std::process::id());
-    let ours: Vec<_> = swap::active_swaps().into_iter().filter(|s| s.path.starts_with(&dir.0) || swap::read_label(&s.path) == label).collect();
+    let ours: Vec<_> = swap::active_swaps()
+        .into_iter()
+        .filter(|s| s.path.starts_with(&dir.0) || swap::read_label(&s.path) == label)
+        .collect();
     assert!(ours.is_empty(), "swap left active: {ours:?}");
     assert!(dir.is_empty(), "swap file left in {}", dir.0.display());
 }
@@ -100,14 +125,23 @@ fn zram_disksizes() -> Vec<String> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/sys/block").unwrap().flatten() {
         if e.file_name().to_string_lossy().starts_with("zram") {
-            out.push(std::fs::read_to_string(e.path().join("disksize")).unwrap().trim().to_string());
+            out.push(
+                std::fs::read_to_string(e.path().join("disksize"))
+                    .unwrap()
+                    .trim()
+                    .to_string(),
+            );
         }
     }
     out
 }
 
 fn runs_of(r: &LimitResult, device: Device) -> Vec<&constrained::LimitedRun> {
-    r.workloads[0].runs.iter().filter(|x| !x.reference && x.device == device).collect()
+    r.workloads[0]
+        .runs
+        .iter()
+        .filter(|x| !x.reference && x.device == device)
+        .collect()
 }
 
 #[test]
@@ -125,23 +159,46 @@ fn a_program_over_its_limit_swaps_and_prints_what_it_prints_without_one() {
     let reference = &w.runs[0];
     assert!(reference.reference && reference.verdict == Verdict::Ok);
     assert_eq!(w.plain_peak_bytes, reference.outcome.peak_bytes);
-    assert_eq!(w.limit_bytes, constrained::limit_for(w.plain_peak_bytes, 0.5).unwrap());
-    assert!(w.plain_peak_bytes > 64 << 20, "the program's pages were counted: {}", w.plain_peak_bytes);
+    assert_eq!(
+        w.limit_bytes,
+        constrained::limit_for(w.plain_peak_bytes, 0.5).unwrap()
+    );
+    assert!(
+        w.plain_peak_bytes > 64 << 20,
+        "the program's pages were counted: {}",
+        w.plain_peak_bytes
+    );
     for device in [Device::Swapfile, Device::Zram] {
         let run = runs_of(&r, device)[0];
         assert_eq!(run.verdict, Verdict::Ok, "{device:?}: {:?}", run.outcome);
-        assert_eq!(run.outcome.stdout, reference.outcome.stdout, "{device:?}: same output as without a limit");
+        assert_eq!(
+            run.outcome.stdout, reference.outcome.stdout,
+            "{device:?}: same output as without a limit"
+        );
         assert!(run.peak_swap_bytes > 0, "{device:?}: it swapped");
-        assert!(run.cgroup.max_usage_bytes <= w.limit_bytes, "{device:?}: {} over the limit {}", run.cgroup.max_usage_bytes, w.limit_bytes);
+        assert!(
+            run.cgroup.max_usage_bytes <= w.limit_bytes,
+            "{device:?}: {} over the limit {}",
+            run.cgroup.max_usage_bytes,
+            w.limit_bytes
+        );
         assert_eq!(run.limit_bytes, Some(w.limit_bytes));
     }
-    assert!(runs_of(&r, Device::Zram)[0].zram.is_some_and(|z| z.pool_peak_bytes > 0), "zram held the swapped pages");
+    assert!(
+        runs_of(&r, Device::Zram)[0]
+            .zram
+            .is_some_and(|z| z.pool_peak_bytes > 0),
+        "zram held the swapped pages"
+    );
     let unlimited = runs_of(&r, Device::None)[0];
     assert!(unlimited.limit_bytes.is_none() && unlimited.peak_swap_bytes == 0);
     assert_nothing_left(&dir);
     assert_eq!(zram_disksizes(), zram_before, "zram reset");
     let md = pagefold_bench::constrained_report::markdown(&r);
-    assert!(md.contains("| touch |") && md.contains("swapfile: plain"), "{md}");
+    assert!(
+        md.contains("| touch |") && md.contains("swapfile: plain"),
+        "{md}"
+    );
 }
 
 #[test]
@@ -161,16 +218,35 @@ fn nothing_is_left_after_a_run_that_fails_or_is_killed_at_its_time_limit() {
     let configs = [parse_config("plain").unwrap()];
     let devices = [Device::Swapfile, Device::Zram];
     // The time limit applies to the reference run too: room for a loaded machine.
-    for (name, script, timeout) in [("fails", fails.as_str(), 600), ("hangs", hangs.as_str(), 20)] {
+    for (name, script, timeout) in [
+        ("fails", fails.as_str(), 600),
+        ("hangs", hangs.as_str(), 20),
+    ] {
         let workloads = [python(name, script, 48)];
         let started = std::time::Instant::now();
-        let r = constrained::run(&plan(&workloads, &devices, 0.5, timeout, &dir.0, &configs)).unwrap();
-        assert!(started.elapsed() < Duration::from_secs(900), "{name}: a leftover process held a run's pipes open");
+        let r =
+            constrained::run(&plan(&workloads, &devices, 0.5, timeout, &dir.0, &configs)).unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "{name}: a leftover process held a run's pipes open"
+        );
         for device in devices {
             let run = runs_of(&r, device)[0];
-            let expected = if name == "fails" { Verdict::Failed } else { Verdict::TimedOut };
-            assert_eq!(run.verdict, expected, "{name} {device:?}: {:?}", run.outcome);
-            let code = if name == "fails" { 3 } else { 128 + libc::SIGKILL };
+            let expected = if name == "fails" {
+                Verdict::Failed
+            } else {
+                Verdict::TimedOut
+            };
+            assert_eq!(
+                run.verdict, expected,
+                "{name} {device:?}: {:?}",
+                run.outcome
+            );
+            let code = if name == "fails" {
+                3
+            } else {
+                128 + libc::SIGKILL
+            };
             assert_eq!(run.outcome.exit_code, code, "{name} {device:?}");
         }
         assert_nothing_left(&dir);
@@ -182,7 +258,10 @@ fn nothing_is_left_after_a_run_that_fails_or_is_killed_at_its_time_limit() {
         .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
         .filter(|c| String::from_utf8_lossy(c).contains(&marker))
         .collect();
-    assert!(survivors.is_empty(), "the process that left the process group survived its cgroup");
+    assert!(
+        survivors.is_empty(),
+        "the process that left the process group survived its cgroup"
+    );
 }
 
 #[test]
@@ -191,10 +270,24 @@ fn a_failed_reference_run_stops_the_plan_and_leaves_nothing() {
         return;
     }
     let dir = SwapDir::new("reference");
-    let workloads = [Workload { name: "broken".into(), cmd: vec!["sh".into(), "-c".into(), "exit 7".into()] }];
+    let workloads = [Workload {
+        name: "broken".into(),
+        cmd: vec!["sh".into(), "-c".into(), "exit 7".into()],
+    }];
     let configs = [parse_config("plain").unwrap()];
-    let err = constrained::run(&plan(&workloads, &[Device::Swapfile], 0.5, 60, &dir.0, &configs)).unwrap_err();
-    assert!(err.contains("broken: plain failed without a limit"), "{err}");
+    let err = constrained::run(&plan(
+        &workloads,
+        &[Device::Swapfile],
+        0.5,
+        60,
+        &dir.0,
+        &configs,
+    ))
+    .unwrap_err();
+    assert!(
+        err.contains("broken: plain failed without a limit"),
+        "{err}"
+    );
     assert_nothing_left(&dir);
 }
 
@@ -216,16 +309,38 @@ fn sigterm_or_a_panic_mid_run_tears_down_the_cgroup_and_the_swap_devices() {
                 .output()
                 .unwrap();
             let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(stdout.contains("set up"), "{mode} {device}: the child did not get going: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                stdout.contains("set up"),
+                "{mode} {device}: the child did not get going: {stdout} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             assert!(!out.status.success());
-            let pid = stdout.lines().find_map(|l| l.split("child pid ").nth(1)).unwrap().trim().to_string();
+            let pid = stdout
+                .lines()
+                .find_map(|l| l.split("child pid ").nth(1))
+                .unwrap()
+                .trim()
+                .to_string();
             let prefix = format!("{}{pid}-", cgroup::PREFIX);
-            let groups = std::fs::read_dir(cgroup::MEMORY_ROOT).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&prefix)).count();
+            let groups = std::fs::read_dir(cgroup::MEMORY_ROOT)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .count();
             assert_eq!(groups, 0, "{mode} {device}: cgroup left");
             let label = format!("pagefold-{pid}");
-            assert!(!swap::active_swaps().iter().any(|s| s.path.starts_with(&dir.0) || swap::read_label(&s.path) == label), "{mode} {device}: swap left active");
+            assert!(
+                !swap::active_swaps()
+                    .iter()
+                    .any(|s| s.path.starts_with(&dir.0) || swap::read_label(&s.path) == label),
+                "{mode} {device}: swap left active"
+            );
             assert!(dir.is_empty(), "{mode} {device}: swap file left");
-            assert_eq!(zram_disksizes(), zram_before, "{mode} {device}: zram not reset");
+            assert_eq!(
+                zram_disksizes(),
+                zram_before,
+                "{mode} {device}: zram not reset"
+            );
         }
     }
 }
@@ -235,7 +350,9 @@ fn sigterm_or_a_panic_mid_run_tears_down_the_cgroup_and_the_swap_devices() {
 #[test]
 #[allow(clippy::zombie_processes)]
 fn child_helper() {
-    let Ok(spec) = std::env::var("PAGEFOLD_LIMIT_CHILD") else { return };
+    let Ok(spec) = std::env::var("PAGEFOLD_LIMIT_CHILD") else {
+        return;
+    };
     let dir = PathBuf::from(std::env::var("PAGEFOLD_LIMIT_DIR").unwrap());
     let (mode, device) = spec.split_once(',').unwrap();
     let lock = swap::SwapLock::acquire(Duration::from_secs(1800)).unwrap();
@@ -248,10 +365,18 @@ fn child_helper() {
     let mut cmd = std::process::Command::new("python3");
     cmd.args(["-c", "b = bytearray(48 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('swapping', flush=True)\nimport time; time.sleep(300)"]);
     cmd.stdout(std::process::Stdio::piped());
-    unsafe { std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || cgroup::join_from_child(&procs)) };
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            cgroup::join_from_child(&procs)
+        })
+    };
     let mut child = cmd.spawn().unwrap();
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
     assert_eq!(line.trim(), "swapping");
     assert!(group.swap_bytes().unwrap_or(1) > 0);
     println!("child pid {}\nset up", std::process::id());
@@ -267,15 +392,35 @@ fn child_helper() {
 
 #[test]
 fn the_limit_is_a_page_rounded_fraction_of_plains_peak() {
-    assert_eq!(constrained::limit_for(1000 << 20, 0.7).unwrap(), (700u64 << 20) / 4096 * 4096);
-    assert_eq!(constrained::limit_for((100 << 20) + 4095, 1.0).unwrap(), 100 << 20);
-    assert!(constrained::limit_for(1 << 30, 0.0).unwrap_err().contains("--limit-fraction"));
-    assert!(constrained::limit_for(1 << 30, 1.5).unwrap_err().contains("at most 1"));
+    assert_eq!(
+        constrained::limit_for(1000 << 20, 0.7).unwrap(),
+        (700u64 << 20) / 4096 * 4096
+    );
+    assert_eq!(
+        constrained::limit_for((100 << 20) + 4095, 1.0).unwrap(),
+        100 << 20
+    );
+    assert!(constrained::limit_for(1 << 30, 0.0)
+        .unwrap_err()
+        .contains("--limit-fraction"));
+    assert!(constrained::limit_for(1 << 30, 1.5)
+        .unwrap_err()
+        .contains("at most 1"));
     assert!(constrained::limit_for(1 << 30, f64::NAN).is_err());
-    assert!(constrained::limit_for(20 << 20, 0.5).unwrap_err().contains("below the minimum"));
+    assert!(constrained::limit_for(20 << 20, 0.5)
+        .unwrap_err()
+        .contains("below the minimum"));
     assert_eq!(constrained::swap_size_for(100 << 20), 256 << 20);
-    assert_eq!(constrained::swap_size_for((1 << 30) + 1), (2 << 30) + (1 << 20));
-    let mut configs = ["pagefold", "ksm-100", "plain"].map(|c| parse_config(c).unwrap()).to_vec();
+    assert_eq!(
+        constrained::swap_size_for((1 << 30) + 1),
+        (2 << 30) + (1 << 20)
+    );
+    let mut configs = ["pagefold", "ksm-100", "plain"]
+        .map(|c| parse_config(c).unwrap())
+        .to_vec();
     constrained::plain_first(&mut configs);
-    assert_eq!(configs.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["plain", "pagefold", "ksm-100"]);
+    assert_eq!(
+        configs.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+        ["plain", "pagefold", "ksm-100"]
+    );
 }

@@ -142,11 +142,16 @@ impl From<&Config> for pf_config {
             vma_budget: c.vma_budget,
             vma_reserve: c.vma_reserve,
             scan_chunk_pages: c.scan_chunk_pages,
-            scan_interval_ms: c.scan_interval.map_or(0, |d| d.as_millis().min(u64::MAX as u128) as u64),
+            scan_interval_ms: c
+                .scan_interval
+                .map_or(0, |d| d.as_millis().min(u64::MAX as u128) as u64),
             scan_cpu_budget: c.scan_cpu_budget,
             inject_fail_memfd: c.inject.fail_memfd as c_int,
             inject_fail_uffd: c.inject.fail_uffd as c_int,
-            inject_fail_mmap_after: c.inject.fail_mmap_after.map_or(-1, |n| n.min(i64::MAX as u64) as i64),
+            inject_fail_mmap_after: c
+                .inject
+                .fail_mmap_after
+                .map_or(-1, |n| n.min(i64::MAX as u64) as i64),
             inject_max_map_count: c.inject.max_map_count.unwrap_or(0) as u64,
             volatile_check: c.volatile_check as c_int,
             pin_grace_us: c.pin_grace.as_micros().min(u64::MAX as u128) as u64,
@@ -169,7 +174,8 @@ impl pf_config {
             vma_budget: self.vma_budget,
             vma_reserve: self.vma_reserve,
             scan_chunk_pages: self.scan_chunk_pages,
-            scan_interval: (self.scan_interval_ms > 0).then(|| Duration::from_millis(self.scan_interval_ms)),
+            scan_interval: (self.scan_interval_ms > 0)
+                .then(|| Duration::from_millis(self.scan_interval_ms)),
             scan_cpu_budget: budget,
             pin_grace: Duration::from_micros(self.pin_grace_us),
             volatile_check: self.volatile_check != 0,
@@ -183,8 +189,10 @@ impl pf_config {
                 fail_memfd: self.inject_fail_memfd != 0,
                 fail_uffd: self.inject_fail_uffd != 0,
                 fail_uffd_missing: false,
-                fail_mmap_after: (self.inject_fail_mmap_after >= 0).then_some(self.inject_fail_mmap_after as u64),
-                max_map_count: (self.inject_max_map_count > 0).then_some(self.inject_max_map_count as usize),
+                fail_mmap_after: (self.inject_fail_mmap_after >= 0)
+                    .then_some(self.inject_fail_mmap_after as u64),
+                max_map_count: (self.inject_max_map_count > 0)
+                    .then_some(self.inject_max_map_count as usize),
                 ..Inject::default()
             },
             // Settings the C ABI does not expose (smart scan, recycle age) keep the engine's defaults.
@@ -296,7 +304,9 @@ static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(1);
 
 fn register(engine: Engine) -> *mut pf_engine {
     let token = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed).wrapping_mul(16);
-    live_write().get_or_insert_with(HashMap::new).insert(token, engine);
+    live_write()
+        .get_or_insert_with(HashMap::new)
+        .insert(token, engine);
     token as *mut pf_engine
 }
 
@@ -322,7 +332,9 @@ pub unsafe extern "C" fn pf_config_default(out: *mut pf_config) -> c_int {
 /// NULL only on a panic (the engine itself degrades instead of failing).
 #[no_mangle]
 pub extern "C" fn pf_engine_new() -> *mut pf_engine {
-    guarded(std::ptr::null_mut(), || Ok(register(Engine::new(Config::from_env()))))
+    guarded(std::ptr::null_mut(), || {
+        Ok(register(Engine::new(Config::from_env())))
+    })
 }
 
 /// A new engine with the given configuration; NULL (errno EINVAL) if `cfg` is
@@ -333,7 +345,11 @@ pub extern "C" fn pf_engine_new() -> *mut pf_engine {
 #[no_mangle]
 pub unsafe extern "C" fn pf_engine_new_with(cfg: *const pf_config) -> *mut pf_engine {
     guarded(std::ptr::null_mut(), || {
-        let cfg = cfg.as_ref().ok_or(libc::EINVAL)?.config().ok_or(libc::EINVAL)?;
+        let cfg = cfg
+            .as_ref()
+            .ok_or(libc::EINVAL)?
+            .config()
+            .ok_or(libc::EINVAL)?;
         Ok(register(Engine::new(cfg)))
     })
 }
@@ -369,7 +385,11 @@ pub extern "C" fn pf_alloc(h: *mut pf_engine, len: usize, flags: c_int) -> *mut 
         if flags & !PF_ALLOC_KNOWN_FLAGS != 0 || len > isize::MAX as usize - pagefold_engine::PAGE {
             return Err(libc::EINVAL);
         }
-        let hint = if flags & PF_ALLOC_FULL_WRITE != 0 { Hint::FullWrite } else { Hint::None };
+        let hint = if flags & PF_ALLOC_FULL_WRITE != 0 {
+            Hint::FullWrite
+        } else {
+            Hint::None
+        };
         let p = engine.alloc(len, hint);
         if p.is_null() {
             return Err(libc::ENOMEM);
@@ -385,7 +405,13 @@ pub extern "C" fn pf_alloc(h: *mut pf_engine, len: usize, flags: c_int) -> *mut 
 /// `ptr` (if a block of this engine) is not used after this call.
 #[no_mangle]
 pub unsafe extern "C" fn pf_free(h: *mut pf_engine, ptr: *mut c_void) -> c_int {
-    with_engine(h, -1, |e| if !ptr.is_null() && e.free(ptr.cast()) { 0 } else { -1 })
+    with_engine(h, -1, |e| {
+        if !ptr.is_null() && e.free(ptr.cast()) {
+            0
+        } else {
+            -1
+        }
+    })
 }
 
 /// 1 if `ptr` lies inside one of this engine's blocks, else 0 (also for NULL).
@@ -398,7 +424,13 @@ pub extern "C" fn pf_owns(h: *mut pf_engine, ptr: *const c_void) -> c_int {
 /// 0 if `ptr` is not the start of one of this engine's blocks.
 #[no_mangle]
 pub extern "C" fn pf_block_len(h: *mut pf_engine, ptr: *const c_void) -> usize {
-    with_engine(h, 0, |e| if ptr.is_null() { 0 } else { e.block_len(ptr.cast()).unwrap_or(0) })
+    with_engine(h, 0, |e| {
+        if ptr.is_null() {
+            0
+        } else {
+            e.block_len(ptr.cast()).unwrap_or(0)
+        }
+    })
 }
 
 /// Copies `len` bytes with memmove semantics. Whole pages from one engine
@@ -410,7 +442,12 @@ pub extern "C" fn pf_block_len(h: *mut pf_engine, ptr: *const c_void) -> usize {
 /// # Safety
 /// As for memmove: `src` readable and `dst` writable for `len` bytes (or NULL).
 #[no_mangle]
-pub unsafe extern "C" fn pf_copy(h: *mut pf_engine, dst: *mut c_void, src: *const c_void, len: usize) {
+pub unsafe extern "C" fn pf_copy(
+    h: *mut pf_engine,
+    dst: *mut c_void,
+    src: *const c_void,
+    len: usize,
+) {
     guarded((), || {
         if len == 0 || dst.is_null() || src.is_null() {
             return Ok(());
@@ -546,14 +583,23 @@ mod tests {
                 let l = l.trim_start();
                 !l.starts_with("//") && !l.starts_with('*') && l.contains(&format!("{name}("))
             });
-            assert!(declared, "{name} is exported by src/lib.rs but not declared in include/pagefold.h");
+            assert!(
+                declared,
+                "{name} is exported by src/lib.rs but not declared in include/pagefold.h"
+            );
         }
         // And the other way round: every pf_ function the header declares exists.
-        for l in header.lines().filter(|l| l.contains("pf_") && l.trim_end().ends_with(");")) {
+        for l in header
+            .lines()
+            .filter(|l| l.contains("pf_") && l.trim_end().ends_with(");"))
+        {
             let before = l.split('(').next().unwrap();
             let name = before.rsplit([' ', '*']).next().unwrap();
             if name.starts_with("pf_") {
-                assert!(names.iter().any(|n| n == name), "header declares {name}, which src/lib.rs does not export");
+                assert!(
+                    names.iter().any(|n| n == name),
+                    "header declares {name}, which src/lib.rs does not export"
+                );
             }
         }
     }
@@ -576,22 +622,76 @@ mod tests {
             }};
         }
         let mut rust: Vec<(String, usize)> = Vec::new();
-        layout!(rust, pf_config {
-            frames, copy, zero, merge, vma_budget, vma_reserve, scan_chunk_pages, scan_interval_ms,
-            scan_cpu_budget, inject_fail_memfd, inject_fail_uffd, inject_fail_mmap_after, inject_max_map_count,
-            volatile_check, pin_grace_us
-        });
-        layout!(rust, pf_scan_report {
-            pages_scanned, zero_folded, merged, diverged_released, skipped_vma, wall_ns, cpu_ns, changed_while_planned, volatile_pages
-        });
-        layout!(rust, pf_fallbacks { memfd, mmap, vma_budget, uffd, frames });
-        layout!(rust, pf_stats {
-            blocks, block_bytes, frames_in_use, frames_resident, pages_sharing, pages_shared_by_copy,
-            bytes_copied_plain, zero_folded, merged, diverged_released, scans, scan_cpu_ns, fallbacks,
-            vmas_used, metadata_bytes, protected_scan, frames_active
-        });
+        layout!(
+            rust,
+            pf_config {
+                frames,
+                copy,
+                zero,
+                merge,
+                vma_budget,
+                vma_reserve,
+                scan_chunk_pages,
+                scan_interval_ms,
+                scan_cpu_budget,
+                inject_fail_memfd,
+                inject_fail_uffd,
+                inject_fail_mmap_after,
+                inject_max_map_count,
+                volatile_check,
+                pin_grace_us
+            }
+        );
+        layout!(
+            rust,
+            pf_scan_report {
+                pages_scanned,
+                zero_folded,
+                merged,
+                diverged_released,
+                skipped_vma,
+                wall_ns,
+                cpu_ns,
+                changed_while_planned,
+                volatile_pages
+            }
+        );
+        layout!(
+            rust,
+            pf_fallbacks {
+                memfd,
+                mmap,
+                vma_budget,
+                uffd,
+                frames
+            }
+        );
+        layout!(
+            rust,
+            pf_stats {
+                blocks,
+                block_bytes,
+                frames_in_use,
+                frames_resident,
+                pages_sharing,
+                pages_shared_by_copy,
+                bytes_copied_plain,
+                zero_folded,
+                merged,
+                diverged_released,
+                scans,
+                scan_cpu_ns,
+                fallbacks,
+                vmas_used,
+                metadata_bytes,
+                protected_scan,
+                frames_active
+            }
+        );
 
-        let mut c = String::from("#include <stdio.h>\n#include <stddef.h>\n#include \"pagefold.h\"\nint main(void) {\n");
+        let mut c = String::from(
+            "#include <stdio.h>\n#include <stddef.h>\n#include \"pagefold.h\"\nint main(void) {\n",
+        );
         for (key, _) in &rust {
             let (what, arg) = key.split_once(' ').unwrap();
             let expr = match (what, arg.split_once('.')) {
@@ -602,7 +702,9 @@ mod tests {
             };
             c.push_str(&format!("  printf(\"{key} %zu\\n\", (size_t){expr});\n"));
         }
-        c.push_str("  printf(\"PF_ALLOC_FULL_WRITE %d\\n\", PF_ALLOC_FULL_WRITE);\n  return 0;\n}\n");
+        c.push_str(
+            "  printf(\"PF_ALLOC_FULL_WRITE %d\\n\", PF_ALLOC_FULL_WRITE);\n  return 0;\n}\n",
+        );
         rust.push(("PF_ALLOC_FULL_WRITE".into(), PF_ALLOC_FULL_WRITE as usize));
 
         let dir = std::env::temp_dir().join(format!("pagefold-capi-layout-{}", std::process::id()));
@@ -618,7 +720,11 @@ mod tests {
             .arg(&exe)
             .output()
             .unwrap_or_else(|e| panic!("running {cc}: {e}"));
-        assert!(out.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "cc failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let run = Command::new(&exe).output().unwrap();
         assert!(run.status.success());
         let printed = String::from_utf8(run.stdout).unwrap();
@@ -630,14 +736,24 @@ mod tests {
             })
             .collect();
         let _ = std::fs::remove_dir_all(&dir);
-        assert_eq!(c_lines.len(), rust.len(), "the C program printed {} lines, expected {}", c_lines.len(), rust.len());
+        assert_eq!(
+            c_lines.len(),
+            rust.len(),
+            "the C program printed {} lines, expected {}",
+            c_lines.len(),
+            rust.len()
+        );
         let differ: Vec<String> = c_lines
             .iter()
             .zip(&rust)
             .filter(|(c, r)| c != r)
             .map(|((k, c), (_, r))| format!("{k}: C {c}, Rust {r}"))
             .collect();
-        assert!(differ.is_empty(), "layout of include/pagefold.h differs from src/lib.rs:\n{}", differ.join("\n"));
+        assert!(
+            differ.is_empty(),
+            "layout of include/pagefold.h differs from src/lib.rs:\n{}",
+            differ.join("\n")
+        );
     }
 
     #[test]
@@ -650,7 +766,10 @@ mod tests {
         assert_eq!(pf_config::from(&back), pf_config::from(&d));
         assert_eq!(c.inject_fail_mmap_after, -1);
         assert_eq!(unsafe { pf_config_default(std::ptr::null_mut()) }, -1);
-        let bad = pf_config { scan_cpu_budget: 0.0, ..c };
+        let bad = pf_config {
+            scan_cpu_budget: 0.0,
+            ..c
+        };
         assert!(unsafe { pf_engine_new_with(&bad) }.is_null());
     }
 

@@ -52,7 +52,9 @@ fn compile(args: &[&std::ffi::OsStr], exe: &Path) {
     let src = manifest_dir().join("tests/c/test_capi.c");
     let inc = manifest_dir().join("include");
     let out = Command::new(cc())
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-pthread"])
+        .args([
+            "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-pthread",
+        ])
         .arg("-I")
         .arg(&inc)
         .arg(&src)
@@ -61,18 +63,32 @@ fn compile(args: &[&std::ffi::OsStr], exe: &Path) {
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("running {}: {e}", cc()));
-    assert!(out.status.success(), "compiling test_capi.c failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "compiling test_capi.c failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn run(exe: &Path) {
     // Without cargo's LD_LIBRARY_PATH: the rpath alone must find the library.
-    let out = Command::new(exe).env_remove("LD_LIBRARY_PATH").output().unwrap();
+    let out = Command::new(exe)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}");
     eprintln!("{stderr}");
-    assert!(out.status.success(), "test_capi failed ({}):\n{stdout}\n{stderr}", out.status);
-    assert!(stdout.contains("checks passed"), "test_capi did not finish:\n{stdout}");
+    assert!(
+        out.status.success(),
+        "test_capi failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(
+        stdout.contains("checks passed"),
+        "test_capi did not finish:\n{stdout}"
+    );
 }
 
 #[test]
@@ -80,12 +96,26 @@ fn c_program_against_shared_library() {
     let dir = find_lib("libpagefold.so");
     let exe = scratch("shared").join("test_capi");
     let rpath = format!("-Wl,-rpath,{}", dir.display());
-    compile(&["-L".as_ref(), dir.as_os_str(), "-lpagefold".as_ref(), rpath.as_ref()], &exe);
+    compile(
+        &[
+            "-L".as_ref(),
+            dir.as_os_str(),
+            "-lpagefold".as_ref(),
+            rpath.as_ref(),
+        ],
+        &exe,
+    );
     // The program must use this library, not another one on the system.
-    let ldd = Command::new("ldd").arg(&exe).env_remove("LD_LIBRARY_PATH").output();
+    let ldd = Command::new("ldd")
+        .arg(&exe)
+        .env_remove("LD_LIBRARY_PATH")
+        .output();
     if let Ok(ldd) = ldd {
         let text = String::from_utf8_lossy(&ldd.stdout);
-        assert!(text.contains(&dir.join("libpagefold.so").display().to_string()), "ldd:\n{text}");
+        assert!(
+            text.contains(&dir.join("libpagefold.so").display().to_string()),
+            "ldd:\n{text}"
+        );
     }
     run(&exe);
     let _ = std::fs::remove_dir_all(exe.parent().unwrap());
@@ -95,7 +125,15 @@ fn c_program_against_shared_library() {
 fn c_program_against_static_library() {
     let lib = find_lib("libpagefold.a").join("libpagefold.a");
     let exe = scratch("static").join("test_capi");
-    let libs = ["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"];
+    let libs = [
+        "-lgcc_s",
+        "-lutil",
+        "-lrt",
+        "-lpthread",
+        "-lm",
+        "-ldl",
+        "-lc",
+    ];
     let mut args: Vec<&std::ffi::OsStr> = vec![lib.as_os_str()];
     args.extend(libs.iter().map(std::ffi::OsStr::new));
     compile(&args, &exe);

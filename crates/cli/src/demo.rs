@@ -40,7 +40,7 @@ use std::os::fd::FromRawFd;
 use std::time::{Duration, Instant};
 
 use pagefold_engine::{Config, Engine, Hint};
-use pagefold_measure::{Series, Sampler};
+use pagefold_measure::{Sampler, Series};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -117,7 +117,14 @@ pub fn run(a: Args) -> i32 {
             "pagefold demo: interpreter-like workload, {} statements, live data <= {} MiB, seed {}",
             a.iterations, a.size_mb, a.seed
         );
-        println!("running {} (each in its own process) ...", variants.iter().map(|v| v.name()).collect::<Vec<_>>().join(", "));
+        println!(
+            "running {} (each in its own process) ...",
+            variants
+                .iter()
+                .map(|v| v.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
 
     let mut results = Vec::new();
@@ -133,7 +140,12 @@ pub fn run(a: Args) -> i32 {
         match r {
             Ok(r) => {
                 if !a.json {
-                    println!("  {:<6} done: {:.2} s, peak {:.1} MiB", v.name(), r.wall_s, r.series.summary.peak_bytes as f64 / MIB);
+                    println!(
+                        "  {:<6} done: {:.2} s, peak {:.1} MiB",
+                        v.name(),
+                        r.wall_s,
+                        r.series.summary.peak_bytes as f64 / MIB
+                    );
                 }
                 results.push(r);
             }
@@ -164,8 +176,13 @@ pub fn run(a: Args) -> i32 {
 }
 
 fn configure_ksm(g: &pagefold_bench::ksm::KsmGuard) -> Result<(), String> {
-    for (knob, value) in [("pages_to_scan", "1000"), ("sleep_millisecs", "20"), ("run", "1")] {
-        g.set(knob, value).map_err(|e| format!("setting KSM {knob}={value}: {e}"))?;
+    for (knob, value) in [
+        ("pages_to_scan", "1000"),
+        ("sleep_millisecs", "20"),
+        ("run", "1"),
+    ] {
+        g.set(knob, value)
+            .map_err(|e| format!("setting KSM {knob}={value}: {e}"))?;
     }
     Ok(())
 }
@@ -246,8 +263,14 @@ fn run_variant(v: Variant, a: &Args) -> Result<VariantResult, String> {
     unsafe { libc::waitpid(pid, &mut status, 0) };
 
     let child: ChildReport = match read {
-        Ok(n) if n > 0 => serde_json::from_str(line.trim()).map_err(|e| format!("bad report from child: {e}"))?,
-        _ => return Err(format!("child exited without a report (wait status {status:#x})")),
+        Ok(n) if n > 0 => {
+            serde_json::from_str(line.trim()).map_err(|e| format!("bad report from child: {e}"))?
+        }
+        _ => {
+            return Err(format!(
+                "child exited without a report (wait status {status:#x})"
+            ))
+        }
     };
     if let Some(e) = &child.error {
         return Err(e.clone());
@@ -256,7 +279,10 @@ fn run_variant(v: Variant, a: &Args) -> Result<VariantResult, String> {
         return Err(format!("child ended with wait status {status:#x}"));
     }
     if series.samples.is_empty() {
-        return Err(format!("no footprint sample of the child: {:?}", series.error));
+        return Err(format!(
+            "no footprint sample of the child: {:?}",
+            series.error
+        ));
     }
     Ok(VariantResult {
         variant: v,
@@ -276,7 +302,12 @@ fn run_variant(v: Variant, a: &Args) -> Result<VariantResult, String> {
 
 fn child_main(v: Variant, a: &Args, report_fd: i32, release_fd: i32) -> i32 {
     let mut report = match v {
-        Variant::Plain => run_workload(&mut Plain { madvise_mergeable: false }, a),
+        Variant::Plain => run_workload(
+            &mut Plain {
+                madvise_mergeable: false,
+            },
+            a,
+        ),
         Variant::Engine => {
             let engine = Engine::new(Config::from_env());
             let mut backend = EngineMem { engine };
@@ -286,7 +317,12 @@ fn child_main(v: Variant, a: &Args, report_fd: i32, release_fd: i32) -> i32 {
         }
         Variant::Ksm => {
             let prctl_ok = unsafe { libc::prctl(PR_SET_MEMORY_MERGE, 1, 0, 0, 0) } == 0;
-            let mut r = run_workload(&mut Plain { madvise_mergeable: !prctl_ok }, a);
+            let mut r = run_workload(
+                &mut Plain {
+                    madvise_mergeable: !prctl_ok,
+                },
+                a,
+            );
             r.ksm_mode = Some(if prctl_ok { "prctl" } else { "madvise" }.into());
             r
         }
@@ -329,7 +365,14 @@ struct Plain {
 impl Mem for Plain {
     fn alloc(&mut self, bytes: usize, _full_write: bool) -> Option<*mut u8> {
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         if p == libc::MAP_FAILED {
             return None;
@@ -353,7 +396,14 @@ struct EngineMem {
 
 impl Mem for EngineMem {
     fn alloc(&mut self, bytes: usize, full_write: bool) -> Option<*mut u8> {
-        let p = self.engine.alloc(bytes, if full_write { Hint::FullWrite } else { Hint::None });
+        let p = self.engine.alloc(
+            bytes,
+            if full_write {
+                Hint::FullWrite
+            } else {
+                Hint::None
+            },
+        );
         (!p.is_null()).then_some(p)
     }
     unsafe fn copy(&mut self, dst: *mut u8, src: *const u8, bytes: usize) {
@@ -424,7 +474,10 @@ struct Interp<'m, M: Mem> {
 
 impl<M: Mem> Interp<'_, M> {
     fn new_vector(&mut self, n: usize, full_write: bool) -> Result<Vector, String> {
-        let p = self.mem.alloc(n * 8, full_write).ok_or_else(|| format!("allocation of {} bytes failed", n * 8))?;
+        let p = self
+            .mem
+            .alloc(n * 8, full_write)
+            .ok_or_else(|| format!("allocation of {} bytes failed", n * 8))?;
         debug_assert_eq!(p as usize % PAGE, 0);
         self.live_bytes += n * 8;
         self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
@@ -450,11 +503,19 @@ impl<M: Mem> Interp<'_, M> {
             let s = v.slice_mut();
             match k % 4 {
                 // Measurements: every page different.
-                0 => s.iter_mut().for_each(|x| *x = 100.0 + 15.0 * (self.rng.unit() - 0.5)),
+                0 => s
+                    .iter_mut()
+                    .for_each(|x| *x = 100.0 + 15.0 * (self.rng.unit() - 0.5)),
                 // seq_len(n)
-                1 => s.iter_mut().enumerate().for_each(|(i, x)| *x = (i + 1) as f64),
+                1 => s
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, x)| *x = (i + 1) as f64),
                 // rep(c(1, 2, 3), length.out = n): pages repeat every 3 pages.
-                2 => s.iter_mut().enumerate().for_each(|(i, x)| *x = (i % 3 + 1) as f64),
+                2 => s
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, x)| *x = (i % 3 + 1) as f64),
                 // Sparse: mostly zero, a value in every 64th page.
                 _ => {
                     for i in (0..n).step_by(64 * PAGE / 8) {
@@ -517,11 +578,15 @@ impl<M: Mem> Interp<'_, M> {
                 }
                 _ => {
                     let t = m * 50.0;
-                    out.iter_mut().zip(x).for_each(|(o, &v)| *o = if v > t { v } else { 0.0 });
+                    out.iter_mut()
+                        .zip(x)
+                        .for_each(|(o, &v)| *o = if v > t { v } else { 0.0 });
                 }
             }
             self.temps.push_back(y);
-        } else if let Some(i) = (!self.temps.is_empty()).then(|| self.rng.below(self.temps.len() as u64) as usize) {
+        } else if let Some(i) =
+            (!self.temps.is_empty()).then(|| self.rng.below(self.temps.len() as u64) as usize)
+        {
             // x[i] <- v on a vector nothing else refers to: in place.
             let n = self.temps[i].n;
             for _ in 0..1 + self.rng.below(8) {
@@ -540,7 +605,9 @@ impl<M: Mem> Interp<'_, M> {
     fn gc(&mut self) {
         let target = self.cap_bytes / 10 * 6;
         while self.live_bytes > target {
-            let Some(v) = self.temps.pop_front() else { break };
+            let Some(v) = self.temps.pop_front() else {
+                break;
+            };
             self.live_bytes -= v.bytes();
             unsafe { self.mem.free(v.p.cast(), v.bytes()) };
         }
@@ -574,7 +641,9 @@ fn run_workload<M: Mem>(mem: &mut M, a: &Args) -> ChildReport {
         gcs: 0,
         cap_bytes: (a.size_mb as usize) << 20,
     };
-    let outcome = it.load_data_set().and_then(|()| (0..a.iterations).try_for_each(|_| it.statement()));
+    let outcome = it
+        .load_data_set()
+        .and_then(|()| (0..a.iterations).try_for_each(|_| it.statement()));
     let checksum = match &outcome {
         Ok(()) => format!("{:016x}", it.checksum()),
         Err(_) => String::new(),
@@ -627,25 +696,43 @@ fn print_table(a: &Args, results: &[VariantResult], notes: &[String], checksums_
         "footprint = distinct physical pages of the child ({method}), sampled every {} ms; lower is better",
         a.sample_ms
     );
-    let head: Vec<String> = results.iter().map(|r| format!("{:>18}", r.variant.name())).collect();
+    let head: Vec<String> = results
+        .iter()
+        .map(|r| format!("{:>18}", r.variant.name()))
+        .collect();
     println!("{:<28}{}", "", head.join(""));
     let row = |label: &str, f: &dyn Fn(&VariantResult) -> String| {
         let cells: Vec<String> = results.iter().map(|r| format!("{:>18}", f(r))).collect();
         println!("{label:<28}{}", cells.join(""));
     };
-    row("peak footprint (MiB)", &|r| format!("{:.1}", mib(r.series.summary.peak_bytes)));
-    row("average footprint (MiB)", &|r| format!("{:.1}", mib(r.series.summary.average_bytes)));
+    row("peak footprint (MiB)", &|r| {
+        format!("{:.1}", mib(r.series.summary.peak_bytes))
+    });
+    row("average footprint (MiB)", &|r| {
+        format!("{:.1}", mib(r.series.summary.average_bytes))
+    });
     if let Some(p) = plain {
-        let (pp, pa) = (p.series.summary.peak_bytes as f64, p.series.summary.average_bytes as f64);
-        row("peak vs plain", &|r| format!("{:.2}", r.series.summary.peak_bytes as f64 / pp));
-        row("average vs plain", &|r| format!("{:.2}", r.series.summary.average_bytes as f64 / pa));
+        let (pp, pa) = (
+            p.series.summary.peak_bytes as f64,
+            p.series.summary.average_bytes as f64,
+        );
+        row("peak vs plain", &|r| {
+            format!("{:.2}", r.series.summary.peak_bytes as f64 / pp)
+        });
+        row("average vs plain", &|r| {
+            format!("{:.2}", r.series.summary.average_bytes as f64 / pa)
+        });
     }
     row("wall time (s)", &|r| format!("{:.2}", r.wall_s));
     row("CPU time (s)", &|r| format!("{:.2}", r.cpu_s));
-    row("  + ksmd CPU (s)", &|r| r.ksmd_cpu_s.map_or("-".into(), |c| format!("{c:.2}")));
+    row("  + ksmd CPU (s)", &|r| {
+        r.ksmd_cpu_s.map_or("-".into(), |c| format!("{c:.2}"))
+    });
     if let Some(p) = plain {
         row("wall vs plain", &|r| format!("{:.2}", r.wall_s / p.wall_s));
-        row("CPU (+ksmd) vs plain", &|r| format!("{:.2}", (r.cpu_s + r.ksmd_cpu_s.unwrap_or(0.0)) / p.cpu_s));
+        row("CPU (+ksmd) vs plain", &|r| {
+            format!("{:.2}", (r.cpu_s + r.ksmd_cpu_s.unwrap_or(0.0)) / p.cpu_s)
+        });
     }
     row("samples", &|r| r.series.summary.samples.to_string());
     row("checksum", &|r| r.child.checksum.clone());
@@ -657,7 +744,11 @@ fn print_table(a: &Args, results: &[VariantResult], notes: &[String], checksums_
         mib(c.allocated_bytes),
         mib(c.peak_live_bytes)
     );
-    if let Some(e) = results.iter().find(|r| r.variant == Variant::Engine).map(|r| &r.child.engine) {
+    if let Some(e) = results
+        .iter()
+        .find(|r| r.variant == Variant::Engine)
+        .map(|r| &r.child.engine)
+    {
         let g = |p: &[&str]| stat(e, p).unwrap_or(0);
         let fb = ["memfd", "mmap", "vma_budget", "uffd", "frames"]
             .iter()
@@ -683,14 +774,28 @@ fn print_table(a: &Args, results: &[VariantResult], notes: &[String], checksums_
         if g(&["frames_active"]) == 0 || g(&["protected_scan"]) == 0 {
             println!(
                 "        degraded: frames {}, write-protected scans {}",
-                if g(&["frames_active"]) == 1 { "on" } else { "OFF" },
-                if g(&["protected_scan"]) == 1 { "on" } else { "OFF" }
+                if g(&["frames_active"]) == 1 {
+                    "on"
+                } else {
+                    "OFF"
+                },
+                if g(&["protected_scan"]) == 1 {
+                    "on"
+                } else {
+                    "OFF"
+                }
             );
         }
     }
     if let Some(k) = results.iter().find(|r| r.variant == Variant::Ksm) {
-        let merging = k.series.samples.iter().filter_map(|s| s.ksm.as_ref().map(|k| k.merging_pages));
-        let (peak, last) = merging.fold((None, None), |(p, _), m| (Some(p.unwrap_or(0).max(m)), Some(m)));
+        let merging = k
+            .series
+            .samples
+            .iter()
+            .filter_map(|s| s.ksm.as_ref().map(|k| k.merging_pages));
+        let (peak, last) = merging.fold((None, None), |(p, _), m| {
+            (Some(p.unwrap_or(0).max(m)), Some(m))
+        });
         let show = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
         println!(
             "KSM: opted in by {}, ksmd at pages_to_scan=1000 sleep_millisecs=20; pages merged: peak {}, at the end {}",
@@ -704,7 +809,11 @@ fn print_table(a: &Args, results: &[VariantResult], notes: &[String], checksums_
     }
     println!(
         "checksums {}",
-        if checksums_match { "match: every variant computed the same data" } else { "DIFFER" }
+        if checksums_match {
+            "match: every variant computed the same data"
+        } else {
+            "DIFFER"
+        }
     );
 }
 

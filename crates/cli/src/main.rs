@@ -10,7 +10,11 @@ mod measure;
 mod run;
 
 #[derive(Parser)]
-#[command(name = "pagefold", version, about = "Fewer physical pages for the same bytes")]
+#[command(
+    name = "pagefold",
+    version,
+    about = "Fewer physical pages for the same bytes"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -38,7 +38,12 @@ pub struct Args {
     #[arg(long, value_name = "FILE.png")]
     pub plot: Option<PathBuf>,
     /// The command and its arguments.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "CMD")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        value_name = "CMD"
+    )]
     pub cmd: Vec<String>,
 }
 
@@ -58,19 +63,33 @@ fn config(name: &str) -> Config {
 
 fn run_checked(a: &Args) -> Result<i32, String> {
     let preload = program::find_preload(a.preload.as_deref())?;
-    let exe = program::resolve(&a.cmd[0]).ok_or_else(|| format!("{}: command not found", a.cmd[0]))?;
+    let exe =
+        program::resolve(&a.cmd[0]).ok_or_else(|| format!("{}: command not found", a.cmd[0]))?;
     let use_preload = program::is_dynamic(&exe);
     if !use_preload {
-        eprintln!("pagefold run: {} is statically linked (no dynamic loader): it runs without pagefold", exe.display());
+        eprintln!(
+            "pagefold run: {} is statically linked (no dynamic loader): it runs without pagefold",
+            exe.display()
+        );
     }
     if let Some(p) = &a.plot {
         // Fail before the program runs, not after.
         pagefold_bench::plot::check_target(p)?;
     }
     let interval = Duration::from_millis(a.interval.max(1));
-    let mut inv = Invocation { cmd: &a.cmd, preload: &preload, input: None, interval, timeout: None };
+    let mut inv = Invocation {
+        cmd: &a.cmd,
+        preload: &preload,
+        input: None,
+        interval,
+        timeout: None,
+    };
     if !a.compare {
-        let r = program::run(&inv, &config(if use_preload { "pagefold" } else { "plain" }), None)?;
+        let r = program::run(
+            &inv,
+            &config(if use_preload { "pagefold" } else { "plain" }),
+            None,
+        )?;
         emit(a, &[r.summary_ref()], None)?;
         plot(a, std::slice::from_ref(&r))?;
         return Ok(r.exit_code);
@@ -87,10 +106,19 @@ fn run_checked(a: &Args) -> Result<i32, String> {
             Err(e) => eprintln!("pagefold run: KSM comparison skipped: {e}"),
         }
     }
-    let last = results.iter().find(|r| r.config == "pagefold").unwrap_or(&results[0]);
-    std::io::stdout().write_all(last.stdout.as_deref().unwrap_or_default()).map_err(|e| e.to_string())?;
-    std::io::stderr().write_all(last.stderr.as_deref().unwrap_or_default()).map_err(|e| e.to_string())?;
-    let identical = results.windows(2).all(|w| w[0].stdout == w[1].stdout && w[0].exit_code == w[1].exit_code);
+    let last = results
+        .iter()
+        .find(|r| r.config == "pagefold")
+        .unwrap_or(&results[0]);
+    std::io::stdout()
+        .write_all(last.stdout.as_deref().unwrap_or_default())
+        .map_err(|e| e.to_string())?;
+    std::io::stderr()
+        .write_all(last.stderr.as_deref().unwrap_or_default())
+        .map_err(|e| e.to_string())?;
+    let identical = results
+        .windows(2)
+        .all(|w| w[0].stdout == w[1].stdout && w[0].exit_code == w[1].exit_code);
     let refs: Vec<_> = results.iter().map(Outcome::summary_ref).collect();
     emit(a, &refs, Some(identical))?;
     plot(a, &results)?;
@@ -103,7 +131,10 @@ fn run_checked(a: &Args) -> Result<i32, String> {
 
 fn plot(a: &Args, runs: &[Outcome]) -> Result<(), String> {
     let Some(path) = &a.plot else { return Ok(()) };
-    let series: Vec<_> = runs.iter().map(|r| (r.config.clone(), r.timeline.clone())).collect();
+    let series: Vec<_> = runs
+        .iter()
+        .map(|r| (r.config.clone(), r.timeline.clone()))
+        .collect();
     let title = format!("pagefold run: {}", a.cmd.join(" "));
     pagefold_bench::plot::memory_over_time(path, &title, &series)?;
     eprintln!("pagefold run: memory over time drawn in {}", path.display());
@@ -132,19 +163,26 @@ trait SummaryRef {
 
 impl SummaryRef for Outcome {
     fn summary_ref(&self) -> Summary<'_> {
-        Summary { run: self, engine_total: engine_total(&self.engine) }
+        Summary {
+            run: self,
+            engine_total: engine_total(&self.engine),
+        }
     }
 }
 
 fn emit(a: &Args, runs: &[Summary], identical: Option<bool>) -> Result<(), String> {
     let text = if a.json {
-        serde_json::to_string_pretty(&serde_json::json!({ "command": a.cmd, "runs": runs, "outputs_identical": identical }))
-            .map_err(|e| e.to_string())?
+        serde_json::to_string_pretty(
+            &serde_json::json!({ "command": a.cmd, "runs": runs, "outputs_identical": identical }),
+        )
+        .map_err(|e| e.to_string())?
     } else {
         table(runs, identical)
     };
     match &a.report {
-        Some(path) => std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display())),
+        Some(path) => {
+            std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))
+        }
         None => {
             eprintln!("{text}");
             Ok(())
@@ -155,7 +193,9 @@ fn emit(a: &Args, runs: &[Summary], identical: Option<bool>) -> Result<(), Strin
 fn table(runs: &[Summary], identical: Option<bool>) -> String {
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     let base = &runs[0].run;
-    let mut out = String::from("pagefold run report (footprint = distinct physical pages of the process tree)\n");
+    let mut out = String::from(
+        "pagefold run report (footprint = distinct physical pages of the process tree)\n",
+    );
     out += &format!("{:<28}", "");
     for r in runs {
         out += &format!("{:>14}", r.run.config.clone());
@@ -168,14 +208,25 @@ fn table(runs: &[Summary], identical: Option<bool>) -> String {
         }
         out.push('\n');
     };
-    row("peak footprint (MiB)", &|r| format!("{:.1}", mib(r.peak_bytes)));
-    row("average footprint (MiB)", &|r| format!("{:.1}", mib(r.average_bytes)));
+    row("peak footprint (MiB)", &|r| {
+        format!("{:.1}", mib(r.peak_bytes))
+    });
+    row("average footprint (MiB)", &|r| {
+        format!("{:.1}", mib(r.average_bytes))
+    });
     if runs.len() > 1 {
-        row("average vs first", &|r| format!("{:.3}", r.average_bytes as f64 / base.average_bytes.max(1) as f64));
+        row("average vs first", &|r| {
+            format!(
+                "{:.3}",
+                r.average_bytes as f64 / base.average_bytes.max(1) as f64
+            )
+        });
     }
     row("wall time (s)", &|r| format!("{:.2}", r.wall_s));
     row("CPU time (s)", &|r| format!("{:.2}", r.cpu_s));
-    row("+ ksmd CPU (s)", &|r| r.ksmd_cpu_s.map_or("-".into(), |c| format!("{c:.2}")));
+    row("+ ksmd CPU (s)", &|r| {
+        r.ksmd_cpu_s.map_or("-".into(), |c| format!("{c:.2}"))
+    });
     row("exit code", &|r| r.exit_code.to_string());
     row("samples", &|r| format!("{} ({})", r.samples, r.method));
     for r in runs.iter().filter(|r| !r.run.engine.is_empty()) {
@@ -219,7 +270,11 @@ fn table(runs: &[Summary], identical: Option<bool>) -> String {
         }
     }
     if let Some(same) = identical {
-        out += if same { "outputs: byte-identical in every run\n" } else { "outputs: DIFFER between runs\n" };
+        out += if same {
+            "outputs: byte-identical in every run\n"
+        } else {
+            "outputs: DIFFER between runs\n"
+        };
     }
     out
 }

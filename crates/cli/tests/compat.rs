@@ -38,14 +38,21 @@ const NUMPY_SUBSET: &[&str] = &[
 ];
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// The pagefold binary of this build, with libpagefold_preload.so beside it
 /// (where `pagefold run` looks for it), built for this test (see pagefold-testkit).
 fn pagefold() -> PathBuf {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_pagefold"));
-    pagefold_testkit::build_into(bin.parent().unwrap(), &["pagefold-preload"], &["libpagefold_preload.so"]);
+    pagefold_testkit::build_into(
+        bin.parent().unwrap(),
+        &["pagefold-preload"],
+        &["libpagefold_preload.so"],
+    );
     bin
 }
 
@@ -93,7 +100,9 @@ fn numpy_test_subset_under_pagefold_adds_no_failure() {
     if skipped("numpy subset") {
         return;
     }
-    let probe = Command::new("python3").args(["-c", "import numpy, pytest, hypothesis"]).output();
+    let probe = Command::new("python3")
+        .args(["-c", "import numpy, pytest, hypothesis"])
+        .output();
     match probe {
         Ok(o) if o.status.success() => {}
         Ok(o) => panic!(
@@ -114,7 +123,10 @@ fn r_examples_subset_under_pagefold_add_no_failure_or_difference() {
     if skipped("R examples subset") {
         return;
     }
-    match Command::new("Rscript").args(["-e", "invisible(0)"]).output() {
+    match Command::new("Rscript")
+        .args(["-e", "invisible(0)"])
+        .output()
+    {
         Ok(o) if o.status.success() => {}
         r => panic!(
             "Rscript not found or not working ({:?}): install R with \
@@ -122,8 +134,16 @@ fn r_examples_subset_under_pagefold_add_no_failure_or_difference() {
             r.map(|o| o.status)
         ),
     }
-    if !Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success()) {
+    if !Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
         panic!("python3 not found: bench/compat/r_examples.sh uses it to compare outputs (.ci/run installs it)");
     }
-    run_script("r_examples.sh", &["--timeout", "300", "--fast"], &scratch("r"));
+    run_script(
+        "r_examples.sh",
+        &["--timeout", "300", "--fast"],
+        &scratch("r"),
+    );
 }

@@ -45,20 +45,32 @@ fn bench(out: &std::path::Path, args: &[&str]) -> Value {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "pagefold bench failed ({}):\n{stderr}", run.status);
+    assert!(
+        run.status.success(),
+        "pagefold bench failed ({}):\n{stderr}",
+        run.status
+    );
     serde_json::from_str(&std::fs::read_to_string(out.join("results/de.json")).unwrap()).unwrap()
 }
 
 /// Every configuration of every workload ran without failing and printed
 /// what plain printed.
 fn assert_all_match_plain(suite: &Value, workloads: &[&str], configs: &[&str]) {
-    let names: Vec<&str> = suite["workloads"].as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = suite["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, workloads);
     for w in workloads {
         for c in configs {
             let s = stats(suite, w, c);
             assert_eq!(s["failed_runs"], 0, "{w} {c}");
-            assert_eq!(s["identical"], true, "{w} under {c} printed something else than plain");
+            assert_eq!(
+                s["identical"], true,
+                "{w} under {c} printed something else than plain"
+            );
         }
     }
     assert_eq!(suite["all_identical"], true);
@@ -67,28 +79,51 @@ fn assert_all_match_plain(suite: &Value, workloads: &[&str], configs: &[&str]) {
 #[test]
 fn quick_de_suite_matches_plain_and_sharing_saves_on_zero_and_identical_pages() {
     let out = scratch("de-share");
-    let suite = bench(&out, &["--configs", &CONFIGS.join(","), "--only", &WORKLOADS.join(",")]);
+    let suite = bench(
+        &out,
+        &[
+            "--configs",
+            &CONFIGS.join(","),
+            "--only",
+            &WORKLOADS.join(","),
+        ],
+    );
     assert_all_match_plain(&suite, &WORKLOADS, &CONFIGS);
 
     // Sharing, alone and among all mechanisms: zero pages are folded (and,
     // once written, merged), identical pages merged, and the footprint shows it.
     let summary = format!(
         "average footprint / plain: {:?}",
-        WORKLOADS.map(|w| (w, CONFIGS.map(|c| format!("{c} {:.2}", average_ratio(&suite, w, c)))))
+        WORKLOADS.map(|w| (
+            w,
+            CONFIGS.map(|c| format!("{c} {:.2}", average_ratio(&suite, w, c)))
+        ))
     );
     for c in ["de-share", "de-all"] {
-        assert!(counter(&suite, "de-zero", c, "zero_folded") > 0.0, "de-zero under {c}: nothing folded\n{summary}");
-        assert!(counter(&suite, "de-identical", c, "merged") > 0.0, "de-identical under {c}: nothing merged\n{summary}");
+        assert!(
+            counter(&suite, "de-zero", c, "zero_folded") > 0.0,
+            "de-zero under {c}: nothing folded\n{summary}"
+        );
+        assert!(
+            counter(&suite, "de-identical", c, "merged") > 0.0,
+            "de-identical under {c}: nothing merged\n{summary}"
+        );
         for w in WORKLOADS {
             let ratio = average_ratio(&suite, w, c);
-            assert!(ratio < 0.8, "{w} under {c}: average footprint {ratio:.2}x plain's\n{summary}");
+            assert!(
+                ratio < 0.8,
+                "{w} under {c}: average footprint {ratio:.2}x plain's\n{summary}"
+            );
         }
     }
 
     // The savings-over-time table and one chart per page type, in the
     // results file and the document section.
     let md = std::fs::read_to_string(out.join("results/de.md")).unwrap();
-    assert!(md.contains("**Savings over time**") && md.contains("| de-identical | de-share |"), "{md}");
+    assert!(
+        md.contains("**Savings over time**") && md.contains("| de-identical | de-share |"),
+        "{md}"
+    );
     let doc = std::fs::read_to_string(out.join("RESULTS.md")).unwrap();
     for w in WORKLOADS {
         let chart = format!("results/de-savings-{w}.png");
@@ -108,12 +143,32 @@ fn quick_de_pages_are_patched_and_compressed_and_come_back_intact() {
     let configs = ["plain", "de-patch", "de-compress"];
     let workloads = ["de-zero", "de-similar"];
     let out = scratch("de-tier");
-    let suite = bench(&out, &["--configs", &configs.join(","), "--only", &workloads.join(","), "--de-idle", "4"]);
+    let suite = bench(
+        &out,
+        &[
+            "--configs",
+            &configs.join(","),
+            "--only",
+            &workloads.join(","),
+            "--de-idle",
+            "4",
+        ],
+    );
     assert_all_match_plain(&suite, &workloads, &configs);
     let patched = counter(&suite, "de-similar", "de-patch", "patched");
     assert!(patched > 0.0, "de-similar under de-patch: nothing patched");
-    assert!(counter(&suite, "de-similar", "de-patch", "patch_restores") > 0.0, "patched pages were read back through restores");
-    assert_eq!(counter(&suite, "de-similar", "de-compress", "evicted"), 0.0, "random-looking similar pages are incompressible");
-    assert!(counter(&suite, "de-zero", "de-compress", "evicted") > 0.0, "de-zero under de-compress: nothing compressed");
+    assert!(
+        counter(&suite, "de-similar", "de-patch", "patch_restores") > 0.0,
+        "patched pages were read back through restores"
+    );
+    assert_eq!(
+        counter(&suite, "de-similar", "de-compress", "evicted"),
+        0.0,
+        "random-looking similar pages are incompressible"
+    );
+    assert!(
+        counter(&suite, "de-zero", "de-compress", "evicted") > 0.0,
+        "de-zero under de-compress: nothing compressed"
+    );
     std::fs::remove_dir_all(&out).unwrap();
 }

@@ -26,7 +26,14 @@ fn quick_synthetic_suite_runs_every_config_and_each_mechanism_saves_where_it_app
     let bin = pagefold();
     let out = scratch("synthetic");
     let run = Command::new(&bin)
-        .args(["bench", "--quick", "--suite", "synthetic", "--configs", &CONFIGS.join(",")])
+        .args([
+            "bench",
+            "--quick",
+            "--suite",
+            "synthetic",
+            "--configs",
+            &CONFIGS.join(","),
+        ])
         .arg("--out")
         .arg(&out)
         .args(["--doc", "-", "--results-doc", "-"])
@@ -34,30 +41,54 @@ fn quick_synthetic_suite_runs_every_config_and_each_mechanism_saves_where_it_app
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "pagefold bench failed ({}):\n{stderr}", run.status);
-    let suite: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results/synthetic.json")).unwrap()).unwrap();
+    assert!(
+        run.status.success(),
+        "pagefold bench failed ({}):\n{stderr}",
+        run.status
+    );
+    let suite: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results/synthetic.json")).unwrap())
+            .unwrap();
     let summary = report(&suite);
     eprintln!("{summary}");
 
-    let names: Vec<&str> = suite["workloads"].as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = suite["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["copies", "zeros", "duplicates", "mixed"]);
     for w in &names {
         for c in CONFIGS {
             let s = stats(&suite, w, c);
             assert_eq!(s["runs"], 1, "{w} {c}");
             assert_eq!(s["failed_runs"], 0, "{w} {c}\n{stderr}");
-            assert_eq!(s["identical"], true, "{w} under {c} printed something else than plain");
+            assert_eq!(
+                s["identical"], true,
+                "{w} under {c} printed something else than plain"
+            );
         }
     }
     assert_eq!(suite["all_identical"], true);
 
     // Each mechanism acted on its workload, alone and with the others...
-    for (workload, config, what) in [("copies", "copy", "pages_shared_by_copy"), ("zeros", "zero", "zero_folded"), ("duplicates", "merge", "merged")] {
+    for (workload, config, what) in [
+        ("copies", "copy", "pages_shared_by_copy"),
+        ("zeros", "zero", "zero_folded"),
+        ("duplicates", "merge", "merged"),
+    ] {
         for c in ["pagefold", config] {
-            assert!(counter(&suite, workload, c, what) > 0.0, "{workload} under {c}: no {what}\n{summary}");
+            assert!(
+                counter(&suite, workload, c, what) > 0.0,
+                "{workload} under {c}: no {what}\n{summary}"
+            );
             // ...and it showed in the footprint.
             let ratio = average_ratio(&suite, workload, c);
-            assert!(ratio < 1.0, "{workload} under {c}: average footprint {ratio:.2}x plain's\n{summary}");
+            assert!(
+                ratio < 1.0,
+                "{workload} under {c}: average footprint {ratio:.2}x plain's\n{summary}"
+            );
         }
     }
     assert!(out.join("results/synthetic.md").is_file());

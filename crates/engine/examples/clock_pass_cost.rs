@@ -18,7 +18,11 @@ fn fill(p: *mut u8, random: bool) {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let v = if random { x } else { (k as u64) << 20 | (i as u64 / 64) };
+            let v = if random {
+                x
+            } else {
+                (k as u64) << 20 | (i as u64 / 64)
+            };
             unsafe { (p.add(k * PAGE + i) as *mut u64).write(v) };
         }
     }
@@ -27,13 +31,20 @@ fn fill(p: *mut u8, random: bool) {
 fn main() {
     for tier in [false, true] {
         for random in [true, false] {
-            let e = Engine::new(Config { tier, clock_interval: Duration::ZERO, ..Config::default() });
+            let e = Engine::new(Config {
+                tier,
+                clock_interval: Duration::ZERO,
+                ..Config::default()
+            });
             let p = e.alloc(PAGES * PAGE, Hint::None);
             fill(p, random);
             let cpu_ms: Vec<u64> = (0..8).map(|_| e.scan().cpu_ns / 1_000_000).collect();
             let s = e.stats();
             let what = if random { "random" } else { "compressible" };
-            println!("tier={tier} {what}: scan CPU ms {cpu_ms:?}; evicted {}, refused {}", s.evicted, s.evict_refused);
+            println!(
+                "tier={tier} {what}: scan CPU ms {cpu_ms:?}; evicted {}, refused {}",
+                s.evicted, s.evict_refused
+            );
             unsafe { e.free(p) };
         }
     }

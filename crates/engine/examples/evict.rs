@@ -32,8 +32,22 @@ enum Kind {
 /// "text" row of KERNEL-NOTES (LZ4 ~1.7 KB per page).
 fn text_page(k: usize) -> Vec<u8> {
     const WORDS: [&str; 16] = [
-        "the ", "model ", "value ", "of ", "frame ", "page ", "residual ", "in ", "variance ", "coefficient ",
-        "estimate ", "and ", "error ", "for ", "data ", "matrix\n",
+        "the ",
+        "model ",
+        "value ",
+        "of ",
+        "frame ",
+        "page ",
+        "residual ",
+        "in ",
+        "variance ",
+        "coefficient ",
+        "estimate ",
+        "and ",
+        "error ",
+        "for ",
+        "data ",
+        "matrix\n",
     ];
     let mut x = (k as u64).wrapping_mul(0x9E3779B97F4A7C15) | 1;
     let mut v = Vec::with_capacity(PAGE + 16);
@@ -96,7 +110,11 @@ struct Run {
 }
 
 fn one(kind: Kind, n: usize, content: &[u8], grace: Duration) -> Run {
-    let cfg = Config { frames: kind != Kind::Anon, pin_grace: grace, ..Config::default() };
+    let cfg = Config {
+        frames: kind != Kind::Anon,
+        pin_grace: grace,
+        ..Config::default()
+    };
     let e = Engine::new(cfg);
     let p = block(&e, kind, n, content);
     let resident_before = resident(p, n);
@@ -114,7 +132,10 @@ fn one(kind: Kind, n: usize, content: &[u8], grace: Duration) -> Run {
     }
     let restore_us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
     std::hint::black_box(sum);
-    assert!(unsafe { std::slice::from_raw_parts(p, n * PAGE) } == content, "{kind:?}: wrong bytes after restore");
+    assert!(
+        unsafe { std::slice::from_raw_parts(p, n * PAGE) } == content,
+        "{kind:?}: wrong bytes after restore"
+    );
     unsafe { e.free(p) };
     Run {
         evict_us,
@@ -132,7 +153,12 @@ fn maps_in(lo: usize, hi: usize) -> usize {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     maps.lines()
         .filter(|l| {
-            let (a, b) = l.split_whitespace().next().unwrap().split_once('-').unwrap();
+            let (a, b) = l
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .split_once('-')
+                .unwrap();
             usize::from_str_radix(a, 16).unwrap() < hi && usize::from_str_radix(b, 16).unwrap() > lo
         })
         .count()
@@ -144,7 +170,16 @@ fn map(len: usize, fd: i32, shared: bool) -> *mut u8 {
         (false, true) => libc::MAP_SHARED,
         (false, false) => libc::MAP_PRIVATE,
     };
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0) };
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            fd,
+            0,
+        )
+    };
     assert_ne!(p, libc::MAP_FAILED);
     p.cast()
 }
@@ -159,7 +194,11 @@ fn probe_registration() {
     unsafe { libc::ftruncate(fd, 64 * PAGE as i64) };
     println!("| mapping | 64 pages | + run registered MISSING+WP | + whole range WP | run unregistered | all unregistered |");
     println!("|---|---:|---:|---:|---:|---:|");
-    for (name, fd, shared) in [("anonymous", -1, false), ("memfd shared", fd, true), ("memfd private", fd, false)] {
+    for (name, fd, shared) in [
+        ("anonymous", -1, false),
+        ("memfd shared", fd, true),
+        ("memfd private", fd, false),
+    ] {
         let p = map(64 * PAGE, fd, shared);
         let (lo, hi) = (p as usize, p as usize + 64 * PAGE);
         let run = unsafe { p.add(20 * PAGE) };
@@ -206,7 +245,11 @@ fn probe_fault_paths(n: usize) {
     unsafe { libc::ftruncate(fd, (n * PAGE) as i64) };
     println!("| MISSING fault + UFFDIO_COPY from another thread | read us/page | write us/page |");
     println!("|---|---:|---:|");
-    for (name, fd, shared) in [("anonymous (MADV_DONTNEED)", -1, false), ("memfd shared (hole punched)", fd, true), ("memfd private (hole)", fd, false)] {
+    for (name, fd, shared) in [
+        ("anonymous (MADV_DONTNEED)", -1, false),
+        ("memfd shared (hole punched)", fd, true),
+        ("memfd private (hole)", fd, false),
+    ] {
         let mut cost = [0.0; 2];
         for (i, write) in [false, true].into_iter().enumerate() {
             let p = map(n * PAGE, fd, shared);
@@ -254,19 +297,35 @@ fn probe_sigbus_mode() {
     }
     const FEATURE_SIGBUS: u64 = 1 << 7;
     let ioc = |nr: u64, size: u64| (3u64 << 30) | (size << 16) | (0xAA << 8) | nr;
-    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) } as i32;
-    let mut api = Api { api: 0xAA, features: FEATURE_SIGBUS, ioctls: 0 };
+    let fd =
+        unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) } as i32;
+    let mut api = Api {
+        api: 0xAA,
+        features: FEATURE_SIGBUS,
+        ioctls: 0,
+    };
     if fd < 0 || unsafe { libc::ioctl(fd, ioc(0x3F, 24) as _, &mut api) } != 0 {
         println!("SIGBUS mode unavailable\n");
         return;
     }
     let p = map(4 * PAGE, -1, false);
-    let mut reg = Register { start: p as u64, len: 4 * PAGE as u64, mode: 1, ioctls: 0 };
+    let mut reg = Register {
+        start: p as u64,
+        len: 4 * PAGE as u64,
+        mode: 1,
+        ioctls: 0,
+    };
     assert_eq!(unsafe { libc::ioctl(fd, ioc(0x00, 32) as _, &mut reg) }, 0);
     let mut fds = [0i32; 2];
     unsafe { libc::pipe(fds.as_mut_ptr()) };
     let buf = [1u8; PAGE];
-    let outcome = |r: isize| if r < 0 { format!("{}", std::io::Error::last_os_error()) } else { format!("{r} bytes") };
+    let outcome = |r: isize| {
+        if r < 0 {
+            format!("{}", std::io::Error::last_os_error())
+        } else {
+            format!("{r} bytes")
+        }
+    };
     unsafe { libc::write(fds[1], buf.as_ptr().cast(), PAGE) };
     let read = outcome(unsafe { libc::read(fds[0], p.cast(), PAGE) });
     let write = outcome(unsafe { libc::write(fds[1], p.add(PAGE).cast(), PAGE) });
@@ -274,8 +333,14 @@ fn probe_sigbus_mode() {
     unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, s.as_mut_ptr()) };
     let send = outcome(unsafe { libc::send(s[0], p.add(2 * PAGE).cast(), PAGE, 0) });
     let mut out = [0u8; PAGE];
-    let local = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: PAGE };
-    let remote = libc::iovec { iov_base: unsafe { p.add(3 * PAGE) }.cast(), iov_len: PAGE };
+    let local = libc::iovec {
+        iov_base: out.as_mut_ptr().cast(),
+        iov_len: PAGE,
+    };
+    let remote = libc::iovec {
+        iov_base: unsafe { p.add(3 * PAGE) }.cast(),
+        iov_len: PAGE,
+    };
     let vm = outcome(unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) });
     println!(
         "userfaultfd SIGBUS mode, missing anonymous pages: read(2) into one: {read}; write(2) from one: {write}; \
@@ -299,7 +364,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let n = args.first().copied().unwrap_or(16_384);
     let runs = args.get(1).copied().unwrap_or(5);
     let content: Vec<u8> = (0..n).flat_map(text_page).collect();
@@ -331,11 +399,23 @@ fn main() {
     println!();
     println!("| kind | evict (1 ms grace/chunk) | evict (no grace) | restore on touch | resident before -> after | stored B/page | store overhead B/page | engine metadata B/page |");
     println!("|---|---:|---:|---:|---|---:|---:|---:|");
-    for kind in [Kind::Anon, Kind::Owned, Kind::SoleShared, Kind::SoleDiverged] {
-        let with: Vec<Run> = (0..runs).map(|_| one(kind, n, &content, Duration::from_micros(1000))).collect();
-        let without: Vec<Run> = (0..runs).map(|_| one(kind, n, &content, Duration::ZERO)).collect();
+    for kind in [
+        Kind::Anon,
+        Kind::Owned,
+        Kind::SoleShared,
+        Kind::SoleDiverged,
+    ] {
+        let with: Vec<Run> = (0..runs)
+            .map(|_| one(kind, n, &content, Duration::from_micros(1000)))
+            .collect();
+        let without: Vec<Run> = (0..runs)
+            .map(|_| one(kind, n, &content, Duration::ZERO))
+            .collect();
         let all = || with.iter().chain(&without);
-        assert!(all().all(|r| r.evicted == n as u64), "{kind:?}: not every page was evicted");
+        assert!(
+            all().all(|r| r.evicted == n as u64),
+            "{kind:?}: not every page was evicted"
+        );
         let last = &without[0];
         println!(
             "| {kind:?} | {:.2} | {:.2} | {:.2} | {} -> {} | {:.0} | {:.0} | {:.0} |",

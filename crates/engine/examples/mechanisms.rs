@@ -17,7 +17,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Median over RUNS of `f()`'s duration, in microseconds per page.
 /// `setup` prepares and returns the operation; the operation returns what
 /// must be cleaned up, which is dropped outside the timed region.
-fn per_page(pages: usize, mut setup: impl FnMut() -> Box<dyn FnOnce() -> Box<dyn std::any::Any>>) -> f64 {
+fn per_page(
+    pages: usize,
+    mut setup: impl FnMut() -> Box<dyn FnOnce() -> Box<dyn std::any::Any>>,
+) -> f64 {
     let v = (0..RUNS)
         .map(|_| {
             let op = setup();
@@ -39,14 +42,27 @@ fn memfd(pages: usize) -> i32 {
 }
 
 fn map(addr: *mut u8, pages: usize, fd: i32, shared: bool) -> *mut u8 {
-    let mut flags = if shared { libc::MAP_SHARED } else { libc::MAP_PRIVATE };
+    let mut flags = if shared {
+        libc::MAP_SHARED
+    } else {
+        libc::MAP_PRIVATE
+    };
     if fd < 0 {
         flags |= libc::MAP_ANONYMOUS;
     }
     if !addr.is_null() {
         flags |= libc::MAP_FIXED;
     }
-    let p = unsafe { libc::mmap(addr.cast(), pages * PAGE, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0) };
+    let p = unsafe {
+        libc::mmap(
+            addr.cast(),
+            pages * PAGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            fd,
+            0,
+        )
+    };
     assert_ne!(p, libc::MAP_FAILED);
     p.cast()
 }
@@ -167,7 +183,9 @@ fn main() {
             Box::new(move || {
                 for c in 0..n / 512 {
                     let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-                    unsafe { libc::fallocate(fd, mode, (c * 512 * PAGE) as i64, (512 * PAGE) as i64) };
+                    unsafe {
+                        libc::fallocate(fd, mode, (c * 512 * PAGE) as i64, (512 * PAGE) as i64)
+                    };
                 }
                 Box::new(Cleanup(p, n, fd)) as Box<dyn std::any::Any>
             })
@@ -184,7 +202,14 @@ fn main() {
                 for i in (0..4096).step_by(2) {
                     let q = unsafe { p.add(i * PAGE) };
                     let r = unsafe {
-                        libc::mmap(q.cast(), PAGE, 3, libc::MAP_PRIVATE | libc::MAP_FIXED, fd, (4095 * PAGE) as i64)
+                        libc::mmap(
+                            q.cast(),
+                            PAGE,
+                            3,
+                            libc::MAP_PRIVATE | libc::MAP_FIXED,
+                            fd,
+                            (4095 * PAGE) as i64,
+                        )
                     };
                     assert_ne!(r, libc::MAP_FAILED);
                 }
@@ -220,7 +245,9 @@ fn main() {
             Box::new(move || {
                 let mut v = vec![0u8; 512];
                 for c in 0..n / 512 {
-                    unsafe { libc::mincore(p.add(c * 512 * PAGE).cast(), 512 * PAGE, v.as_mut_ptr()) };
+                    unsafe {
+                        libc::mincore(p.add(c * 512 * PAGE).cast(), 512 * PAGE, v.as_mut_ptr())
+                    };
                 }
                 Box::new(Cleanup(p, n, fd)) as Box<dyn std::any::Any>
             })
@@ -235,7 +262,9 @@ fn main() {
             Box::new(move || {
                 let mut acc = 0u64;
                 for i in 0..n {
-                    acc ^= xxhash_rust::xxh3::xxh3_64(unsafe { std::slice::from_raw_parts(p.add(i * PAGE), PAGE) });
+                    acc ^= xxhash_rust::xxh3::xxh3_64(unsafe {
+                        std::slice::from_raw_parts(p.add(i * PAGE), PAGE)
+                    });
                 }
                 std::hint::black_box(acc);
                 Box::new(Cleanup(p, n, -1)) as Box<dyn std::any::Any>

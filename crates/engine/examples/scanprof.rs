@@ -7,7 +7,8 @@ fn main() {
     let p = e.alloc(n * PAGE, Hint::FullWrite);
     if !zero {
         for i in 0..n {
-            let w = unsafe { std::slice::from_raw_parts_mut(p.add(i * PAGE) as *mut u64, PAGE / 8) };
+            let w =
+                unsafe { std::slice::from_raw_parts_mut(p.add(i * PAGE) as *mut u64, PAGE / 8) };
             for (j, x) in w.iter_mut().enumerate() {
                 *x = (i as u64) << 20 | j as u64;
             }
@@ -15,6 +16,10 @@ fn main() {
     }
     for _ in 0..3 {
         let r = e.scan();
-        println!("{:?} GB/s per core {:.2}", r, (n * PAGE) as f64 / r.cpu_ns as f64);
+        println!(
+            "{:?} GB/s per core {:.2}",
+            r,
+            (n * PAGE) as f64 / r.cpu_ns as f64
+        );
     }
 }

@@ -82,7 +82,9 @@ impl Engine {
     /// pages beyond are unmapped and their frames released (realloc to a
     /// smaller size). False if `ptr` is not a block or the kernel refused.
     pub fn shrink(&self, ptr: *mut u8, len: usize) -> bool {
-        self.inner.lock().shrink(ptr as usize, len.max(1).div_ceil(PAGE))
+        self.inner
+            .lock()
+            .shrink(ptr as usize, len.max(1).div_ceil(PAGE))
     }
 }
 
@@ -110,8 +112,16 @@ fn push(ranges: &mut Vec<(usize, usize)>, a: usize, b: usize) {
 impl State {
     /// Bases of the blocks overlapping `[start, end)`, in address order.
     pub fn overlapping(&self, start: usize, end: usize) -> Vec<usize> {
-        let first = self.blocks.range(..=start).next_back().filter(|(&b, blk)| b + blk.len() > start).map(|(&b, _)| b);
-        let rest = self.blocks.range(start.saturating_add(1)..end.max(start.saturating_add(1))).map(|(&b, _)| b);
+        let first = self
+            .blocks
+            .range(..=start)
+            .next_back()
+            .filter(|(&b, blk)| b + blk.len() > start)
+            .map(|(&b, _)| b);
+        let rest = self
+            .blocks
+            .range(start.saturating_add(1)..end.max(start.saturating_add(1)))
+            .map(|(&b, _)| b);
         first.into_iter().chain(rest).collect()
     }
 
@@ -142,7 +152,9 @@ impl State {
         let mut a = i;
         while a < i + n {
             let kind = self.discard_kind(base, a);
-            let b = (a + 1..i + n).find(|&k| self.discard_kind(base, k) != kind).unwrap_or(i + n);
+            let b = (a + 1..i + n)
+                .find(|&k| self.discard_kind(base, k) != kind)
+                .unwrap_or(i + n);
             let addr = self.blocks[&base].page_addr(a) as usize;
             match kind {
                 Discard::Kernel => push(pass, addr, addr + (b - a) * PAGE),
@@ -166,7 +178,9 @@ impl State {
             let f = owned(self, x).expect("run starts owned");
             if sys::punch(self.pools[f.pool()].fd, f.slot(), (y - x) as u64).is_err() {
                 // The bytes must go even if the memory stays.
-                unsafe { std::ptr::write_bytes(self.blocks[&base].page_addr(x), 0, (y - x) * PAGE) };
+                unsafe {
+                    std::ptr::write_bytes(self.blocks[&base].page_addr(x), 0, (y - x) * PAGE)
+                };
             }
         }
     }
@@ -217,7 +231,10 @@ impl State {
         let old: Vec<Page> = self.blocks[&base].pages[i..i + n].to_vec();
         self.forget_evicted(&self.blocks[&base], i, n);
         self.drop_pages(&old);
-        let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+        let block = self
+            .blocks
+            .get_mut(&base)
+            .expect("block vanished under the lock");
         let before = block.boundaries(i, n);
         for k in 0..n {
             block.set(i + k, Page::Owned(first.offset(k as u64)));
@@ -278,7 +295,9 @@ impl State {
     fn move_to_anon(&mut self, base: usize, tmp: *mut u8) -> bool {
         let (addr, n) = (base as *mut u8, self.blocks[&base].pages.len());
         let len = n * PAGE;
-        let Some(p) = &self.protector else { return false };
+        let Some(p) = &self.protector else {
+            return false;
+        };
         if p.protect(addr, len).is_err() {
             let _ = p.unprotect(addr, len);
             self.stats.fallbacks.uffd += 1;
@@ -320,7 +339,10 @@ impl State {
     fn record_anon(&mut self, base: usize) {
         let n = self.blocks[&base].pages.len();
         self.forget_evicted(&self.blocks[&base], 0, n);
-        let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+        let block = self
+            .blocks
+            .get_mut(&base)
+            .expect("block vanished under the lock");
         let old = std::mem::replace(&mut block.pages, vec![Page::Anon; block.seen.len()]);
         block.evicted = 0;
         let before = std::mem::replace(&mut block.vmas, 1);
@@ -330,7 +352,9 @@ impl State {
     }
 
     fn shrink(&mut self, base: usize, keep: usize) -> bool {
-        let Some(block) = self.blocks.get(&base) else { return false };
+        let Some(block) = self.blocks.get(&base) else {
+            return false;
+        };
         let n = block.pages.len();
         if keep >= n {
             return true;
@@ -341,7 +365,10 @@ impl State {
             return false;
         }
         self.forget_evicted(&self.blocks[&base], keep, n - keep);
-        let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+        let block = self
+            .blocks
+            .get_mut(&base)
+            .expect("block vanished under the lock");
         let old = block.cut(keep);
         let before = std::mem::replace(&mut block.vmas, 0);
         block.vmas = block.count_vmas();

@@ -170,7 +170,11 @@ pub fn tick(seen: u32, cold_passes: u32) -> (Class, u32) {
         return (Class::C2, rest);
     }
     let a = (age(seen) + 1).min(MAX_AGE);
-    let class = if a >= cold_passes.max(1) { Class::C4 } else { Class::C3 };
+    let class = if a >= cold_passes.max(1) {
+        Class::C4
+    } else {
+        Class::C3
+    };
     (class, rest | a << AGE_SHIFT)
 }
 
@@ -181,8 +185,14 @@ pub fn allow(class: Class, age: u32, pressing: bool, cfg: &Config) -> Option<All
     let shared_cycle = age >= if cfg.volatile_check { 2 } else { 1 };
     let a = match class {
         Class::C1 | Class::C2 => return None,
-        Class::C3 => Allow { patch: cfg.tier_patch, compress: cfg.tier_compress && pressing },
-        Class::C4 => Allow { patch: cfg.tier_patch, compress: cfg.tier_compress && shared_cycle },
+        Class::C3 => Allow {
+            patch: cfg.tier_patch,
+            compress: cfg.tier_compress && pressing,
+        },
+        Class::C4 => Allow {
+            patch: cfg.tier_patch,
+            compress: cfg.tier_compress && shared_cycle,
+        },
     };
     (a.patch || a.compress).then_some(a)
 }
@@ -276,12 +286,13 @@ pub(crate) struct Pass {
 impl Pass {
     /// Asks the store to spill (outside the engine lock: it may write to disk).
     pub fn spill_now(&mut self) -> u64 {
-        let Some((store, bytes)) = self.spill.take() else { return 0 };
+        let Some((store, bytes)) = self.spill.take() else {
+            return 0;
+        };
         let released = store.spill(bytes);
         self.shed = self.shed.saturating_sub(released);
         released
     }
-
 }
 
 impl State {
@@ -292,7 +303,11 @@ impl State {
             return None;
         }
         let now = Instant::now();
-        if self.clock.last_pass.is_some_and(|t| now.duration_since(t) < self.cfg.clock_interval) {
+        if self
+            .clock
+            .last_pass
+            .is_some_and(|t| now.duration_since(t) < self.cfg.clock_interval)
+        {
             return None;
         }
         self.clock.last_pass = Some(now);
@@ -307,14 +322,25 @@ impl State {
         if shed > 0 {
             self.clock.stats.pressure_passes += 1;
             self.clock.stats.spill_requested += shed;
-            spill = self.evictions.as_ref().map(|ev| (ev.lock().store.clone(), shed));
+            spill = self
+                .evictions
+                .as_ref()
+                .map(|ev| (ev.lock().store.clone(), shed));
         }
-        Some(Pass { counts: PassCounts::default(), evict, shed, private_resident: 0, spill })
+        Some(Pass {
+            counts: PassCounts::default(),
+            evict,
+            shed,
+            private_resident: 0,
+            spill,
+        })
     }
 
     /// Bytes above the low watermark, if under pressure (see the module comment).
     fn excess(&mut self, footprint: u64) -> u64 {
-        let Some(high) = self.cfg.high_water else { return 0 };
+        let Some(high) = self.cfg.high_water else {
+            return 0;
+        };
         let low = self.cfg.low_water.unwrap_or(high / 8 * 7).min(high);
         if footprint > high {
             self.clock.pressure = true;
@@ -339,7 +365,10 @@ impl State {
             t.store.bytes().memory() + s.patch_store_bytes + t.records_bytes() as u64
         });
         self.patch_stats(&mut s);
-        (frames + self.clock.private_resident) * PAGE as u64 + stored + self.metadata_bytes() as u64 + s.metadata_bytes
+        (frames + self.clock.private_resident) * PAGE as u64
+            + stored
+            + self.metadata_bytes() as u64
+            + s.metadata_bytes
     }
 
     /// Ends a pass: its counts go to the statistics and to the scan's report.
@@ -357,12 +386,21 @@ impl State {
     /// The clock's look at the pages of a protected chunk that hold content
     /// (`present`, sorted; none evicted or folded): classifies each, then
     /// evicts what the policy allows.
-    pub(crate) fn clock_chunk(&mut self, base: usize, chunk: Range<usize>, present: &[usize], pass: &mut Pass) {
+    pub(crate) fn clock_chunk(
+        &mut self,
+        base: usize,
+        chunk: Range<usize>,
+        present: &[usize],
+        pass: &mut Pass,
+    ) {
         let cold_passes = self.cfg.cold_passes;
         let (mut chosen, mut references) = (Vec::new(), Vec::new());
         // Pages taken for pressure alone: no more than the excess, in pages.
         let mut pressure_pages = pass.shed.div_ceil(PAGE as u64);
-        let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+        let block = self
+            .blocks
+            .get_mut(&base)
+            .expect("block vanished under the lock");
         for &k in present {
             pass.counts.restored += (block.seen[k] & ACCESSED != 0) as u64;
             let (class, seen) = tick(block.seen[k], cold_passes);
@@ -397,11 +435,20 @@ impl State {
             self.evict_chosen(base, chunk, &chosen, pass);
         }
         let block = &self.blocks[&base];
-        pass.private_resident += present.iter().filter(|&&k| matches!(block.pages[k], Page::Anon | Page::Diverged(_))).count() as u64;
+        pass.private_resident += present
+            .iter()
+            .filter(|&&k| matches!(block.pages[k], Page::Anon | Page::Diverged(_)))
+            .count() as u64;
     }
 
     /// Evicts the chosen pages; what they freed counts against the excess.
-    fn evict_chosen(&mut self, base: usize, chunk: Range<usize>, chosen: &[(usize, Allow)], pass: &mut Pass) {
+    fn evict_chosen(
+        &mut self,
+        base: usize,
+        chunk: Range<usize>,
+        chosen: &[(usize, Allow)],
+        pass: &mut Pass,
+    ) {
         let stored = |st: &State| {
             st.evictions.as_ref().map_or(0, |ev| {
                 let b = ev.lock().store.bytes();
@@ -440,12 +487,23 @@ mod tests {
     fn pages_age_from_c3_to_c4_and_any_access_starts_again() {
         use Class::*;
         let look = 0x1234 | 2;
-        assert_eq!(run(look, &[WRITTEN, 0, 0, 0, ACCESSED, 0, WRITTEN | ACCESSED, 0, 0], 2), [C1, C3, C4, C4, C2, C3, C1, C3, C4]);
+        assert_eq!(
+            run(
+                look,
+                &[WRITTEN, 0, 0, 0, ACCESSED, 0, WRITTEN | ACCESSED, 0, 0],
+                2
+            ),
+            [C1, C3, C4, C4, C2, C3, C1, C3, C4]
+        );
         assert_eq!(run(look, &[0; 10], 3)[..4], [C3, C3, C4, C4]);
         let (_, s) = (0..20).fold((Class::C3, look), |(_, s), _| tick(s, 7));
         assert_eq!(age(s), MAX_AGE, "age saturates");
         assert_eq!(s & LOOK_MASK, look, "the look stays");
-        assert_eq!(on_evict(s | WRITTEN | 0x0300_0000), look, "eviction keeps only the look");
+        assert_eq!(
+            on_evict(s | WRITTEN | 0x0300_0000),
+            look,
+            "eviction keeps only the look"
+        );
     }
 
     #[test]
@@ -456,10 +514,20 @@ mod tests {
         let c3 = allow(Class::C3, 1, false, &cfg).expect("C3 may be patched");
         assert!(c3.patch && !c3.compress);
         assert!(allow(Class::C3, 1, true, &cfg).expect("pressure").compress);
-        let early = Config { cold_passes: 1, ..Config::default() };
-        assert!(!allow(Class::C4, 1, false, &early).expect("C4").compress, "settled only once: not yet");
+        let early = Config {
+            cold_passes: 1,
+            ..Config::default()
+        };
+        assert!(
+            !allow(Class::C4, 1, false, &early).expect("C4").compress,
+            "settled only once: not yet"
+        );
         assert!(allow(Class::C4, 2, false, &cfg).expect("C4").compress);
-        let off = Config { tier_patch: false, tier_compress: false, ..Config::default() };
+        let off = Config {
+            tier_patch: false,
+            tier_compress: false,
+            ..Config::default()
+        };
         assert!(allow(Class::C4, 5, true, &off).is_none());
     }
 }

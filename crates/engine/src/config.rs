@@ -172,7 +172,11 @@ impl Config {
         flag("PAGEFOLD_TIER", &mut c.tier);
         flag("PAGEFOLD_TIER_PATCH", &mut c.tier_patch);
         flag("PAGEFOLD_TIER_COMPRESS", &mut c.tier_compress);
-        let num = |name: &str| std::env::var(name).ok().and_then(|s| s.trim().parse::<u64>().ok());
+        let num = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+        };
         if let Some(v) = num("PAGEFOLD_VMA_BUDGET") {
             c.vma_budget = v as usize;
         }
@@ -226,7 +230,10 @@ impl Config {
             c.low_water = v;
         }
         c.inject = Inject::from_env();
-        if let Some(f) = std::env::var("PAGEFOLD_SCAN_CPU").ok().and_then(|s| s.parse::<f64>().ok()) {
+        if let Some(f) = std::env::var("PAGEFOLD_SCAN_CPU")
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+        {
             if f > 0.0 && f <= 1.0 {
                 c.scan_cpu_budget = f;
             }
@@ -242,7 +249,11 @@ impl Inject {
     /// `PAGEFOLD_INJECT_FAIL_UFFD_MISSING=1`,
     /// `PAGEFOLD_INJECT_FAIL_PATCH=1`, `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
     pub fn from_env() -> Inject {
-        let num = |name: &str| std::env::var(name).ok().and_then(|s| s.trim().parse::<u64>().ok());
+        let num = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+        };
         let on = |name: &str| num(name).is_some_and(|v| v != 0);
         Inject {
             fail_memfd: on("PAGEFOLD_INJECT_FAIL_MEMFD"),

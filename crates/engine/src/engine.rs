@@ -139,7 +139,11 @@ impl Engine {
 
     /// Length in bytes of the block starting at `ptr`.
     pub fn block_len(&self, ptr: *const u8) -> Option<usize> {
-        self.inner.lock().blocks.get(&(ptr as usize)).map(|b| b.len())
+        self.inner
+            .lock()
+            .blocks
+            .get(&(ptr as usize))
+            .map(|b| b.len())
     }
 
     /// Copies `len` bytes with memmove semantics. Whole pages between engine
@@ -156,7 +160,8 @@ impl Engine {
         }
         let mut st = self.inner.lock();
         if !st.virtual_copy(dst, src, len) {
-            let engine_memory = st.find(src as usize, len).is_some() || st.find(dst as usize, len).is_some();
+            let engine_memory =
+                st.find(src as usize, len).is_some() || st.find(dst as usize, len).is_some();
             if engine_memory {
                 st.stats.bytes_copied_plain += len as u64;
             }
@@ -189,14 +194,26 @@ impl Engine {
     /// Wakes the background scanner now (e.g. after a burst of frees, when
     /// an interpreter's garbage collector has just run). No effect without one.
     pub fn request_scan(&self) {
-        if let Some(h) = self.inner.bg.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if let Some(h) = self
+            .inner
+            .bg
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
             h.thread().unpark();
         }
     }
 
     pub fn stop_background(&self) {
         self.inner.bg_stop.store(true, Ordering::SeqCst);
-        if let Some(h) = self.inner.bg.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(h) = self
+            .inner
+            .bg
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
             h.thread().unpark();
             let _ = h.join();
         }
@@ -219,7 +236,12 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.bg_stop.store(true, Ordering::SeqCst);
         // The fault thread stays while anything is still evicted.
-        if let Some(ev) = &self.state.get_mut().unwrap_or_else(|e| e.into_inner()).evictions {
+        if let Some(ev) = &self
+            .state
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .evictions
+        {
             ev.stop.store(true, Ordering::SeqCst);
         }
     }
@@ -266,7 +288,9 @@ impl State {
         if cfg.inject.fail_uffd {
             return None;
         }
-        Protector::open_with(!cfg.inject.fail_uffd_missing).ok().map(Arc::new)
+        Protector::open_with(!cfg.inject.fail_uffd_missing)
+            .ok()
+            .map(Arc::new)
     }
 
     pub fn open_pool(cfg: &Config) -> std::io::Result<Pool> {
@@ -281,7 +305,10 @@ impl State {
 
     /// The pool taking new allocations, if any.
     fn current_pool(&self) -> Option<usize> {
-        self.pools.last().filter(|p| !p.retired).map(|_| self.pools.len() - 1)
+        self.pools
+            .last()
+            .filter(|p| !p.retired)
+            .map(|_| self.pools.len() - 1)
     }
 
     /// The block containing `[addr, addr+len)`, by its base.
@@ -323,7 +350,14 @@ impl State {
             self.stats.fallbacks.frames += 1;
             return None;
         };
-        match sys::map(std::ptr::null_mut(), npages * PAGE, self.pools[pi].fd, slot, true, false) {
+        match sys::map(
+            std::ptr::null_mut(),
+            npages * PAGE,
+            self.pools[pi].fd,
+            slot,
+            true,
+            false,
+        ) {
             Ok(p) => {
                 let pool = &mut self.pools[pi];
                 let pages = (0..npages as u64)
@@ -346,7 +380,9 @@ impl State {
     /// while a scan works on them: a registered range loses the kernel's
     /// fault-around (a first read costs 1.0 instead of 0.16 us per page).
     pub fn register(&self, addr: *mut u8, len: usize) -> bool {
-        self.protector.as_ref().is_some_and(|p| p.register(addr, len).is_ok())
+        self.protector
+            .as_ref()
+            .is_some_and(|p| p.register(addr, len).is_ok())
     }
 
     pub fn unregister(&self, addr: *mut u8, len: usize) {
@@ -413,7 +449,10 @@ impl State {
     /// mapping count once more before saying no.
     pub fn vma_room(&mut self, cost: usize) -> bool {
         let fits = |s: &State| {
-            let limit = s.cfg.vma_budget.min(s.max_map.saturating_sub(s.cfg.vma_reserve + s.other_maps));
+            let limit = s
+                .cfg
+                .vma_budget
+                .min(s.max_map.saturating_sub(s.cfg.vma_reserve + s.other_maps));
             s.vmas + cost <= limit
         };
         if fits(self) {
@@ -474,7 +513,10 @@ impl State {
         if self.scanning {
             self.register(addr, n * PAGE);
         }
-        let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+        let block = self
+            .blocks
+            .get_mut(&base)
+            .expect("block vanished under the lock");
         let before = block.boundaries(i, n);
         for k in 0..n {
             let page = match first {
@@ -496,7 +538,10 @@ impl State {
     /// pagemap; frames of diverged pages lose their reference.
     pub fn refresh_divergence(&mut self, base: usize, i: usize, n: usize) -> u64 {
         let block = &self.blocks[&base];
-        if !block.pages[i..i + n].iter().any(|p| matches!(p, Page::Shared(_))) {
+        if !block.pages[i..i + n]
+            .iter()
+            .any(|p| matches!(p, Page::Shared(_)))
+        {
             return 0;
         }
         let Some(pm) = &self.pagemap else { return 0 };
@@ -504,7 +549,10 @@ impl State {
         if pm.read(block.page_addr(i), &mut entries).is_err() {
             return 0;
         }
-        let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+        let block = self
+            .blocks
+            .get_mut(&base)
+            .expect("block vanished under the lock");
         let mut released = Vec::new();
         for (k, e) in entries.iter().enumerate() {
             if let Page::Shared(f) = block.pages[i + k] {
@@ -516,7 +564,10 @@ impl State {
             }
         }
         let n_released = released.len() as u64;
-        let punch: Vec<FrameId> = released.into_iter().filter(|f| self.pools[f.pool()].diverge(f.slot())).collect();
+        let punch: Vec<FrameId> = released
+            .into_iter()
+            .filter(|f| self.pools[f.pool()].diverge(f.slot()))
+            .collect();
         self.release(punch, false);
         self.stats.diverged_released += n_released;
         n_released
@@ -541,10 +592,14 @@ impl State {
 
     /// The copy proper; false if nothing in it can be virtual (caller copies plainly).
     unsafe fn virtual_copy(&mut self, dst: *mut u8, src: *const u8, len: usize) -> bool {
-        let (Some(sb), Some(db)) = (self.find(src as usize, len), self.find(dst as usize, len)) else {
+        let (Some(sb), Some(db)) = (self.find(src as usize, len), self.find(dst as usize, len))
+        else {
             return false;
         };
-        if src as usize % PAGE != dst as usize % PAGE || self.blocks[&sb].exempt || self.blocks[&db].exempt {
+        if src as usize % PAGE != dst as usize % PAGE
+            || self.blocks[&sb].exempt
+            || self.blocks[&db].exempt
+        {
             return false;
         }
         let head = (PAGE - src as usize % PAGE) % PAGE;
@@ -572,7 +627,12 @@ impl State {
         };
         let mut plain = vec![true; whole];
         for (a, b) in runs(0..whole, shared_frame) {
-            if self.share_run(db, di + a, b - a, shared_frame(a).expect("run starts shared")) {
+            if self.share_run(
+                db,
+                di + a,
+                b - a,
+                shared_frame(a).expect("run starts shared"),
+            ) {
                 plain[a..b].iter_mut().for_each(|p| *p = false);
             }
         }

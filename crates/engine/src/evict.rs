@@ -101,7 +101,10 @@ pub struct Allow {
 
 impl Allow {
     /// `Engine::evict`: a hint from the program allows everything.
-    pub const ALL: Allow = Allow { patch: true, compress: true };
+    pub const ALL: Allow = Allow {
+        patch: true,
+        compress: true,
+    };
 }
 
 /// A page taken into the store in this chunk, not yet armed.
@@ -144,7 +147,9 @@ impl Engine {
             let mut i = None;
             loop {
                 let mut st = self.inner.lock();
-                let Some(b) = st.blocks.get(&base).filter(|b| !b.exempt) else { break };
+                let Some(b) = st.blocks.get(&base).filter(|b| !b.exempt) else {
+                    break;
+                };
                 let lo = (start.max(base) - base) / PAGE;
                 let hi = (end.min(base + b.len()) - base).div_ceil(PAGE);
                 let k = *i.get_or_insert(lo);
@@ -188,13 +193,19 @@ impl State {
         if self.fault_thread.is_some() {
             return true;
         }
-        let Some(uffd) = self.protector.clone().filter(|p| p.missing) else { return false };
+        let Some(uffd) = self.protector.clone().filter(|p| p.missing) else {
+            return false;
+        };
         if self.evictions.is_none() {
             // No address space for the store's slabs: no eviction.
-            let Ok(store) = TierStore::new(TierConfig::from_engine(&self.cfg)) else { return false };
+            let Ok(store) = TierStore::new(TierConfig::from_engine(&self.cfg)) else {
+                return false;
+            };
             self.evictions = Some(Arc::new(Evictions::new(Arc::new(store))));
         }
-        let Some(ev) = self.evictions.clone() else { return false };
+        let Some(ev) = self.evictions.clone() else {
+            return false;
+        };
         ev.lock().patches.fail_decode = self.cfg.inject.fail_patch;
         let spawned = std::thread::Builder::new()
             .name("pagefold-fault".into())
@@ -205,7 +216,14 @@ impl State {
     }
 
     /// Evicts what it may of pages `[i, i+c)` of a block.
-    pub(crate) fn evict_range(&mut self, base: usize, i: usize, c: usize, allow: Allow, rep: &mut EvictReport) {
+    pub(crate) fn evict_range(
+        &mut self,
+        base: usize,
+        i: usize,
+        c: usize,
+        allow: Allow,
+        rep: &mut EvictReport,
+    ) {
         self.reconcile(base, i, c);
         // A signal handler of this thread writing into the protected chunk
         // would wait for this very thread: no signals until it is unprotected.
@@ -215,9 +233,18 @@ impl State {
         self.settle_pins();
     }
 
-    fn evict_chunk(&mut self, base: usize, i: usize, c: usize, allow: Allow, rep: &mut EvictReport) {
+    fn evict_chunk(
+        &mut self,
+        base: usize,
+        i: usize,
+        c: usize,
+        allow: Allow,
+        rep: &mut EvictReport,
+    ) {
         let addr = self.blocks[&base].page_addr(i);
-        let Some(protector) = self.protector.clone() else { return };
+        let Some(protector) = self.protector.clone() else {
+            return;
+        };
         if protector.protect(addr, c * PAGE).is_err() {
             let _ = protector.unprotect(addr, c * PAGE);
             self.stats.fallbacks.uffd += 1;
@@ -234,17 +261,30 @@ impl State {
 
     /// The pages of the chunk starting at page `i` that hold content (not
     /// evicted, resident), each allowed `allow`; counts the others.
-    fn holding_content(&self, base: usize, i: usize, resident: &[u8], allow: Allow, rep: &mut EvictReport) -> Vec<(usize, Allow)> {
+    fn holding_content(
+        &self,
+        base: usize,
+        i: usize,
+        resident: &[u8],
+        allow: Allow,
+        rep: &mut EvictReport,
+    ) -> Vec<(usize, Allow)> {
         let pages = &self.blocks[&base].pages;
-        let (holding, not): (Vec<usize>, Vec<usize>) =
-            (i..i + resident.len()).partition(|&k| !pages[k].is_evicted() && resident[k - i] & 1 != 0);
+        let (holding, not): (Vec<usize>, Vec<usize>) = (i..i + resident.len())
+            .partition(|&k| !pages[k].is_evicted() && resident[k - i] & 1 != 0);
         rep.not_resident += not.len() as u64;
         holding.into_iter().map(|k| (k, allow)).collect()
     }
 
     /// Steps 4-6 for `pages` (sorted, resident, not evicted) of a chunk the
     /// caller has registered and write-protected, each as its `Allow` permits.
-    pub(crate) fn evict_pages(&mut self, base: usize, chunk: Range<usize>, pages: &[(usize, Allow)], rep: &mut EvictReport) {
+    pub(crate) fn evict_pages(
+        &mut self,
+        base: usize,
+        chunk: Range<usize>,
+        pages: &[(usize, Allow)],
+        rep: &mut EvictReport,
+    ) {
         let mut copies = Vec::new();
         let taken = self.take_pages(base, chunk, pages, &mut copies, rep);
         let taken = self.unchanged_after_grace(base, taken, &copies, rep);
@@ -258,7 +298,9 @@ impl State {
         match self.blocks[&base].pages[k] {
             Page::Anon => Some(Restores::Anon),
             Page::Owned(f) if live(f) => Some(Restores::Owned(f)),
-            Page::Shared(f) if live(f) && pool(f).maps(f.slot()) == 1 && pool(f).refs(f.slot()) == 1 => {
+            Page::Shared(f)
+                if live(f) && pool(f).maps(f.slot()) == 1 && pool(f).refs(f.slot()) == 1 =>
+            {
                 Some(Restores::Diverged(f))
             }
             Page::Diverged(f)
@@ -276,7 +318,14 @@ impl State {
     /// Takes the eligible, non-zero ones of `pages` (resident, in the protected
     /// chunk `chunk`) as allowed: as a patch if one fits, else into the store;
     /// their bytes go to `copies`.
-    fn take_pages(&mut self, base: usize, chunk: Range<usize>, pages: &[(usize, Allow)], copies: &mut Vec<u8>, rep: &mut EvictReport) -> Vec<Taken> {
+    fn take_pages(
+        &mut self,
+        base: usize,
+        chunk: Range<usize>,
+        pages: &[(usize, Allow)],
+        copies: &mut Vec<u8>,
+        rep: &mut EvictReport,
+    ) -> Vec<Taken> {
         let store = match &self.evictions {
             Some(ev) => ev.lock().store.clone(),
             None => return Vec::new(),
@@ -303,12 +352,25 @@ impl State {
                 _ => None,
             };
             let patch = match allow.patch {
-                true => self.patch_page(base, k, &buf, &mut Chunk { pages: chunk.clone(), taken: &mut taken, copies }),
+                true => self.patch_page(
+                    base,
+                    k,
+                    &buf,
+                    &mut Chunk {
+                        pages: chunk.clone(),
+                        taken: &mut taken,
+                        copies,
+                    },
+                ),
                 false => None,
             };
             if allow.patch && patch.is_none() {
                 // The clock offers it a patch again only once it is written (clock.rs).
-                let seen = &mut self.blocks.get_mut(&base).expect("block vanished under the lock").seen[k];
+                let seen = &mut self
+                    .blocks
+                    .get_mut(&base)
+                    .expect("block vanished under the lock")
+                    .seen[k];
                 *seen = crate::clock::no_reference(*seen);
             }
             let handle = match (patch, allow.compress) {
@@ -323,7 +385,12 @@ impl State {
                 }
             };
             copies.extend_from_slice(&buf);
-            taken.push(Taken { k, kind, punch, handle });
+            taken.push(Taken {
+                k,
+                kind,
+                punch,
+                handle,
+            });
         }
         taken
     }
@@ -345,7 +412,11 @@ impl State {
         self.stats.evict_refused += 1;
         if err == StoreError::Incompressible {
             // The clock offers it again once it is written (clock.rs).
-            let seen = &mut self.blocks.get_mut(&base).expect("block vanished under the lock").seen[k];
+            let seen = &mut self
+                .blocks
+                .get_mut(&base)
+                .expect("block vanished under the lock")
+                .seen[k];
             *seen = crate::clock::refused(*seen);
         }
         None
@@ -353,7 +424,13 @@ impl State {
 
     /// Waits the pin grace (writes through pages the kernel pinned before
     /// the chunk was protected) and keeps the pages that still hold what was stored.
-    fn unchanged_after_grace(&mut self, base: usize, taken: Vec<Taken>, copies: &[u8], rep: &mut EvictReport) -> Vec<Taken> {
+    fn unchanged_after_grace(
+        &mut self,
+        base: usize,
+        taken: Vec<Taken>,
+        copies: &[u8],
+        rep: &mut EvictReport,
+    ) -> Vec<Taken> {
         if taken.is_empty() {
             return taken;
         }
@@ -361,10 +438,8 @@ impl State {
             std::thread::sleep(self.cfg.pin_grace);
         }
         let block = &self.blocks[&base];
-        let (keep, changed): (Vec<(usize, Taken)>, Vec<(usize, Taken)>) = taken
-            .into_iter()
-            .enumerate()
-            .partition(|(n, t)| {
+        let (keep, changed): (Vec<(usize, Taken)>, Vec<(usize, Taken)>) =
+            taken.into_iter().enumerate().partition(|(n, t)| {
                 crate::index::page_eq(block.page_addr(t.k), copies[n * PAGE..].as_ptr())
                     && self.patch_still_exact(t.handle, &copies[n * PAGE..])
             });
@@ -383,11 +458,19 @@ impl State {
 
     /// Records, registers and frees the taken pages, run by run.
     fn arm_and_free(&mut self, base: usize, taken: Vec<Taken>, rep: &mut EvictReport) {
-        let Some(ev) = self.evictions.clone() else { return };
+        let Some(ev) = self.evictions.clone() else {
+            return;
+        };
         let mut runs: Vec<Vec<Taken>> = Vec::new();
         for t in taken {
             match runs.last_mut() {
-                Some(run) if run.last().is_some_and(|l| l.k + 1 == t.k && same_free(l, &t)) => run.push(t),
+                Some(run)
+                    if run
+                        .last()
+                        .is_some_and(|l| l.k + 1 == t.k && same_free(l, &t)) =>
+                {
+                    run.push(t)
+                }
                 _ => runs.push(vec![t]),
             }
         }
@@ -401,19 +484,24 @@ impl State {
             }
             {
                 let mut t = ev.lock();
-                run.iter().for_each(|p| t.insert(self.blocks[&base].page_addr(p.k) as usize, p.handle));
+                run.iter()
+                    .for_each(|p| t.insert(self.blocks[&base].page_addr(p.k) as usize, p.handle));
             }
             if !self.arm(base, a, n) {
                 // Still in memory and right; the chunk's end unregisters the run.
                 let mut t = ev.lock();
-                run.iter().for_each(|p| t.unrecord(self.blocks[&base].page_addr(p.k) as usize));
+                run.iter()
+                    .for_each(|p| t.unrecord(self.blocks[&base].page_addr(p.k) as usize));
                 continue;
             }
             // Evicted even if freeing failed (part of) the run: a page still
             // present reads what was stored, and one freed faults and is restored.
             self.free_run(base, &run);
             self.mark_evicted(base, &run);
-            let patched = run.iter().filter(|p| matches!(p.handle, Content::Patch(_))).count() as u64;
+            let patched = run
+                .iter()
+                .filter(|p| matches!(p.handle, Content::Patch(_)))
+                .count() as u64;
             rep.evicted += n as u64;
             rep.patched += patched;
             self.stats.evicted += n as u64;
@@ -424,7 +512,9 @@ impl State {
     /// Registers pages `[a, a+n)` for MISSING faults (and WP, as the chunk is).
     fn arm(&self, base: usize, a: usize, n: usize) -> bool {
         let addr = self.blocks[&base].page_addr(a);
-        self.protector.as_ref().is_some_and(|p| p.register_missing(addr, n * PAGE).is_ok())
+        self.protector
+            .as_ref()
+            .is_some_and(|p| p.register_missing(addr, n * PAGE).is_ok())
     }
 
     /// Frees the memory of a run of stored pages freed the same way.
@@ -432,7 +522,9 @@ impl State {
         let addr = self.blocks[&base].page_addr(run[0].k);
         let n = run.len();
         // A frame a patch pins as its reference must never be punched (patching.rs).
-        debug_assert!(run.iter().all(|t| t.punch.is_none_or(|f| self.pools[f.pool()].refs(f.slot()) == 1)));
+        debug_assert!(run.iter().all(|t| t
+            .punch
+            .is_none_or(|f| self.pools[f.pool()].refs(f.slot()) == 1)));
         let _ = match run[0].punch {
             Some(f) => sys::punch(self.pools[f.pool()].fd, f.slot(), n as u64),
             None => sys::madvise(addr, n * PAGE, libc::MADV_DONTNEED),
@@ -448,7 +540,10 @@ impl State {
                 self.pools[f.pool()].diverge(f.slot());
             }
         }
-        let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+        let block = self
+            .blocks
+            .get_mut(&base)
+            .expect("block vanished under the lock");
         let before = block.boundaries(a, n);
         for t in run {
             block.set(t.k, Page::Evicted(t.kind));
@@ -467,7 +562,9 @@ impl State {
         if self.blocks[&base].evicted == 0 {
             return;
         }
-        let Some(ev) = self.evictions.clone() else { return };
+        let Some(ev) = self.evictions.clone() else {
+            return;
+        };
         let mut restored = Vec::new();
         {
             let mut t = ev.lock();
@@ -483,10 +580,15 @@ impl State {
         for (a, b) in consecutive(&restored) {
             let addr = self.blocks[&base].page_addr(a);
             self.unregister(addr, (b - a) * PAGE);
-            let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+            let block = self
+                .blocks
+                .get_mut(&base)
+                .expect("block vanished under the lock");
             let before = block.boundaries(a, b - a);
             for k in a..b {
-                let Page::Evicted(kind) = block.pages[k] else { unreachable!() };
+                let Page::Evicted(kind) = block.pages[k] else {
+                    unreachable!()
+                };
                 block.set(k, kind.page());
                 // Touched since it was evicted: recently accessed for the clock.
                 block.seen[k] = crate::clock::accessed(block.seen[k]);
@@ -516,7 +618,12 @@ impl State {
 
     /// Every evicted page of every block, back (before fork).
     pub(crate) fn restore_all_evicted(&mut self) {
-        let bases: Vec<usize> = self.blocks.iter().filter(|(_, b)| b.evicted > 0).map(|(&b, _)| b).collect();
+        let bases: Vec<usize> = self
+            .blocks
+            .iter()
+            .filter(|(_, b)| b.evicted > 0)
+            .map(|(&b, _)| b)
+            .collect();
         for base in bases {
             let n = self.blocks[&base].pages.len();
             self.restore_evicted(base, 0, n);
@@ -538,14 +645,14 @@ impl State {
     }
 }
 
-
 /// Neighbouring pages `b` after `a` that one system call frees together
 /// and one registration covers as one mapping.
 fn same_free(a: &Taken, b: &Taken) -> bool {
     let next = |x: FrameId, y: FrameId| x.pool() == y.pool() && y.0 == x.0 + 1;
     let same_kind = match (a.kind, b.kind) {
         (Restores::Anon, Restores::Anon) => true,
-        (Restores::Owned(x), Restores::Owned(y)) | (Restores::Diverged(x), Restores::Diverged(y)) => next(x, y),
+        (Restores::Owned(x), Restores::Owned(y))
+        | (Restores::Diverged(x), Restores::Diverged(y)) => next(x, y),
         _ => false,
     };
     same_kind

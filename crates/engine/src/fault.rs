@@ -117,14 +117,26 @@ impl Drop for Locked<'_> {
 
 impl Evictions {
     pub fn new(store: Arc<dyn PageStore>) -> Evictions {
-        let table = Table { records: HashMap::new(), evicted_now: 0, counts: Counts::default(), store, patches: Patches::default() };
-        Evictions { table: Mutex::new(table), stop: AtomicBool::new(false) }
+        let table = Table {
+            records: HashMap::new(),
+            evicted_now: 0,
+            counts: Counts::default(),
+            store,
+            patches: Patches::default(),
+        };
+        Evictions {
+            table: Mutex::new(table),
+            stop: AtomicBool::new(false),
+        }
     }
 
     /// The table, with this thread's signals blocked while it is held.
     pub fn lock(&self) -> Locked<'_> {
         let mask = sys::block_signals();
-        Locked { guard: Some(self.table.lock().unwrap_or_else(|e| e.into_inner())), mask: Some(mask) }
+        Locked {
+            guard: Some(self.table.lock().unwrap_or_else(|e| e.into_inner())),
+            mask: Some(mask),
+        }
     }
 
     /// The table's mutex itself (fork holds it across the fork).
@@ -134,7 +146,10 @@ impl Evictions {
 
     /// The table, on the fault thread (its signals are blocked for good).
     fn lock_here(&self) -> Locked<'_> {
-        Locked { guard: Some(self.table.lock().unwrap_or_else(|e| e.into_inner())), mask: None }
+        Locked {
+            guard: Some(self.table.lock().unwrap_or_else(|e| e.into_inner())),
+            mask: None,
+        }
     }
 
     /// Answers one missing-page fault at `addr`.
@@ -169,14 +184,22 @@ pub fn lifetime_bucket(ms: u64) -> usize {
 impl Table {
     /// Records that the page at `addr` is evicted with content `handle`.
     pub fn insert(&mut self, addr: usize, handle: Content) {
-        self.records.insert(addr, Record::Evicted { handle, at: Instant::now() });
+        self.records.insert(
+            addr,
+            Record::Evicted {
+                handle,
+                at: Instant::now(),
+            },
+        );
         self.evicted_now += 1;
     }
 
     /// The page's record, if it is registered as evicted: Some(true) if its
     /// content is still in the store, Some(false) if restored.
     pub fn evicted(&self, addr: usize) -> Option<bool> {
-        self.records.get(&addr).map(|r| matches!(r, Record::Evicted { .. }))
+        self.records
+            .get(&addr)
+            .map(|r| matches!(r, Record::Evicted { .. }))
     }
 
     /// Removes the page's record and its stored content (restored, freed or
@@ -227,7 +250,9 @@ impl Table {
     /// Restores the page at `addr` from the engine's side (before fork, or
     /// before a block is exempted); true if it was evicted.
     pub fn restore_by_engine(&mut self, uffd: &Protector, addr: usize) -> bool {
-        let Some(Record::Evicted { handle, .. }) = self.records.get(&addr).copied() else { return false };
+        let Some(Record::Evicted { handle, .. }) = self.records.get(&addr).copied() else {
+            return false;
+        };
         let mut buf = [0u8; PAGE];
         let done = self.restore(uffd, addr, handle, &mut buf);
         self.counts.restored_by_engine += done as u64;
@@ -237,7 +262,13 @@ impl Table {
     /// Puts the stored content back at `addr` (mapping it and waking its
     /// faulters) and marks the record restored. False if the mapping is no
     /// longer registered (being replaced by the engine, which then forgets the record).
-    fn restore(&mut self, uffd: &Protector, addr: usize, handle: Content, buf: &mut [u8; PAGE]) -> bool {
+    fn restore(
+        &mut self,
+        uffd: &Protector,
+        addr: usize,
+        handle: Content,
+        buf: &mut [u8; PAGE],
+    ) -> bool {
         if !self.read_content(handle, buf) {
             self.lose(uffd, addr);
         } else if let Err(e) = uffd.copy(addr, buf) {

@@ -36,7 +36,10 @@ struct Held {
     _registry: MutexGuard<'static, Vec<Weak<Inner>>>,
     engines: Vec<(Arc<Inner>, MutexGuard<'static, State>)>,
     /// Eviction tables, locked (after their engines'), and what keeps them alive.
-    tables: Vec<(MutexGuard<'static, crate::fault::Table>, Arc<crate::fault::Evictions>)>,
+    tables: Vec<(
+        MutexGuard<'static, crate::fault::Table>,
+        Arc<crate::fault::Evictions>,
+    )>,
 }
 
 thread_local! {
@@ -72,7 +75,11 @@ extern "C" fn prepare() {
             (inner, guard)
         })
         .collect::<Vec<_>>();
-    let mut held = Held { _registry: registry, engines, tables: Vec::new() };
+    let mut held = Held {
+        _registry: registry,
+        engines,
+        tables: Vec::new(),
+    };
     for (_, st) in held.engines.iter_mut() {
         // A recycled block maps frames MAP_SHARED and would be the child's too.
         st.flush_recycled();
@@ -81,7 +88,8 @@ extern "C" fn prepare() {
         if let Some(ev) = st.evictions.clone() {
             let guard = ev.raw_lock();
             // The guard borrows from the Evictions, which `Held` keeps alive beside it.
-            let guard: MutexGuard<'static, crate::fault::Table> = unsafe { std::mem::transmute(guard) };
+            let guard: MutexGuard<'static, crate::fault::Table> =
+                unsafe { std::mem::transmute(guard) };
             held.tables.push((guard, ev));
         }
     }
@@ -102,7 +110,9 @@ fn release(in_child: bool) {
 }
 
 fn release_locks(in_child: bool) {
-    let Some(mut held) = HELD.with(|h| h.borrow_mut().take()) else { return };
+    let Some(mut held) = HELD.with(|h| h.borrow_mut().take()) else {
+        return;
+    };
     // Tables first: the child's engine reads its own below.
     held.tables.clear();
     for (inner, st) in held.engines.iter_mut() {
@@ -135,10 +145,14 @@ impl State {
                 })
             };
             for (a, b) in owned_runs {
-                let Page::Owned(first) = self.blocks[&base].pages[a] else { continue };
+                let Page::Owned(first) = self.blocks[&base].pages[a] else {
+                    continue;
+                };
                 let addr = self.blocks[&base].page_addr(a);
                 let fd = self.pools[first.pool()].fd;
-                if sys::map_uninjected(addr, (b - a) * crate::PAGE, fd, first.slot(), false, true).is_err() {
+                if sys::map_uninjected(addr, (b - a) * crate::PAGE, fd, first.slot(), false, true)
+                    .is_err()
+                {
                     self.stats.fallbacks.mmap += 1;
                     continue;
                 }
@@ -158,7 +172,11 @@ impl State {
         if self.pools.is_empty() {
             return;
         }
-        for p in self.pools.iter_mut().filter(|p| !p.retired && (in_child || p.live() > 0)) {
+        for p in self
+            .pools
+            .iter_mut()
+            .filter(|p| !p.retired && (in_child || p.live() > 0))
+        {
             p.retired = true;
             p.close_if_idle();
         }

@@ -201,7 +201,9 @@ impl Pool {
 
     fn drop_ref(&mut self, slot: u64) -> bool {
         // A closed pool keeps no counts (diverged pages may still map it).
-        let Some(r) = self.refs.get_mut(slot as usize) else { return false };
+        let Some(r) = self.refs.get_mut(slot as usize) else {
+            return false;
+        };
         debug_assert!(*r > 0, "frame {slot} over-released");
         if *r == 0 {
             return false;
@@ -221,7 +223,9 @@ impl Pool {
     /// a retired pool: the other process may still map it.
     pub fn unmap(&mut self, slot: u64, content: bool) -> (bool, bool) {
         let punch = content && self.drop_ref(slot);
-        let Some(m) = self.maps.get_mut(slot as usize) else { return (false, false) };
+        let Some(m) = self.maps.get_mut(slot as usize) else {
+            return (false, false);
+        };
         *m = m.saturating_sub(1);
         let reuse = !self.retired && *m == 0 && self.refs[slot as usize] == 0;
         (punch, reuse)
@@ -321,7 +325,9 @@ impl Pool {
     }
 
     pub fn metadata_bytes(&self) -> usize {
-        (self.refs.capacity() + self.maps.capacity()) * 4 + self.flags.capacity() + self.free.bytes()
+        (self.refs.capacity() + self.maps.capacity()) * 4
+            + self.flags.capacity()
+            + self.free.bytes()
     }
 }
 

@@ -37,7 +37,11 @@ pub fn due(seen: u32, scan_no: u64) -> bool {
 
 /// `seen` after a look that did (`acted`) or did not fold or merge the page.
 pub fn after_look(seen: u32, acted: bool) -> u32 {
-    let next = if acted { 0 } else { (level(seen) + 1).min(MAX_LEVEL) };
+    let next = if acted {
+        0
+    } else {
+        (level(seen) + 1).min(MAX_LEVEL)
+    };
     (seen & !LEVEL_MASK) | (next << LEVEL_SHIFT)
 }
 
@@ -53,7 +57,11 @@ mod tests {
     #[test]
     fn idle_pages_are_looked_at_every_2nd_4th_then_8th_scan_all_together() {
         let mut seen = with_look(0, 0x1234_5678 | 2);
-        assert_eq!(seen & LOOK_MASK, 0x34_567a, "the look keeps its low 22 bits");
+        assert_eq!(
+            seen & LOOK_MASK,
+            0x34_567a,
+            "the look keeps its low 22 bits"
+        );
         let mut looks = Vec::new();
         for scan_no in 0..40u64 {
             if due(seen, scan_no) {
@@ -63,8 +71,19 @@ mod tests {
         }
         assert_eq!(looks, [0, 1, 2, 4, 8, 16, 24, 32]);
         assert_eq!(seen & LOOK_MASK, 0x34_567a, "levels never touch the look");
-        assert_eq!(level(after_look(seen, true)), 0, "a page acted on starts again");
-        assert_eq!(after_look(seen | 0xf8c0_0000, false) & 0xf8c0_0000, 0xf8c0_0000, "levels never touch the clock's bits");
-        assert!((0..8).all(|n| due(0, n)), "a page never looked at is always due");
+        assert_eq!(
+            level(after_look(seen, true)),
+            0,
+            "a page acted on starts again"
+        );
+        assert_eq!(
+            after_look(seen | 0xf8c0_0000, false) & 0xf8c0_0000,
+            0xf8c0_0000,
+            "levels never touch the clock's bits"
+        );
+        assert!(
+            (0..8).all(|n| due(0, n)),
+            "a page never looked at is always due"
+        );
     }
 }

@@ -45,7 +45,10 @@ pub struct ContentIndex<V> {
 
 impl<V> Default for ContentIndex<V> {
     fn default() -> Self {
-        ContentIndex { sampled: HashMap::new(), full: HashMap::new() }
+        ContentIndex {
+            sampled: HashMap::new(),
+            full: HashMap::new(),
+        }
     }
 }
 
@@ -66,7 +69,11 @@ impl<V: Copy> ContentIndex<V> {
         self.find_full(page, &content)
     }
 
-    fn find_full(&mut self, page: *const u8, content: &impl Fn(V) -> Option<*const u8>) -> Option<V> {
+    fn find_full(
+        &mut self,
+        page: *const u8,
+        content: &impl Fn(V) -> Option<*const u8>,
+    ) -> Option<V> {
         if self.full.is_empty() {
             return None;
         }

@@ -61,35 +61,35 @@
 //! page is frozen and both sides stop punching or reusing pre-fork frames
 //! (they retire the pool and start a fresh one).
 
+mod advice;
+mod clock;
 mod config;
+mod engine;
+mod evict;
+mod fault;
+mod fork;
 mod frames;
 mod idle;
 mod index;
-mod space;
-mod stats;
-mod sys;
-mod engine;
-mod scan;
-mod advice;
-mod recycle;
+mod patching;
 #[doc(hidden)]
 pub mod protect;
-mod fork;
+mod recycle;
+mod scan;
+mod space;
+mod stats;
 mod store;
+mod sys;
 mod tier_store;
-mod fault;
-mod evict;
-mod clock;
-mod patching;
 
 pub use clock::{ClockStats, PassCounts};
 pub use config::{Config, Inject};
 pub use engine::{Engine, Hint, ScanReport};
 pub use evict::{Allow, EvictReport};
 pub use fault::LIFETIME_BUCKETS;
+pub use stats::{Fallbacks, Stats};
 pub use store::{Handle, PageStore, StoreBytes, StoreError};
 pub use tier_store::{SwapSettings, TierConfig, TierCounts, TierStore};
-pub use stats::{Fallbacks, Stats};
 
 thread_local! {
     static ENGINE_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };

@@ -127,9 +127,12 @@ fn warm_decoder() -> Patcher {
 
 impl Drop for Patches {
     fn drop(&mut self) {
-        self.fds.iter().filter(|(_, n)| *n > 0).for_each(|&(fd, _)| unsafe {
-            libc::close(fd);
-        });
+        self.fds
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .for_each(|&(fd, _)| unsafe {
+                libc::close(fd);
+            });
     }
 }
 
@@ -138,7 +141,11 @@ impl Patches {
     /// unavailable or full (the page then goes elsewhere).
     fn insert(&mut self, patch: &[u8], frame: FrameId, fd: i32) -> Option<u32> {
         if self.slab.is_none() {
-            self.slab = Store::new(StoreConfig { reserve_bytes: 16 << 30, ..StoreConfig::default() }).ok();
+            self.slab = Store::new(StoreConfig {
+                reserve_bytes: 16 << 30,
+                ..StoreConfig::default()
+            })
+            .ok();
         }
         self.hold_fd(frame.pool(), fd)?;
         let Ok(bytes) = self.slab.as_mut()?.insert(patch) else {
@@ -170,11 +177,17 @@ impl Patches {
 
     /// As `read`, without injected failures.
     fn decode(&mut self, id: u32, out: &mut [u8; PAGE]) -> bool {
-        let Some(Some(e)) = self.entries.get(id as usize).copied() else { return false };
+        let Some(Some(e)) = self.entries.get(id as usize).copied() else {
+            return false;
+        };
         let Some(slab) = &self.slab else { return false };
-        let Ok(patch) = slab.get(e.bytes) else { return false };
+        let Ok(patch) = slab.get(e.bytes) else {
+            return false;
+        };
         let mut reference = [0u8; PAGE];
-        let Some(&(fd, _)) = self.fds.get(e.frame.pool()) else { return false };
+        let Some(&(fd, _)) = self.fds.get(e.frame.pool()) else {
+            return false;
+        };
         if !sys::pread_frame(fd, e.frame.slot(), &mut reference) {
             return false;
         }
@@ -183,7 +196,9 @@ impl Patches {
 
     /// Drops patch `id`; its frame's pin is released by the engine later.
     pub fn remove(&mut self, id: u32) {
-        let Some(e) = self.entries.get_mut(id as usize).and_then(Option::take) else { return };
+        let Some(e) = self.entries.get_mut(id as usize).and_then(Option::take) else {
+            return;
+        };
         if let Some(slab) = self.slab.as_mut() {
             let _ = slab.remove(e.bytes);
         }
@@ -221,7 +236,8 @@ impl Patches {
     /// Patches stored now, their bytes, the patch store's footprint (slabs,
     /// cached slabs, its tables and ours) and restore counts, into `s`.
     pub fn stats(&self, s: &mut crate::Stats) {
-        let ours = (self.entries.capacity() * std::mem::size_of::<Option<PatchEntry>>() + self.free.capacity() * 4) as u64;
+        let ours = (self.entries.capacity() * std::mem::size_of::<Option<PatchEntry>>()
+            + self.free.capacity() * 4) as u64;
         let (n, payload, footprint) = match &self.slab {
             Some(st) => {
                 let st = st.stats();
@@ -252,11 +268,26 @@ pub(crate) struct Patching {
 
 impl Patching {
     fn new(cfg: &crate::Config) -> Patching {
-        let params = SimilarityParams { k: cfg.patch_blocks, s: 1, candidates: 1, block: cfg.patch_block_bytes, ..SimilarityParams::default() };
+        let params = SimilarityParams {
+            k: cfg.patch_blocks,
+            s: 1,
+            candidates: 1,
+            block: cfg.patch_block_bytes,
+            ..SimilarityParams::default()
+        };
         // Bad parameters from the environment fall back to DE's.
-        let detector = Detector::new(params).unwrap_or_else(|_| Detector::new(SimilarityParams::default()).expect("DE's parameters are valid"));
+        let detector = Detector::new(params).unwrap_or_else(|_| {
+            Detector::new(SimilarityParams::default()).expect("DE's parameters are valid")
+        });
         let offsets = detector.params().offsets();
-        Patching { detector, encoder: Patcher::new(), pins: HashMap::new(), offsets, max_candidates: cfg.patch_candidates.max(1), work_ns: 0 }
+        Patching {
+            detector,
+            encoder: Patcher::new(),
+            pins: HashMap::new(),
+            offsets,
+            max_candidates: cfg.patch_candidates.max(1),
+            work_ns: 0,
+        }
     }
 }
 
@@ -287,7 +318,8 @@ impl Patching {
         for (i, (&o, key)) in self.offsets.iter().zip(keys.iter_mut()).enumerate() {
             let b = &page[o..o + block];
             if b.iter().all(|&x| x == b[0]) {
-                *key = xxhash_rust::xxh3::xxh3_64_with_seed(&addr.to_le_bytes(), i as u64) | 1 << 63;
+                *key =
+                    xxhash_rust::xxh3::xxh3_64_with_seed(&addr.to_le_bytes(), i as u64) | 1 << 63;
             }
         }
     }
@@ -333,7 +365,10 @@ impl crate::Engine {
         let mut noted = 0;
         for base in st.overlapping(start, end) {
             let b = &st.blocks[&base];
-            let (lo, hi) = ((start.max(base) - base) / PAGE, (end.min(base + b.len()) - base).div_ceil(PAGE));
+            let (lo, hi) = (
+                (start.max(base) - base) / PAGE,
+                (end.min(base + b.len()) - base).div_ceil(PAGE),
+            );
             noted += (lo..hi).filter(|&k| st.note_reference(base, k)).count() as u64;
         }
         noted
@@ -351,11 +386,16 @@ impl State {
             _ => return false,
         };
         let mut bytes = [0u8; PAGE];
-        if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut bytes) || !may_serve(&bytes) || bytes.iter().all(|&x| x == 0) {
+        if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut bytes)
+            || !may_serve(&bytes)
+            || bytes.iter().all(|&x| x == 0)
+        {
             return false;
         }
         let addr = b.page_addr(k) as u64;
-        let p = self.patching.get_or_insert_with(|| Patching::new(&self.cfg));
+        let p = self
+            .patching
+            .get_or_insert_with(|| Patching::new(&self.cfg));
         p.index(&bytes, addr);
         true
     }
@@ -364,7 +404,13 @@ impl State {
     /// protected chunk `chunk`) as a patch; on success returns its content.
     /// A candidate among the chunk's pages already taken that becomes a
     /// reference is put back. Without a reference the page becomes a candidate.
-    pub(crate) fn patch_page(&mut self, base: usize, k: usize, page: &[u8; PAGE], chunk: &mut Chunk) -> Option<Content> {
+    pub(crate) fn patch_page(
+        &mut self,
+        base: usize,
+        k: usize,
+        page: &[u8; PAGE],
+        chunk: &mut Chunk,
+    ) -> Option<Content> {
         let t0 = Instant::now();
         let c = self.find_patch(base, k, page, chunk);
         if let Some(p) = self.patching.as_mut() {
@@ -373,17 +419,29 @@ impl State {
         c
     }
 
-    fn find_patch(&mut self, base: usize, k: usize, page: &[u8; PAGE], chunk: &mut Chunk) -> Option<Content> {
+    fn find_patch(
+        &mut self,
+        base: usize,
+        k: usize,
+        page: &[u8; PAGE],
+        chunk: &mut Chunk,
+    ) -> Option<Content> {
         let addr = self.blocks[&base].page_addr(k) as u64;
         let mut keys = [0u64; MAX_BLOCKS];
         let mut candidates = Vec::new();
         {
-            let p = self.patching.get_or_insert_with(|| Patching::new(&self.cfg));
+            let p = self
+                .patching
+                .get_or_insert_with(|| Patching::new(&self.cfg));
             let kn = p.detector.params().k;
             p.keys(page, addr, &mut keys[..kn]);
             p.detector.candidates_keys(&keys[..kn], &mut candidates);
         }
-        for cand in candidates.into_iter().filter(|&c| c != addr).take(MAX_TRIES) {
+        for cand in candidates
+            .into_iter()
+            .filter(|&c| c != addr)
+            .take(MAX_TRIES)
+        {
             match self.reference(cand as usize, base, chunk, page) {
                 Ok(r) => {
                     if let Some(c) = self.store_patch(page, &r) {
@@ -407,16 +465,34 @@ impl State {
     /// chunk had taken it). None if it cannot serve (gone, evicted, anonymous,
     /// diverged, exempt, pre-fork: stale) or its patch would not fit (too
     /// far; then nothing changed).
-    fn reference(&mut self, addr: usize, base: usize, chunk: &mut Chunk, page: &[u8; PAGE]) -> Result<Reference, Unusable> {
-        let cb = self.find(addr, PAGE).filter(|b| !self.blocks[b].exempt).ok_or(Unusable::Stale)?;
+    fn reference(
+        &mut self,
+        addr: usize,
+        base: usize,
+        chunk: &mut Chunk,
+        page: &[u8; PAGE],
+    ) -> Result<Reference, Unusable> {
+        let cb = self
+            .find(addr, PAGE)
+            .filter(|b| !self.blocks[b].exempt)
+            .ok_or(Unusable::Stale)?;
         let ck = (addr - cb) / PAGE;
         let frame = match self.blocks[&cb].pages[ck] {
-            Page::Shared(f) if self.pools[f.pool()].is_stable(f.slot()) && !self.pools[f.pool()].retired => f,
+            Page::Shared(f)
+                if self.pools[f.pool()].is_stable(f.slot()) && !self.pools[f.pool()].retired =>
+            {
+                f
+            }
             Page::Owned(f) if !self.pools[f.pool()].retired => f,
             _ => return Err(Unusable::Stale),
         };
-        let mut r = Reference { frame, bytes: [0u8; PAGE] };
-        if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut r.bytes) || !may_serve(&r.bytes) {
+        let mut r = Reference {
+            frame,
+            bytes: [0u8; PAGE],
+        };
+        if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut r.bytes)
+            || !may_serve(&r.bytes)
+        {
             return Err(Unusable::Stale);
         }
         let inside = cb == base && chunk.pages.contains(&ck);
@@ -440,7 +516,9 @@ impl State {
                 return Err(Unusable::Stale);
             }
             // Frozen now: what the frame holds from here on is the reference.
-            if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut r.bytes) || !may_serve(&r.bytes) {
+            if !sys::pread_frame(self.pools[frame.pool()].fd, frame.slot(), &mut r.bytes)
+                || !may_serve(&r.bytes)
+            {
                 return Err(Unusable::Stale);
             }
         }
@@ -449,7 +527,9 @@ impl State {
 
     /// Page `k` of this chunk, taken into the store, stays in memory after all.
     fn untake(&mut self, k: usize, chunk: &mut Chunk) {
-        let Some(n) = chunk.taken.iter().position(|t| t.k == k) else { return };
+        let Some(n) = chunk.taken.iter().position(|t| t.k == k) else {
+            return;
+        };
         let t = chunk.taken.remove(n);
         chunk.copies.drain(n * PAGE..(n + 1) * PAGE);
         if let Some(ev) = &self.evictions {
@@ -474,8 +554,12 @@ impl State {
     /// grace: the reference frame may have taken a late write through a
     /// kernel pin). Stored content is compared by the caller.
     pub(crate) fn patch_still_exact(&self, content: Content, copy: &[u8]) -> bool {
-        let Content::Patch(id) = content else { return true };
-        let Some(ev) = &self.evictions else { return false };
+        let Content::Patch(id) = content else {
+            return true;
+        };
+        let Some(ev) = &self.evictions else {
+            return false;
+        };
         let mut out = [0u8; PAGE];
         ev.lock().patches.decode(id, &mut out) && out[..] == copy[..PAGE]
     }
@@ -514,7 +598,11 @@ impl State {
         s.references_pinned = p.pins.len() as u64;
         s.patch_work_ns = p.work_ns;
         // Frames no page holds any more: patches alone keep them.
-        let orphan = p.pins.iter().filter(|(f, &n)| self.pools[f.pool()].refs(f.slot()) == n).count();
+        let orphan = p
+            .pins
+            .iter()
+            .filter(|(f, &n)| self.pools[f.pool()].refs(f.slot()) == n)
+            .count();
         s.reference_bytes = (orphan * PAGE) as u64;
         s.metadata_bytes += (p.detector.metadata_bytes() + p.pins.capacity() * 17) as u64;
     }
@@ -529,7 +617,10 @@ mod tests {
     /// ones are not offered; all pages are one reference's variants.
     #[test]
     fn patch_only_eviction_takes_the_pages_offered() {
-        let e = Engine::new(Config { pin_grace: std::time::Duration::ZERO, ..Config::default() });
+        let e = Engine::new(Config {
+            pin_grace: std::time::Duration::ZERO,
+            ..Config::default()
+        });
         let n = 16;
         let reference: Vec<u8> = (0..PAGE).map(|i| (i * 31 % 251) as u8 | 1).collect();
         let p = e.alloc(n * PAGE, Hint::None);
@@ -541,12 +632,23 @@ mod tests {
         assert_eq!(e.note_references(p, PAGE), 1);
         let mut rep = EvictReport::default();
         for k in (0..n).step_by(2) {
-            let r = e.evict_with(unsafe { p.add(k * PAGE) }, PAGE, Allow { patch: true, compress: false });
+            let r = e.evict_with(
+                unsafe { p.add(k * PAGE) },
+                PAGE,
+                Allow {
+                    patch: true,
+                    compress: false,
+                },
+            );
             rep.patched += r.patched;
             rep.unpatched += r.unpatched;
         }
         // Page 0 is the reference; pages 2, 4, .. 14 are patched; odd pages are left.
-        assert_eq!((rep.patched, rep.unpatched), (7, 1), "the reference itself finds no other reference: {rep:?}");
+        assert_eq!(
+            (rep.patched, rep.unpatched),
+            (7, 1),
+            "the reference itself finds no other reference: {rep:?}"
+        );
         for k in 0..n {
             let got = unsafe { std::slice::from_raw_parts(p.add(k * PAGE), PAGE) };
             assert_eq!(got[k * 7], reference[k * 7] ^ 0x55);

@@ -123,7 +123,11 @@ impl Protector {
     pub fn open_with(missing: bool) -> io::Result<Protector> {
         let wp = FEATURE_WP_SHMEM | FEATURE_WP_UNPOPULATED;
         let attempts: &[u64] = if missing {
-            &[wp | FEATURE_MISSING_SHMEM | FEATURE_POISON, wp | FEATURE_MISSING_SHMEM, wp]
+            &[
+                wp | FEATURE_MISSING_SHMEM | FEATURE_POISON,
+                wp | FEATURE_MISSING_SHMEM,
+                wp,
+            ]
         } else {
             &[wp]
         };
@@ -136,8 +140,16 @@ impl Protector {
                 return Err(io::Error::last_os_error());
             }
             let missing = features & FEATURE_MISSING_SHMEM != 0;
-            let p = Protector { fd, missing, poison: features & FEATURE_POISON != 0 };
-            let mut api = ApiArg { api: UFFD_API, features, ioctls: 0 };
+            let p = Protector {
+                fd,
+                missing,
+                poison: features & FEATURE_POISON != 0,
+            };
+            let mut api = ApiArg {
+                api: UFFD_API,
+                features,
+                ioctls: 0,
+            };
             match p.ioctl(UFFDIO_API, &mut api) {
                 Ok(()) => return Ok(p),
                 Err(e) => last = e,
@@ -167,14 +179,22 @@ impl Protector {
 
     /// Registers `[addr, addr+len)` (whole mappings of ours) for write protection.
     pub fn register(&self, addr: *const u8, len: usize) -> io::Result<()> {
-        let mut arg = RegisterArg { range: range(addr, len), mode: MODE_WP, ioctls: 0 };
+        let mut arg = RegisterArg {
+            range: range(addr, len),
+            mode: MODE_WP,
+            ioctls: 0,
+        };
         self.ioctl(UFFDIO_REGISTER, &mut arg)
     }
 
     /// Registers `[addr, addr+len)` for MISSING faults and write protection
     /// (a range holding evicted pages; see the module comment).
     pub fn register_missing(&self, addr: *const u8, len: usize) -> io::Result<()> {
-        let mut arg = RegisterArg { range: range(addr, len), mode: MODE_MISSING | MODE_WP, ioctls: 0 };
+        let mut arg = RegisterArg {
+            range: range(addr, len),
+            mode: MODE_MISSING | MODE_WP,
+            ioctls: 0,
+        };
         self.ioctl(UFFDIO_REGISTER, &mut arg)
     }
 
@@ -185,13 +205,19 @@ impl Protector {
     }
 
     pub fn protect(&self, addr: *const u8, len: usize) -> io::Result<()> {
-        let mut arg = WriteProtectArg { range: range(addr, len), mode: WP_MODE_WP };
+        let mut arg = WriteProtectArg {
+            range: range(addr, len),
+            mode: WP_MODE_WP,
+        };
         self.ioctl(UFFDIO_WRITEPROTECT, &mut arg)
     }
 
     /// Removes protection and wakes every writer sleeping in the range.
     pub fn unprotect(&self, addr: *const u8, len: usize) -> io::Result<()> {
-        let mut arg = WriteProtectArg { range: range(addr, len), mode: 0 };
+        let mut arg = WriteProtectArg {
+            range: range(addr, len),
+            mode: 0,
+        };
         let r = self.ioctl(UFFDIO_WRITEPROTECT, &mut arg);
         self.wake(addr, len);
         r
@@ -207,26 +233,50 @@ impl Protector {
     /// EEXIST: the page is present already; ENOENT: the range is no longer
     /// registered (its mapping was replaced).
     pub fn copy(&self, addr: usize, page: &[u8; crate::PAGE]) -> io::Result<()> {
-        let mut arg = CopyArg { dst: addr as u64, src: page.as_ptr() as u64, len: crate::PAGE as u64, mode: 0, copied: 0 };
+        let mut arg = CopyArg {
+            dst: addr as u64,
+            src: page.as_ptr() as u64,
+            len: crate::PAGE as u64,
+            mode: 0,
+            copied: 0,
+        };
         self.ioctl(UFFDIO_COPY, &mut arg)
     }
 
     /// Maps the zero page at `addr` if nothing is mapped there (EEXIST otherwise) and wakes.
     pub fn zeropage(&self, addr: usize) -> io::Result<()> {
-        let mut arg = FillArg { range: Range { start: addr as u64, len: crate::PAGE as u64 }, mode: 0, done: 0 };
+        let mut arg = FillArg {
+            range: Range {
+                start: addr as u64,
+                len: crate::PAGE as u64,
+            },
+            mode: 0,
+            done: 0,
+        };
         self.ioctl(UFFDIO_ZEROPAGE, &mut arg)
     }
 
     /// Marks the missing page at `addr` poisoned: its faulters get SIGBUS,
     /// as a process does when the kernel cannot read a page back from swap.
     pub fn poison(&self, addr: usize) -> io::Result<()> {
-        let mut arg = FillArg { range: Range { start: addr as u64, len: crate::PAGE as u64 }, mode: 0, done: 0 };
+        let mut arg = FillArg {
+            range: Range {
+                start: addr as u64,
+                len: crate::PAGE as u64,
+            },
+            mode: 0,
+            done: 0,
+        };
         self.ioctl(UFFDIO_POISON, &mut arg)
     }
 
     /// Waits up to `timeout_ms` for faults and reads them into `out`; returns how many.
     pub fn read_faults(&self, out: &mut [Fault], timeout_ms: i32) -> usize {
-        let mut pfd = libc::pollfd { fd: self.fd, events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
         if unsafe { libc::poll(&mut pfd, 1, timeout_ms) } <= 0 {
             return 0;
         }
@@ -239,7 +289,10 @@ impl Protector {
         let mut n = 0;
         for m in &msgs[..r as usize / std::mem::size_of::<Msg>()] {
             if m.event == EVENT_PAGEFAULT {
-                out[n] = Fault { addr: m.address as usize & !(crate::PAGE - 1), wp: m.flags & PAGEFAULT_FLAG_WP != 0 };
+                out[n] = Fault {
+                    addr: m.address as usize & !(crate::PAGE - 1),
+                    wp: m.flags & PAGEFAULT_FLAG_WP != 0,
+                };
                 n += 1;
             }
         }
@@ -248,7 +301,10 @@ impl Protector {
 }
 
 fn range(addr: *const u8, len: usize) -> Range {
-    Range { start: addr as u64, len: len as u64 }
+    Range {
+        start: addr as u64,
+        len: len as u64,
+    }
 }
 
 impl Drop for Protector {

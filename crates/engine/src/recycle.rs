@@ -36,7 +36,10 @@ impl State {
         self.expire_recycled();
         if self.recyclable(&block) {
             self.recycled_bytes += block.len();
-            self.recycled.push(Recycled { freed_at: Instant::now(), block });
+            self.recycled.push(Recycled {
+                freed_at: Instant::now(),
+                block,
+            });
             while self.recycled_bytes > self.cfg.recycle_bytes {
                 let oldest = self.recycled.remove(0);
                 self.release_recycled(oldest.block);
@@ -60,16 +63,33 @@ impl State {
     /// split off and stays recycled.
     pub(crate) fn reuse(&mut self, npages: usize) -> Option<Block> {
         let len = |r: &Recycled| r.block.pages.len();
-        let i = self.recycled.iter().rposition(|r| len(r) == npages).or_else(|| {
-            let larger = self.recycled.iter().enumerate().filter(|(_, r)| len(r) > npages && len(r) <= 4 * npages);
-            larger.min_by_key(|(_, r)| len(r)).map(|(i, _)| i)
-        })?;
-        let Recycled { mut block, freed_at } = self.recycled.remove(i);
+        let i = self
+            .recycled
+            .iter()
+            .rposition(|r| len(r) == npages)
+            .or_else(|| {
+                let larger = self
+                    .recycled
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| len(r) > npages && len(r) <= 4 * npages);
+                larger.min_by_key(|(_, r)| len(r)).map(|(i, _)| i)
+            })?;
+        let Recycled {
+            mut block,
+            freed_at,
+        } = self.recycled.remove(i);
         self.recycled_bytes -= block.len();
         if block.pages.len() > npages {
             let tail = self.split(&mut block, npages);
             self.recycled_bytes += tail.len();
-            self.recycled.insert(i, Recycled { block: tail, freed_at });
+            self.recycled.insert(
+                i,
+                Recycled {
+                    block: tail,
+                    freed_at,
+                },
+            );
         }
         block.seen.fill(0);
         self.stats.recycled += 1;
@@ -98,7 +118,11 @@ impl State {
         }
         let now = Instant::now();
         let max_age = self.cfg.recycle_age;
-        while self.recycled.first().is_some_and(|r| now.duration_since(r.freed_at) > max_age) {
+        while self
+            .recycled
+            .first()
+            .is_some_and(|r| now.duration_since(r.freed_at) > max_age)
+        {
             let old = self.recycled.remove(0);
             self.release_recycled(old.block);
         }

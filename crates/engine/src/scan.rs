@@ -53,8 +53,8 @@ use std::time::{Duration, Instant};
 
 use crate::clock::Pass;
 use crate::engine::{Inner, ScanReport, State};
-use crate::idle;
 use crate::frames::FrameId;
+use crate::idle;
 use crate::index::{page_eq, sample_hash, ContentIndex};
 use crate::space::{runs, Page};
 use crate::{sys, PAGE};
@@ -73,7 +73,10 @@ pub fn scan(inner: &Inner) -> ScanReport {
         if st.protector.is_none() {
             st.stats.fallbacks.uffd += 1;
         }
-        (st.blocks.keys().copied().collect::<Vec<usize>>(), st.begin_pass())
+        (
+            st.blocks.keys().copied().collect::<Vec<usize>>(),
+            st.begin_pass(),
+        )
     };
     let spilled = pass.as_mut().map_or(0, |p| p.spill_now());
     let chunk = inner.cfg.scan_chunk_pages.max(1);
@@ -82,7 +85,14 @@ pub fn scan(inner: &Inner) -> ScanReport {
         loop {
             let mut st = inner.lock();
             // An exempt block may be PROT_NONE now: never read it.
-            let Some(n) = st.blocks.get(&base).filter(|b| !b.exempt).map(|b| b.pages.len()) else { break };
+            let Some(n) = st
+                .blocks
+                .get(&base)
+                .filter(|b| !b.exempt)
+                .map(|b| b.pages.len())
+            else {
+                break;
+            };
             if i >= n {
                 break;
             }
@@ -91,7 +101,9 @@ pub fn scan(inner: &Inner) -> ScanReport {
             // A signal handler of this thread writing into the protected chunk
             // would wait for this very thread: no signals until it is unprotected.
             let mask = sys::block_signals();
-            st.with_registered(base, i, c, |st| st.scan_chunk(base, i, c, &mut unstable, &mut rep, pass.as_mut()));
+            st.with_registered(base, i, c, |st| {
+                st.scan_chunk(base, i, c, &mut unstable, &mut rep, pass.as_mut())
+            });
             sys::restore_signals(&mask);
             i += c;
         }
@@ -116,7 +128,9 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
     // Process signals go to the program's threads, never to the scanner.
     let _ = sys::block_signals();
     let interval = match weak.upgrade() {
-        Some(inner) if inner.cfg.tier => interval.min(inner.cfg.clock_interval.max(Duration::from_millis(10))),
+        Some(inner) if inner.cfg.tier => {
+            interval.min(inner.cfg.clock_interval.max(Duration::from_millis(10)))
+        }
         _ => interval,
     };
     crate::ENGINE_THREAD.with(|t| t.set(true));
@@ -141,7 +155,13 @@ impl State {
     /// Runs `f` with pages `[i, i+n)` of a block registered for write
     /// protection, and unregistered again afterwards (remaps inside `f`
     /// register their new mappings).
-    pub fn with_registered<T>(&mut self, base: usize, i: usize, n: usize, f: impl FnOnce(&mut State) -> T) -> T {
+    pub fn with_registered<T>(
+        &mut self,
+        base: usize,
+        i: usize,
+        n: usize,
+        f: impl FnOnce(&mut State) -> T,
+    ) -> T {
         let addr = self.blocks[&base].page_addr(i);
         let was = std::mem::replace(&mut self.scanning, true);
         self.register(addr, n * PAGE);
@@ -154,7 +174,9 @@ impl State {
     /// Unregisters pages `[i, i+n)` of a block except evicted ones, which
     /// must keep their MISSING registration.
     fn unregister_unevicted(&mut self, base: usize, i: usize, n: usize) {
-        let Some(block) = self.blocks.get(&base) else { return };
+        let Some(block) = self.blocks.get(&base) else {
+            return;
+        };
         if block.evicted == 0 {
             return self.unregister(block.page_addr(i), n * PAGE);
         }
@@ -162,7 +184,9 @@ impl State {
         let mut k = i;
         while k < i + n {
             let evicted = block.pages[k].is_evicted();
-            let end = (k..i + n).find(|&j| block.pages[j].is_evicted() != evicted).unwrap_or(i + n);
+            let end = (k..i + n)
+                .find(|&j| block.pages[j].is_evicted() != evicted)
+                .unwrap_or(i + n);
             if !evicted {
                 plain.push((block.page_addr(k), (end - k) * PAGE));
             }
@@ -193,7 +217,9 @@ impl State {
         if due.is_empty() {
             return; // nothing to read: no need to stop writers either
         }
-        let Some(protector) = &self.protector else { return };
+        let Some(protector) = &self.protector else {
+            return;
+        };
         if protector.protect(addr, c * PAGE).is_err() {
             // It may have protected the mappings before the one it refused:
             // undo that, or their writers would sleep for good.
@@ -211,7 +237,9 @@ impl State {
                 .filter(|&k| resident[k - i] & 1 != 0 && !self.blocks[&base].pages[k].is_evicted())
                 .filter(|&k| !self.already_indexed(base, k))
                 .collect();
-            let (zero, nonzero): (Vec<usize>, Vec<usize>) = looked.iter().partition(|&&k| sys::is_zero(self.fold_content(base, k)));
+            let (zero, nonzero): (Vec<usize>, Vec<usize>) = looked
+                .iter()
+                .partition(|&&k| sys::is_zero(self.fold_content(base, k)));
             rep.pages_scanned += looked.len() as u64;
             let zero = self.settled(base, zero, true, rep);
             let nonzero = self.settled(base, nonzero, false, rep);
@@ -231,7 +259,11 @@ impl State {
                 let block = &self.blocks[&base];
                 let present: Vec<usize> = due
                     .into_iter()
-                    .filter(|&k| resident[k - i] & 1 != 0 && !block.pages[k].is_evicted() && zero.binary_search(&k).is_err())
+                    .filter(|&k| {
+                        resident[k - i] & 1 != 0
+                            && !block.pages[k].is_evicted()
+                            && zero.binary_search(&k).is_err()
+                    })
                     .collect();
                 self.clock_chunk(base, i..i + c, &present, pass);
             }
@@ -243,11 +275,22 @@ impl State {
 
     /// The pages of `[i, i+c)` this scan looks at (see idle.rs; a clock
     /// pass looks at every page the policy may act on, clock.rs); counts the others.
-    fn due_pages(&self, base: usize, i: usize, c: usize, pass: bool, rep: &mut ScanReport) -> Vec<usize> {
+    fn due_pages(
+        &self,
+        base: usize,
+        i: usize,
+        c: usize,
+        pass: bool,
+        rep: &mut ScanReport,
+    ) -> Vec<usize> {
         let seen = &self.blocks[&base].seen;
         let scan_no = self.stats.scans;
         let due: Vec<usize> = (i..i + c)
-            .filter(|&k| !self.cfg.smart_scan || idle::due(seen[k], scan_no) || pass && crate::clock::wanted(seen[k]))
+            .filter(|&k| {
+                !self.cfg.smart_scan
+                    || idle::due(seen[k], scan_no)
+                    || pass && crate::clock::wanted(seen[k])
+            })
             .collect();
         rep.skipped_idle += (c - due.len()) as u64;
         due
@@ -255,8 +298,16 @@ impl State {
 
     /// Raises the idle level of the pages looked at and left alone; resets
     /// it for those folded or merged (`zero` sorted).
-    fn record_looks(&mut self, base: usize, looked: &[usize], zero: &[usize], plan: &HashMap<usize, FrameId>) {
-        let Some(block) = self.blocks.get_mut(&base) else { return };
+    fn record_looks(
+        &mut self,
+        base: usize,
+        looked: &[usize],
+        zero: &[usize],
+        plan: &HashMap<usize, FrameId>,
+    ) {
+        let Some(block) = self.blocks.get_mut(&base) else {
+            return;
+        };
         let n = block.seen.len();
         for &k in looked.iter().filter(|&&k| k < n) {
             let acted = plan.contains_key(&k) || zero.binary_search(&k).is_ok();
@@ -267,12 +318,21 @@ impl State {
     /// The pages that look as they did to the previous scan; records what
     /// this scan saw, and a change as a write for the clock. Shared pages
     /// need no check: their frame cannot change.
-    fn settled(&mut self, base: usize, pages: Vec<usize>, zero: bool, rep: &mut ScanReport) -> Vec<usize> {
+    fn settled(
+        &mut self,
+        base: usize,
+        pages: Vec<usize>,
+        zero: bool,
+        rep: &mut ScanReport,
+    ) -> Vec<usize> {
         let check = self.cfg.volatile_check;
         if !check && !self.cfg.tier {
             return pages;
         }
-        let block = self.blocks.get_mut(&base).expect("block vanished under the lock");
+        let block = self
+            .blocks
+            .get_mut(&base)
+            .expect("block vanished under the lock");
         let before = pages.len();
         let kept: Vec<usize> = pages
             .into_iter()
@@ -281,7 +341,11 @@ impl State {
                     return true;
                 }
                 // 1 marks "zero"; other contents by sampled hash, never 0 or 1.
-                let look = if zero { 1 } else { (sample_hash(block.page_addr(k)) as u32 & idle::LOOK_MASK) | 2 };
+                let look = if zero {
+                    1
+                } else {
+                    (sample_hash(block.page_addr(k)) as u32 & idle::LOOK_MASK) | 2
+                };
                 let before = block.seen[k];
                 let same = before & idle::LOOK_MASK == look;
                 block.seen[k] = idle::with_look(before, look);
@@ -387,7 +451,10 @@ impl State {
             let ptr = self.blocks[&base].page_addr(k);
             let own = self.blocks[&base].pages[k];
             let frame_content = |f: FrameId| self.stable_content(f);
-            if let Some(f) = stable.find(ptr, frame_content).filter(|&f| own.frame() != Some(f)) {
+            if let Some(f) = stable
+                .find(ptr, frame_content)
+                .filter(|&f| own.frame() != Some(f))
+            {
                 plan.insert(k, f);
                 continue;
             }
@@ -402,13 +469,22 @@ impl State {
                 Some((qb, qi)) if (qb, qi) != (base, k) => {
                     // The pages after this one often repeat the pages after
                     // the partner (a block computed twice): promote them as one run.
-                    let n = self.partner_run(base, &pages[idx - 1..], (qb, qi), &plan, &mut stable, unstable);
+                    let n = self.partner_run(
+                        base,
+                        &pages[idx - 1..],
+                        (qb, qi),
+                        &plan,
+                        &mut stable,
+                        unstable,
+                    );
                     let frames = self.promote(qb, qi, n, base, k, &chunk);
                     // Pages after the first that did not promote go the usual way.
                     let took = 1 + frames[1..].iter().take_while(|f| f.is_some()).count();
                     for (j, f) in frames.into_iter().enumerate().take(took) {
                         let Some(f) = f else { continue };
-                        stable.insert(self.blocks[&base].page_addr(k + j), f, |f| self.stable_content(f));
+                        stable.insert(self.blocks[&base].page_addr(k + j), f, |f| {
+                            self.stable_content(f)
+                        });
                         plan.insert(k + j, f);
                     }
                     idx += took - 1;
@@ -455,9 +531,15 @@ impl State {
         unstable: &mut Unstable,
     ) -> usize {
         let (k, block) = (pages[0], &self.blocks[&base]);
-        let Some(q) = self.blocks.get(&qb).filter(|q| !q.exempt) else { return 1 };
+        let Some(q) = self.blocks.get(&qb).filter(|q| !q.exempt) else {
+            return 1;
+        };
         // The partner run must end before this run starts (same block: qi < k).
-        let limit = if qb == base { k.saturating_sub(qi) } else { usize::MAX };
+        let limit = if qb == base {
+            k.saturating_sub(qi)
+        } else {
+            usize::MAX
+        };
         let mut m = 1;
         while m < pages.len() && m < limit && pages[m] == k + m && qi + m < q.pages.len() {
             m += 1;
@@ -477,8 +559,11 @@ impl State {
                 && matches!(q.pages[qi + n], Page::Owned(_) | Page::Shared(_))
                 && !matches!(ours, Page::Shared(_) | Page::Evicted(_))
                 && !(qb == base && plan.contains_key(&(qi + n)))
-                && stable.find(block.page_addr(k + n), |f| self.stable_content(f)).is_none()
-                && unstable.find(block.page_addr(k + n), |(b, i)| self.unstable_content(b, i)) == Some((qb, qi + n));
+                && stable
+                    .find(block.page_addr(k + n), |f| self.stable_content(f))
+                    .is_none()
+                && unstable.find(block.page_addr(k + n), |(b, i)| self.unstable_content(b, i))
+                    == Some((qb, qi + n));
             if !fits {
                 break;
             }
@@ -490,15 +575,31 @@ impl State {
     /// Turns pages `qi..qi+n` of block `qb` into frozen frames, each if its
     /// content still equals page `k + j` of block `base`. Pages outside the
     /// protected chunk are protected for the comparison, all in one go.
-    fn promote(&mut self, qb: usize, qi: usize, n: usize, base: usize, k: usize, chunk: &std::ops::Range<usize>) -> Vec<Option<FrameId>> {
+    fn promote(
+        &mut self,
+        qb: usize,
+        qi: usize,
+        n: usize,
+        base: usize,
+        k: usize,
+        chunk: &std::ops::Range<usize>,
+    ) -> Vec<Option<FrameId>> {
         let none = vec![None; n];
-        let Some(q) = self.blocks.get(&qb).filter(|b| !b.exempt && qi + n <= b.pages.len()) else { return none };
+        let Some(q) = self
+            .blocks
+            .get(&qb)
+            .filter(|b| !b.exempt && qi + n <= b.pages.len())
+        else {
+            return none;
+        };
         let qaddr = q.page_addr(qi);
         if qb == base && chunk.contains(&qi) && chunk.contains(&(qi + n - 1)) {
             return self.frames_for(qb, qi, n, base, k);
         }
         self.with_registered(qb, qi, n, |st| {
-            let Some(protector) = st.protector.clone() else { return none };
+            let Some(protector) = st.protector.clone() else {
+                return none;
+            };
             if protector.protect(qaddr, n * PAGE).is_err() {
                 let _ = protector.unprotect(qaddr, n * PAGE);
                 return none;
@@ -513,7 +614,14 @@ impl State {
     /// Frozen frames holding protected pages `qi..qi+n` of block `qb`, each
     /// of which must equal page `k + j` of block `base` (None where not).
     /// Owned pages are frozen as runs: one remap for consecutive frames.
-    fn frames_for(&mut self, qb: usize, qi: usize, n: usize, base: usize, k: usize) -> Vec<Option<FrameId>> {
+    fn frames_for(
+        &mut self,
+        qb: usize,
+        qi: usize,
+        n: usize,
+        base: usize,
+        k: usize,
+    ) -> Vec<Option<FrameId>> {
         let mut resident = vec![0u8; n];
         if sys::mincore(self.blocks[&qb].page_addr(qi), n * PAGE, &mut resident).is_err() {
             return vec![None; n];
@@ -522,7 +630,9 @@ impl State {
         let equal: Vec<bool> = (0..n)
             .map(|j| {
                 let q = &self.blocks[&qb];
-                resident[j] & 1 != 0 && !q.pages[qi + j].is_evicted() && page_eq(q.page_addr(qi + j), ours(self, j))
+                resident[j] & 1 != 0
+                    && !q.pages[qi + j].is_evicted()
+                    && page_eq(q.page_addr(qi + j), ours(self, j))
             })
             .collect();
         let mut j = 0;
@@ -540,7 +650,10 @@ impl State {
                 }
                 match self.blocks[&qb].pages[qi + j] {
                     // The frame is what the partner will map: compare that, not the page.
-                    Page::Shared(f) => page_eq(self.pools[f.pool()].frame_ptr(f.slot()), ours(self, j)).then_some(f),
+                    Page::Shared(f) => {
+                        page_eq(self.pools[f.pool()].frame_ptr(f.slot()), ours(self, j))
+                            .then_some(f)
+                    }
                     Page::Anon | Page::Diverged(_) => self.materialize(qb, qi + j),
                     Page::Owned(_) | Page::Evicted(_) => None,
                 }
@@ -550,7 +663,11 @@ impl State {
 
     /// Copies a protected anonymous page into a new frame and maps it there.
     fn materialize(&mut self, qb: usize, qi: usize) -> Option<FrameId> {
-        let pi = self.pools.len().checked_sub(1).filter(|&p| !self.pools[p].retired)?;
+        let pi = self
+            .pools
+            .len()
+            .checked_sub(1)
+            .filter(|&p| !self.pools[p].retired)?;
         let slot = self.pools[pi].alloc(1)?;
         let qaddr = self.blocks[&qb].page_addr(qi);
         let f = FrameId::new(pi, slot);
@@ -573,7 +690,9 @@ impl State {
     fn apply_merges(&mut self, base: usize, plan: &HashMap<usize, FrameId>, rep: &mut ScanReport) {
         let mut keys: Vec<usize> = plan.keys().copied().collect();
         keys.sort_unstable();
-        let Some((&lo, &hi)) = keys.first().zip(keys.last()) else { return };
+        let Some((&lo, &hi)) = keys.first().zip(keys.last()) else {
+            return;
+        };
         for (a, b) in runs(lo..hi + 1, |k| plan.get(&k).copied()) {
             let n = b - a;
             if !self.remap(base, a, n, Some(plan[&a])) {
@@ -602,9 +721,9 @@ fn state_runs(sorted: &[usize], page: impl Fn(usize) -> Page) -> Vec<(usize, usi
 fn same_run(a: Page, b: Page) -> bool {
     match (a, b) {
         (Page::Anon, Page::Anon) => true,
-        (Page::Owned(x), Page::Owned(y)) | (Page::Shared(x), Page::Shared(y)) | (Page::Diverged(x), Page::Diverged(y)) => {
-            x.pool() == y.pool() && y.0 == x.0 + 1
-        }
+        (Page::Owned(x), Page::Owned(y))
+        | (Page::Shared(x), Page::Shared(y))
+        | (Page::Diverged(x), Page::Diverged(y)) => x.pool() == y.pool() && y.0 == x.0 + 1,
         _ => false,
     }
 }

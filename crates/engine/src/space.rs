@@ -82,7 +82,8 @@ impl Page {
 pub fn continues(a: Page, b: Page) -> bool {
     match (a.map_kind(), b.map_kind()) {
         (MapKind::Anon(x), MapKind::Anon(y)) => x == y,
-        (MapKind::SharedFile(x, xa), MapKind::SharedFile(y, ya)) | (MapKind::PrivateFile(x, xa), MapKind::PrivateFile(y, ya)) => {
+        (MapKind::SharedFile(x, xa), MapKind::SharedFile(y, ya))
+        | (MapKind::PrivateFile(x, xa), MapKind::PrivateFile(y, ya)) => {
             xa == ya && x.pool() == y.pool() && y.0 == x.0 + 1
         }
         _ => false,
@@ -113,14 +114,22 @@ impl Block {
     pub fn new(base: *mut u8, pages: Vec<Page>) -> Block {
         let seen = vec![0; pages.len()];
         let evicted = pages.iter().filter(|p| p.is_evicted()).count();
-        let mut b = Block { base, pages, vmas: 0, seen, exempt: false, evicted };
+        let mut b = Block {
+            base,
+            pages,
+            vmas: 0,
+            seen,
+            exempt: false,
+            evicted,
+        };
         b.vmas = b.count_vmas();
         b
     }
 
     /// Sets page `k`'s state, keeping the evicted count.
     pub fn set(&mut self, k: usize, page: Page) {
-        self.evicted = self.evicted + page.is_evicted() as usize - self.pages[k].is_evicted() as usize;
+        self.evicted =
+            self.evicted + page.is_evicted() as usize - self.pages[k].is_evicted() as usize;
         self.pages[k] = page;
     }
 
@@ -146,7 +155,11 @@ impl Block {
     }
 
     pub fn count_vmas(&self) -> usize {
-        1 + self.pages.windows(2).filter(|w| !continues(w[0], w[1])).count()
+        1 + self
+            .pages
+            .windows(2)
+            .filter(|w| !continues(w[0], w[1]))
+            .count()
     }
 
     /// Mapping boundaries around pages `[i, i+n)`, neighbours included: the
@@ -154,7 +167,9 @@ impl Block {
     pub fn boundaries(&self, i: usize, n: usize) -> usize {
         let lo = i.max(1);
         let hi = (i + n + 1).min(self.pages.len());
-        (lo..hi).filter(|&k| !continues(self.pages[k - 1], self.pages[k])).count()
+        (lo..hi)
+            .filter(|&k| !continues(self.pages[k - 1], self.pages[k]))
+            .count()
     }
 
     /// Mappings that remapping pages `[i, i+n)` as one new run can add: the
@@ -166,7 +181,9 @@ impl Block {
     }
 
     pub fn metadata_bytes(&self) -> usize {
-        std::mem::size_of::<Block>() + self.pages.capacity() * std::mem::size_of::<Page>() + self.seen.capacity() * 4
+        std::mem::size_of::<Block>()
+            + self.pages.capacity() * std::mem::size_of::<Page>()
+            + self.seen.capacity() * 4
     }
 }
 
@@ -184,7 +201,9 @@ where
             continue;
         };
         let mut j = i + 1;
-        while j < range.end && key(j).is_some_and(|g| g.pool() == f.pool() && g.0 == f.0 + (j - i) as u64) {
+        while j < range.end
+            && key(j).is_some_and(|g| g.pool() == f.pool() && g.0 == f.0 + (j - i) as u64)
+        {
             j += 1;
         }
         out.push((i, j));

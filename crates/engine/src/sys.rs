@@ -54,7 +54,14 @@ pub fn pread_frame(fd: i32, frame: u64, out: &mut [u8; PAGE]) -> bool {
     let off = (frame * PAGE as u64) as libc::off_t;
     let mut done = 0usize;
     while done < PAGE {
-        let r = unsafe { libc::pread(fd, out[done..].as_mut_ptr().cast(), PAGE - done, off + done as libc::off_t) };
+        let r = unsafe {
+            libc::pread(
+                fd,
+                out[done..].as_mut_ptr().cast(),
+                PAGE - done,
+                off + done as libc::off_t,
+            )
+        };
         match r {
             n if n > 0 => done += n as usize,
             n if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
@@ -68,7 +75,12 @@ pub fn pwrite_all(fd: i32, buf: *const u8, len: usize, off: u64) -> io::Result<(
     let mut done = 0usize;
     while done < len {
         let r = unsafe {
-            libc::pwrite(fd, buf.add(done).cast(), len - done, (off + done as u64) as libc::off_t)
+            libc::pwrite(
+                fd,
+                buf.add(done).cast(),
+                len - done,
+                (off + done as u64) as libc::off_t,
+            )
         };
         if r < 0 {
             let e = io::Error::last_os_error();
@@ -84,7 +96,14 @@ pub fn pwrite_all(fd: i32, buf: *const u8, len: usize, off: u64) -> io::Result<(
 
 /// Maps `len` bytes; `fixed` replaces whatever is mapped at `addr`.
 /// `fd < 0` maps anonymous memory.
-pub fn map(addr: *mut u8, len: usize, fd: i32, frame: u64, shared: bool, fixed: bool) -> io::Result<*mut u8> {
+pub fn map(
+    addr: *mut u8,
+    len: usize,
+    fd: i32,
+    frame: u64,
+    shared: bool,
+    fixed: bool,
+) -> io::Result<*mut u8> {
     if !take_mmap_allowance() {
         return Err(io::Error::from_raw_os_error(libc::ENOMEM));
     }
@@ -93,8 +112,19 @@ pub fn map(addr: *mut u8, len: usize, fd: i32, frame: u64, shared: bool, fixed: 
 
 /// `map` without fault injection: for replacing a whole existing mapping,
 /// which needs no new VMA and so has no ENOMEM to simulate.
-pub fn map_uninjected(addr: *mut u8, len: usize, fd: i32, frame: u64, shared: bool, fixed: bool) -> io::Result<*mut u8> {
-    let mut flags = if shared { libc::MAP_SHARED } else { libc::MAP_PRIVATE };
+pub fn map_uninjected(
+    addr: *mut u8,
+    len: usize,
+    fd: i32,
+    frame: u64,
+    shared: bool,
+    fixed: bool,
+) -> io::Result<*mut u8> {
+    let mut flags = if shared {
+        libc::MAP_SHARED
+    } else {
+        libc::MAP_PRIVATE
+    };
     if fd < 0 {
         flags |= libc::MAP_ANONYMOUS;
     }
@@ -113,7 +143,16 @@ pub fn map_uninjected(addr: *mut u8, len: usize, fd: i32, frame: u64, shared: bo
 
 /// A read-only shared view of the frame pool, for the scanner.
 pub fn map_window(fd: i32, len: usize) -> io::Result<*mut u8> {
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd, 0) };
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
     if p == libc::MAP_FAILED {
         Err(io::Error::last_os_error())
     } else {
@@ -189,7 +228,10 @@ pub fn count_maps() -> usize {
 }
 
 pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -206,7 +248,10 @@ pub const PM_FILE: u64 = 1 << 61;
 impl Pagemap {
     pub fn open() -> io::Result<Pagemap> {
         let fd = check(unsafe {
-            libc::open(c"/proc/self/pagemap".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC)
+            libc::open(
+                c"/proc/self/pagemap".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
         })?;
         Ok(Pagemap { fd })
     }
@@ -237,13 +282,16 @@ pub const PM_UFFD_WP: u64 = 1 << 57;
 /// uffd-wp bit: that is no copy. (A diverged page swapped out while protected
 /// looks the same; the scan never trusts page state for content — see scan.rs.)
 pub fn is_diverged(entry: u64) -> bool {
-    (entry & PM_PRESENT != 0 && entry & PM_FILE == 0) || (entry & PM_SWAP != 0 && entry & PM_UFFD_WP == 0)
+    (entry & PM_PRESENT != 0 && entry & PM_FILE == 0)
+        || (entry & PM_SWAP != 0 && entry & PM_UFFD_WP == 0)
 }
 
 pub fn is_zero(page: *const u8) -> bool {
     // Word-wise with an early exit: the R paper's cheap content check.
     let words = unsafe { std::slice::from_raw_parts(page as *const u64, PAGE / 8) };
-    words.chunks_exact(8).all(|c| c.iter().fold(0, |a, w| a | w) == 0)
+    words
+        .chunks_exact(8)
+        .all(|c| c.iter().fold(0, |a, w| a | w) == 0)
 }
 
 /// Blocks every signal in this thread; returns the mask to restore.

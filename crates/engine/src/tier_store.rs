@@ -79,7 +79,10 @@ impl TierConfig {
     pub fn from_engine(cfg: &crate::Config) -> TierConfig {
         TierConfig {
             capacity: cfg.evict_store_bytes,
-            swap: cfg.swap_file.clone().map(|path| SwapSettings { path, max_bytes: cfg.swap_bytes }),
+            swap: cfg.swap_file.clone().map(|path| SwapSettings {
+                path,
+                max_bytes: cfg.swap_bytes,
+            }),
         }
     }
 }
@@ -165,7 +168,11 @@ impl TierStore {
     /// A store; fails only if no address space can be reserved for slabs.
     pub fn new(cfg: TierConfig) -> Result<TierStore, StoreError> {
         let reserve = cfg.capacity.clamp(16 << 20, 64 << 30) as usize;
-        let slabs = Store::new(StoreConfig { reserve_bytes: reserve, ..StoreConfig::default() }).map_err(|_| StoreError::Full)?;
+        let slabs = Store::new(StoreConfig {
+            reserve_bytes: reserve,
+            ..StoreConfig::default()
+        })
+        .map_err(|_| StoreError::Full)?;
         let put_codec = Compressor::default();
         let inner = Inner {
             slabs,
@@ -176,7 +183,11 @@ impl TierStore {
             in_memory: 0,
             swapped: 0,
             swap: None,
-            swap_state: if cfg.swap.is_some() { SwapState::NotYet } else { SwapState::Off },
+            swap_state: if cfg.swap.is_some() {
+                SwapState::NotYet
+            } else {
+                SwapState::Off
+            },
             counts: TierCounts::default(),
         };
         Ok(TierStore {
@@ -213,35 +224,60 @@ impl TierStore {
     /// the invariants checked (every object in exactly one place, the slab
     /// store's own audit, the swap file's used slots); for tests.
     pub fn audit(&self) -> Result<StoreBytes, String> {
-        let s = self.lock().ok_or("the store was locked by another thread at fork")?;
+        let s = self
+            .lock()
+            .ok_or("the store was locked by another thread at fork")?;
         let slabs = s.slabs.audit()?;
         let (mut in_memory, mut swapped, mut gone, mut payload) = (0u64, 0u64, 0u64, 0u64);
         for o in &s.objects {
             match o.place {
                 Place::Memory(sh) => {
                     in_memory += 1;
-                    payload += s.slabs.len_of(sh).map_err(|e| format!("object in memory without a slab slot: {e}"))? as u64;
+                    payload += s
+                        .slabs
+                        .len_of(sh)
+                        .map_err(|e| format!("object in memory without a slab slot: {e}"))?
+                        as u64;
                 }
                 Place::Swap(slot) => {
                     swapped += 1;
-                    s.swap.as_ref().and_then(|f| f.len_of(slot).ok()).ok_or("swapped object without a slot")?;
+                    s.swap
+                        .as_ref()
+                        .and_then(|f| f.len_of(slot).ok())
+                        .ok_or("swapped object without a slot")?;
                 }
                 Place::Gone => gone += 1,
                 Place::Free => {}
             }
         }
-        let free = s.objects.iter().filter(|o| matches!(o.place, Place::Free)).count();
+        let free = s
+            .objects
+            .iter()
+            .filter(|o| matches!(o.place, Place::Free))
+            .count();
         let swapped_here = swapped;
         swapped += gone;
-        if (in_memory, swapped, free) != (s.in_memory, s.swapped, s.free.len()) || payload != slabs.payload_bytes {
+        if (in_memory, swapped, free) != (s.in_memory, s.swapped, s.free.len())
+            || payload != slabs.payload_bytes
+        {
             return Err(format!("counted {in_memory} in memory, {swapped} swapped, {free} free, {payload} B; kept {} / {} / {} / {} B", s.in_memory, s.swapped, s.free.len(), slabs.payload_bytes));
         }
         let swap = s.swap.as_ref().map(|f| f.stats()).unwrap_or_default();
         if s.swap.is_some() && swap.slots_used != swapped_here {
-            return Err(format!("{swapped_here} swapped objects but {} slots used", swap.slots_used));
+            return Err(format!(
+                "{swapped_here} swapped objects but {} slots used",
+                swap.slots_used
+            ));
         }
-        let memory = self.memory_bytes(&s) - s.slabs.stats().footprint_bytes() + slabs.footprint_bytes();
-        Ok(StoreBytes { pages: in_memory + swapped, payload, overhead: memory - payload, swapped, swap_file_bytes: swap.slots_allocated * PAGE as u64 })
+        let memory =
+            self.memory_bytes(&s) - s.slabs.stats().footprint_bytes() + slabs.footprint_bytes();
+        Ok(StoreBytes {
+            pages: in_memory + swapped,
+            payload,
+            overhead: memory - payload,
+            swapped,
+            swap_file_bytes: swap.slots_allocated * PAGE as u64,
+        })
     }
 
     /// Bytes of memory the store holds (what `bytes()` splits into payload and overhead).
@@ -254,7 +290,9 @@ impl TierStore {
     fn insert(&self, obj: &[u8]) -> Result<Handle, StoreError> {
         let mut spilled = false;
         loop {
-            let Some(mut s) = self.lock() else { return Err(StoreError::Full) };
+            let Some(mut s) = self.lock() else {
+                return Err(StoreError::Full);
+            };
             let extra = self.put_codec_bytes.load(Ordering::Relaxed);
             match s.try_insert(obj, self.cfg.capacity.saturating_sub(extra)) {
                 Err(StoreError::Full) if !spilled && s.swap_state != SwapState::Off => {
@@ -314,7 +352,9 @@ impl Inner {
             + self.free.capacity() * 4
             + self.oldest.capacity() * size_of::<(u32, u32)>()
             + size_of::<TierStore>();
-        let swap = self.swap.as_ref().map_or(0, |f| f.stats().metadata_bytes as usize + size_of::<SwapFile>());
+        let swap = self.swap.as_ref().map_or(0, |f| {
+            f.stats().metadata_bytes as usize + size_of::<SwapFile>()
+        });
         self.slabs.stats().footprint_bytes() + (tables + swap + self.codec.memory_bytes()) as u64
     }
 
@@ -330,7 +370,10 @@ impl Inner {
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
-                self.objects.push(Object { place: Place::Free, generation: 0 });
+                self.objects.push(Object {
+                    place: Place::Free,
+                    generation: 0,
+                });
                 self.objects.len() as u32 - 1
             }
         };
@@ -345,7 +388,10 @@ impl Inner {
 
     fn object(&self, h: Handle) -> Option<Object> {
         let (i, g) = split(h);
-        self.objects.get(i).copied().filter(|o| o.generation == g && !matches!(o.place, Place::Free))
+        self.objects
+            .get(i)
+            .copied()
+            .filter(|o| o.generation == g && !matches!(o.place, Place::Free))
     }
 
     /// Rebuilds the page of `h` into `out`; allocates nothing (see the module comment).
@@ -354,13 +400,21 @@ impl Inner {
         match o.place {
             Place::Memory(sh) => {
                 let data = self.slabs.get(sh).map_err(|_| StoreError::Lost)?;
-                self.codec.decompress(data, out).map_err(|_| StoreError::Lost)
+                self.codec
+                    .decompress(data, out)
+                    .map_err(|_| StoreError::Lost)
             }
             Place::Swap(slot) => {
                 let mut buf = [0u8; PAGE];
-                let read = self.swap.as_mut().ok_or(StoreError::Lost).and_then(|f| f.swap_in(slot, &mut buf).map_err(|_| StoreError::Lost));
+                let read = self
+                    .swap
+                    .as_mut()
+                    .ok_or(StoreError::Lost)
+                    .and_then(|f| f.swap_in(slot, &mut buf).map_err(|_| StoreError::Lost));
                 let n = read.inspect_err(|_| self.counts.swap_read_errors += 1)?;
-                self.codec.decompress(&buf[..n], out).map_err(|_| StoreError::Lost)
+                self.codec
+                    .decompress(&buf[..n], out)
+                    .map_err(|_| StoreError::Lost)
             }
             Place::Free | Place::Gone => Err(StoreError::Lost),
         }
@@ -432,7 +486,9 @@ impl Inner {
     fn take_oldest(&mut self, n: usize) -> Vec<(u32, SlabHandle)> {
         let mut batch = Vec::with_capacity(n);
         while batch.len() < n {
-            let Some((i, g)) = self.oldest.pop_front() else { break };
+            let Some((i, g)) = self.oldest.pop_front() else {
+                break;
+            };
             let o = self.objects[i as usize];
             if let (true, Place::Memory(sh)) = (o.generation == g, o.place) {
                 batch.push((i, sh));
@@ -447,7 +503,12 @@ impl Inner {
     /// back to the front of the spill order. Returns the payload bytes
     /// moved and whether all were.
     fn swap_out(&mut self, batch: &[(u32, SlabHandle)]) -> (u64, bool) {
-        let Inner { slabs, swap, counts, .. } = self;
+        let Inner {
+            slabs,
+            swap,
+            counts,
+            ..
+        } = self;
         let file = swap.as_mut().expect("swap_out with the file open");
         let mut slots = Vec::with_capacity(batch.len());
         for &(_, sh) in batch {
@@ -470,7 +531,8 @@ impl Inner {
         }
         self.counts.spilled += slots.len() as u64;
         for &(i, _) in batch[slots.len()..].iter().rev() {
-            self.oldest.push_front((i, self.objects[i as usize].generation));
+            self.oldest
+                .push_front((i, self.objects[i as usize].generation));
         }
         (moved, slots.len() == batch.len())
     }
@@ -482,7 +544,8 @@ impl PageStore for TierStore {
         let obj = codec.compress(page).ok_or(StoreError::Incompressible)?;
         let method = Compressor::method_of(obj);
         let r = self.insert(obj);
-        self.put_codec_bytes.store(codec.memory_bytes() as u64, Ordering::Relaxed);
+        self.put_codec_bytes
+            .store(codec.memory_bytes() as u64, Ordering::Relaxed);
         if let (true, Some(mut s)) = (r.is_ok(), self.lock()) {
             match method {
                 Some(Method::Same) => s.counts.same += 1,
@@ -505,7 +568,9 @@ impl PageStore for TierStore {
     }
 
     fn bytes(&self) -> StoreBytes {
-        let Some(s) = self.lock() else { return StoreBytes::default() };
+        let Some(s) = self.lock() else {
+            return StoreBytes::default();
+        };
         let payload = s.slabs.stats().payload_bytes;
         let swap = s.swap.as_ref().map(|f| f.stats()).unwrap_or_default();
         StoreBytes {
@@ -522,7 +587,9 @@ impl PageStore for TierStore {
     /// should cover the rest, then compacts the slabs and gives emptied and
     /// cached ones back.
     fn spill(&self, bytes: u64) -> u64 {
-        let Some(before) = self.lock().map(|s| self.memory_bytes(&s)) else { return 0 };
+        let Some(before) = self.lock().map(|s| self.memory_bytes(&s)) else {
+            return 0;
+        };
         let mut released = 0;
         while released < bytes {
             if self.swap_out_oldest(bytes - released) == 0 {
@@ -554,7 +621,11 @@ impl PageStore for TierStore {
         if let Some(f) = s.swap.take() {
             f.abandon();
         }
-        for o in s.objects.iter_mut().filter(|o| matches!(o.place, Place::Swap(_))) {
+        for o in s
+            .objects
+            .iter_mut()
+            .filter(|o| matches!(o.place, Place::Swap(_)))
+        {
             o.place = Place::Gone;
         }
         if s.swap_state == SwapState::Open {

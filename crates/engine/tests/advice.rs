@@ -16,7 +16,9 @@ fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
 /// Page `i` of a block filled with a pattern unique to (seed, i).
 fn fill(p: *mut u8, pages: usize, seed: u8) {
     for i in 0..pages * PAGE {
-        unsafe { *p.add(i) = (i as u8).wrapping_mul(29) ^ seed ^ ((i / PAGE) as u8).wrapping_mul(7) | 1 };
+        unsafe {
+            *p.add(i) = (i as u8).wrapping_mul(29) ^ seed ^ ((i / PAGE) as u8).wrapping_mul(7) | 1
+        };
     }
 }
 
@@ -28,7 +30,10 @@ fn zero(p: *const u8, len: usize) -> bool {
 fn discard(e: &Engine, p: *mut u8, len: usize) -> Vec<(usize, usize)> {
     let rest = e.discard(p, len);
     for &(s, l) in &rest {
-        assert_eq!(unsafe { libc::madvise(s as *mut libc::c_void, l, libc::MADV_DONTNEED) }, 0);
+        assert_eq!(
+            unsafe { libc::madvise(s as *mut libc::c_void, l, libc::MADV_DONTNEED) },
+            0
+        );
     }
     rest
 }
@@ -48,7 +53,10 @@ fn discard_owned_pages_reads_zero_and_frees_frames() {
     assert_eq!((s.discarded, s.frames_resident), (4, 12), "{s:?}");
     assert!(zero(unsafe { a.add(4 * PAGE) }, 4 * PAGE));
     assert_eq!(bytes(a, 4 * PAGE), &keep[..4 * PAGE]);
-    assert_eq!(bytes(unsafe { a.add(8 * PAGE) }, 8 * PAGE), &keep[8 * PAGE..]);
+    assert_eq!(
+        bytes(unsafe { a.add(8 * PAGE) }, 8 * PAGE),
+        &keep[8 * PAGE..]
+    );
     // Still the engine's: writable, and copies of it are still virtual.
     fill(a, 16, 2);
     let b = e.alloc(16 * PAGE, Hint::None);
@@ -70,20 +78,32 @@ fn discard_after_virtual_copy_and_divergence() {
     unsafe { e.copy(b, a, n * PAGE) };
     assert_eq!(e.stats().pages_shared_by_copy, n as u64);
     unsafe { *b.add(5 * PAGE) = 0xEE }; // page 5 of b diverges
-    // Memory is checked before the discarded pages are read: they map fresh
-    // frames, and reading a fresh memfd page allocates it (shmem has no zero page).
+                                        // Memory is checked before the discarded pages are read: they map fresh
+                                        // frames, and reading a fresh memfd page allocates it (shmem has no zero page).
     discard(&e, b, n * PAGE);
     assert_eq!(bytes(a, n * PAGE), &keep[..]);
-    assert_eq!(e.stats().frames_resident, n as u64, "the source still needs every frame");
+    assert_eq!(
+        e.stats().frames_resident,
+        n as u64,
+        "the source still needs every frame"
+    );
     // The source too: now nothing needs the old frames.
     discard(&e, a, n * PAGE);
     let s = e.stats();
-    assert_eq!((s.frames_resident, s.frames_in_use, s.discarded), (0, 2 * n as u64, 2 * n as u64), "{s:?}");
+    assert_eq!(
+        (s.frames_resident, s.frames_in_use, s.discarded),
+        (0, 2 * n as u64, 2 * n as u64),
+        "{s:?}"
+    );
     // Zero, the diverged page too (it must not revert to its old frame).
     assert!(zero(b, n * PAGE) && zero(a, n * PAGE));
     e.scan();
     e.scan();
-    assert_eq!(e.stats().frames_resident, 0, "the scan folds the zero pages those reads allocated");
+    assert_eq!(
+        e.stats().frames_resident,
+        0,
+        "the scan folds the zero pages those reads allocated"
+    );
     // Both stay usable blocks.
     fill(b, n, 4);
     unsafe { e.copy(a, b, n * PAGE) };
@@ -96,7 +116,10 @@ fn discard_after_virtual_copy_and_divergence() {
 
 #[test]
 fn discard_after_merge() {
-    let e = Engine::new(Config { pin_grace: std::time::Duration::ZERO, ..Config::default() });
+    let e = Engine::new(Config {
+        pin_grace: std::time::Duration::ZERO,
+        ..Config::default()
+    });
     let n = 8;
     let a = e.alloc(n * PAGE, Hint::None);
     let b = e.alloc(n * PAGE, Hint::None);
@@ -108,12 +131,23 @@ fn discard_after_merge() {
     assert_eq!(e.stats().merged, n as u64);
     assert_eq!(e.stats().frames_resident, n as u64);
     discard(&e, unsafe { a.add(2 * PAGE) }, 2 * PAGE);
-    assert_eq!(bytes(b, n * PAGE), &keep[..], "the merge partner keeps its content");
+    assert_eq!(
+        bytes(b, n * PAGE),
+        &keep[..],
+        "the merge partner keeps its content"
+    );
     discard(&e, b, n * PAGE);
-    assert_eq!(e.stats().frames_resident, (n - 2) as u64, "frames only a's remaining pages need");
+    assert_eq!(
+        e.stats().frames_resident,
+        (n - 2) as u64,
+        "frames only a's remaining pages need"
+    );
     assert!(zero(b, n * PAGE) && zero(unsafe { a.add(2 * PAGE) }, 2 * PAGE));
     assert_eq!(bytes(a, 2 * PAGE), &keep[..2 * PAGE]);
-    assert_eq!(bytes(unsafe { a.add(4 * PAGE) }, 4 * PAGE), &keep[4 * PAGE..]);
+    assert_eq!(
+        bytes(unsafe { a.add(4 * PAGE) }, 4 * PAGE),
+        &keep[4 * PAGE..]
+    );
     unsafe { e.free(a) };
     unsafe { e.free(b) };
     assert_eq!(e.stats().blocks, 0);
@@ -130,11 +164,17 @@ fn discard_hands_back_plain_memory_and_ranges_outside_blocks() {
     assert_eq!(rest, vec![(lo, 2 * PAGE), (hi, 2 * PAGE)]);
     assert!(zero(a, 4 * PAGE));
     // Misaligned or empty: nothing done, all handed back for the kernel's verdict.
-    assert_eq!(e.discard(unsafe { a.add(1) }, PAGE), vec![(a as usize + 1, PAGE)]);
+    assert_eq!(
+        e.discard(unsafe { a.add(1) }, PAGE),
+        vec![(a as usize + 1, PAGE)]
+    );
     assert_eq!(e.discard(a, 0), vec![(a as usize, 0)]);
     unsafe { e.free(a) };
     // Without frames every block is plain memory: all of it goes to the kernel.
-    let e = Engine::new(Config { frames: false, ..Config::default() });
+    let e = Engine::new(Config {
+        frames: false,
+        ..Config::default()
+    });
     let a = e.alloc(4 * PAGE, Hint::None);
     fill(a, 4, 7);
     assert_eq!(discard(&e, a, 4 * PAGE), vec![(a as usize, 4 * PAGE)]);
@@ -147,7 +187,10 @@ fn discard_hands_back_plain_memory_and_ranges_outside_blocks() {
 fn discard_beyond_vma_budget_zeroes_in_place() {
     // Room for whole-block remaps (a mapping replaced, counted as one more
     // until done), none for splitting a block.
-    let e = Engine::new(Config { vma_budget: 4, ..Config::default() });
+    let e = Engine::new(Config {
+        vma_budget: 4,
+        ..Config::default()
+    });
     let a = e.alloc(8 * PAGE, Hint::None);
     let b = e.alloc(8 * PAGE, Hint::None);
     fill(a, 8, 8);
@@ -158,7 +201,10 @@ fn discard_beyond_vma_budget_zeroes_in_place() {
     assert!(e.stats().fallbacks.vma_budget > before);
     assert!(zero(unsafe { b.add(3 * PAGE) }, PAGE));
     assert_eq!(bytes(b, 3 * PAGE), bytes(a, 3 * PAGE));
-    assert_eq!(bytes(unsafe { b.add(4 * PAGE) }, 4 * PAGE), bytes(unsafe { a.add(4 * PAGE) }, 4 * PAGE));
+    assert_eq!(
+        bytes(unsafe { b.add(4 * PAGE) }, 4 * PAGE),
+        bytes(unsafe { a.add(4 * PAGE) }, 4 * PAGE)
+    );
     unsafe { e.free(a) };
     unsafe { e.free(b) };
     assert_eq!(e.stats().blocks, 0);
@@ -166,7 +212,10 @@ fn discard_beyond_vma_budget_zeroes_in_place() {
 
 #[test]
 fn exempt_block_is_plain_memory_the_engine_leaves_alone() {
-    let e = Engine::new(Config { pin_grace: std::time::Duration::ZERO, ..Config::default() });
+    let e = Engine::new(Config {
+        pin_grace: std::time::Duration::ZERO,
+        ..Config::default()
+    });
     let n = 16;
     let a = e.alloc(n * PAGE, Hint::None);
     let b = e.alloc(n * PAGE, Hint::None);
@@ -181,19 +230,35 @@ fn exempt_block_is_plain_memory_the_engine_leaves_alone() {
     assert_eq!(bytes(b, n * PAGE), &want[..]);
     let s = e.stats();
     assert_eq!(s.exempted, 1);
-    assert_eq!(s.frames_resident, n as u64, "b no longer holds a frame reference beyond a's");
+    assert_eq!(
+        s.frames_resident, n as u64,
+        "b no longer holds a frame reference beyond a's"
+    );
     // The program protects it; scans must not read it, copies must not remap it.
-    assert_eq!(unsafe { libc::mprotect(b.cast(), n * PAGE, libc::PROT_NONE) }, 0);
+    assert_eq!(
+        unsafe { libc::mprotect(b.cast(), n * PAGE, libc::PROT_NONE) },
+        0
+    );
     fill(c, n, 9);
     e.scan();
     e.scan();
-    assert_eq!(unsafe { libc::mprotect(b.cast(), n * PAGE, libc::PROT_READ) }, 0);
+    assert_eq!(
+        unsafe { libc::mprotect(b.cast(), n * PAGE, libc::PROT_READ) },
+        0
+    );
     let shared = e.stats().pages_shared_by_copy;
     unsafe { e.copy(c, b, n * PAGE) };
-    assert_eq!(e.stats().pages_shared_by_copy, shared, "a copy from an exempt block is plain");
+    assert_eq!(
+        e.stats().pages_shared_by_copy,
+        shared,
+        "a copy from an exempt block is plain"
+    );
     assert_eq!(bytes(c, n * PAGE), &want[..]);
     // Discarding it is the kernel's business now.
-    assert_eq!(unsafe { libc::mprotect(b.cast(), n * PAGE, libc::PROT_READ | libc::PROT_WRITE) }, 0);
+    assert_eq!(
+        unsafe { libc::mprotect(b.cast(), n * PAGE, libc::PROT_READ | libc::PROT_WRITE) },
+        0
+    );
     assert_eq!(e.discard(b, n * PAGE), vec![(b as usize, n * PAGE)]);
     for p in [a, b, c] {
         unsafe { e.free(p) };
@@ -222,7 +287,12 @@ fn exempt_loses_no_concurrent_write() {
             std::thread::spawn(move || {
                 for v in 1..SLOTS {
                     for p in 0..n {
-                        unsafe { std::ptr::write_volatile((addr + p * PAGE + 8 * v as usize) as *mut u64, v) };
+                        unsafe {
+                            std::ptr::write_volatile(
+                                (addr + p * PAGE + 8 * v as usize) as *mut u64,
+                                v,
+                            )
+                        };
                     }
                     progress.store(v, Ordering::SeqCst);
                     let t = std::time::Instant::now();
@@ -239,14 +309,20 @@ fn exempt_loses_no_concurrent_write() {
         for p in 0..n {
             for v in 1..SLOTS {
                 let got = unsafe { *((addr + p * PAGE + 8 * v as usize) as *const u64) };
-                assert_eq!(got, v, "round {round}: page {p} lost the store of {v} (exempted at {before}..{after})");
+                assert_eq!(
+                    got, v,
+                    "round {round}: page {p} lost the store of {v} (exempted at {before}..{after})"
+                );
             }
         }
         unsafe { e.free(a) };
         unsafe { e.free(src) };
     }
     assert_eq!(e.stats().exempted, 20);
-    assert!(overlapped >= 3, "the writer was running during only {overlapped} of 20 moves");
+    assert!(
+        overlapped >= 3,
+        "the writer was running during only {overlapped} of 20 moves"
+    );
 }
 
 #[test]
@@ -261,13 +337,20 @@ fn shrink_releases_the_tail() {
     assert!(e.shrink(a, 10 * PAGE + 100));
     assert_eq!(e.block_len(a), Some(11 * PAGE));
     assert_eq!(bytes(a, 10 * PAGE + 100), &want[..]);
-    assert_eq!(e.stats().frames_resident, n as u64, "b still maps every frame");
+    assert_eq!(
+        e.stats().frames_resident,
+        n as u64,
+        "b still maps every frame"
+    );
     assert!(e.shrink(b, 1));
     assert_eq!(e.block_len(b), Some(PAGE));
     let s = e.stats();
     assert_eq!(s.frames_resident, 11, "{s:?}");
     assert!(!e.shrink(unsafe { a.add(PAGE) }, 1), "not a block");
-    assert!(e.shrink(a, 100 * PAGE), "growing is not shrinking: nothing to do");
+    assert!(
+        e.shrink(a, 100 * PAGE),
+        "growing is not shrinking: nothing to do"
+    );
     assert_eq!(e.block_len(a), Some(11 * PAGE));
     unsafe { e.free(a) };
     unsafe { e.free(b) };
@@ -279,7 +362,13 @@ fn shrink_releases_the_tail() {
 /// scanned or shared.
 #[test]
 fn exempt_without_write_protection_stays_on_frozen_frames() {
-    let cfg = Config { inject: pagefold_engine::Inject { fail_uffd: true, ..Default::default() }, ..Config::default() };
+    let cfg = Config {
+        inject: pagefold_engine::Inject {
+            fail_uffd: true,
+            ..Default::default()
+        },
+        ..Config::default()
+    };
     let e = Engine::new(cfg);
     let n = 8;
     let a = e.alloc(n * PAGE, Hint::None);
@@ -290,11 +379,21 @@ fn exempt_without_write_protection_stays_on_frozen_frames() {
     let s = e.stats();
     assert_eq!((s.exempted, s.fallbacks.uffd), (1, 1), "{s:?}");
     assert_eq!(bytes(a, n * PAGE), &want[..]);
-    assert_eq!(unsafe { libc::mprotect(a.cast(), n * PAGE, libc::PROT_NONE) }, 0);
+    assert_eq!(
+        unsafe { libc::mprotect(a.cast(), n * PAGE, libc::PROT_NONE) },
+        0
+    );
     e.scan();
-    assert_eq!(unsafe { libc::mprotect(a.cast(), n * PAGE, libc::PROT_READ) }, 0);
+    assert_eq!(
+        unsafe { libc::mprotect(a.cast(), n * PAGE, libc::PROT_READ) },
+        0
+    );
     unsafe { e.copy(b, a, n * PAGE) };
-    assert_eq!(e.stats().pages_shared_by_copy, 0, "no sharing with an exempt block");
+    assert_eq!(
+        e.stats().pages_shared_by_copy,
+        0,
+        "no sharing with an exempt block"
+    );
     assert_eq!(bytes(b, n * PAGE), &want[..]);
     unsafe { e.free(a) };
     unsafe { e.free(b) };

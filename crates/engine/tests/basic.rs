@@ -68,12 +68,22 @@ fn scan_folds_zero_and_merges_duplicates() {
         let seed = if pg < 128 { (pg % 4) as u8 } else { pg as u8 };
         let p = unsafe { a.add(pg * PAGE) };
         fill(p, PAGE, seed);
-        unsafe { *(p as *mut u64) = if pg < 128 { (pg % 4) as u64 } else { pg as u64 + 1000 } };
+        unsafe {
+            *(p as *mut u64) = if pg < 128 {
+                (pg % 4) as u64
+            } else {
+                pg as u64 + 1000
+            }
+        };
     }
     let before = bytes(a, n).to_vec();
     // The first scan only looks: pages are folded once a second scan sees them unchanged.
     let first = e.scan();
-    assert_eq!((first.zero_folded, first.merged, first.volatile), (0, 0, 256), "{first:?}");
+    assert_eq!(
+        (first.zero_folded, first.merged, first.volatile),
+        (0, 0, 256),
+        "{first:?}"
+    );
     let r = e.scan();
     assert_eq!(r.zero_folded, 64, "{r:?}");
     assert_eq!(r.merged, 60, "{r:?}");
@@ -90,7 +100,10 @@ fn scan_folds_zero_and_merges_duplicates() {
 fn pages_that_change_between_scans_are_left_alone() {
     // Every scan looks at page 3 here (the smart scan would look at it less
     // often, as it finds nothing to do; tests/smart_scan.rs covers that).
-    let e = Engine::new(Config { smart_scan: false, ..Config::default() });
+    let e = Engine::new(Config {
+        smart_scan: false,
+        ..Config::default()
+    });
     let a = e.alloc(8 * PAGE, Hint::FullWrite);
     e.scan();
     // Page 3 is rewritten with other zero-free content before every scan; the
@@ -101,7 +114,10 @@ fn pages_that_change_between_scans_are_left_alone() {
         assert_eq!(r.volatile, 1, "round {round}: {r:?}");
         assert_eq!(unsafe { *a.add(3 * PAGE + 100) }, round);
     }
-    let off = Config { volatile_check: false, ..Config::default() };
+    let off = Config {
+        volatile_check: false,
+        ..Config::default()
+    };
     let e2 = Engine::new(off);
     let b = e2.alloc(8 * PAGE, Hint::FullWrite);
     assert_eq!(e2.scan().zero_folded, 8, "without the check one scan folds");

@@ -14,7 +14,10 @@ fn config_reads_fault_injection_from_the_environment() {
         std::env::remove_var(format!("PAGEFOLD_INJECT_{v}"));
     }
     assert!(c.inject.fail_memfd && !c.inject.fail_uffd);
-    assert_eq!((c.inject.fail_mmap_after, c.inject.max_map_count), (Some(7), Some(5000)));
+    assert_eq!(
+        (c.inject.fail_mmap_after, c.inject.max_map_count),
+        (Some(7), Some(5000))
+    );
     assert!(!Config::from_env().inject.fail_memfd);
 }
 
@@ -25,8 +28,14 @@ fn config_reads_recycling_from_the_environment() {
     let c = Config::from_env();
     std::env::remove_var("PAGEFOLD_RECYCLE_MB");
     std::env::remove_var("PAGEFOLD_RECYCLE_MS");
-    assert_eq!((c.recycle_bytes, c.recycle_age), (64 << 20, std::time::Duration::from_secs(2)));
-    assert_eq!(Config::from_env().recycle_age, std::time::Duration::from_millis(250));
+    assert_eq!(
+        (c.recycle_bytes, c.recycle_age),
+        (64 << 20, std::time::Duration::from_secs(2))
+    );
+    assert_eq!(
+        Config::from_env().recycle_age,
+        std::time::Duration::from_millis(250)
+    );
 }
 
 #[test]
@@ -48,25 +57,40 @@ fn config_reads_tiering_from_the_environment() {
     assert!(c.tier && !c.tier_patch && !c.tier_compress);
     assert_eq!(c.clock_interval, std::time::Duration::from_millis(250));
     assert_eq!(c.cold_passes, 7, "capped to the age the clock can count");
-    assert_eq!((c.high_water, c.low_water), (Some(512 << 20), None), "0 MiB: no watermark");
+    assert_eq!(
+        (c.high_water, c.low_water),
+        (Some(512 << 20), None),
+        "0 MiB: no watermark"
+    );
     assert!(!Config::from_env().tier);
 }
 
 #[test]
 fn config_reads_the_swap_file_from_the_environment() {
-    assert!(Config::from_env().swap_file.is_none(), "no swap unless asked for");
+    assert!(
+        Config::from_env().swap_file.is_none(),
+        "no swap unless asked for"
+    );
     std::env::set_var("PAGEFOLD_SWAP_FILE", "/var/tmp/pf.swap");
     std::env::set_var("PAGEFOLD_SWAP_MB", "64");
     let c = Config::from_env();
     std::env::remove_var("PAGEFOLD_SWAP_FILE");
     std::env::remove_var("PAGEFOLD_SWAP_MB");
-    assert_eq!(c.swap_file.as_deref(), Some(std::path::Path::new("/var/tmp/pf.swap")));
+    assert_eq!(
+        c.swap_file.as_deref(),
+        Some(std::path::Path::new("/var/tmp/pf.swap"))
+    );
     assert_eq!(c.swap_bytes, 64 << 20);
 }
 
 #[test]
 fn config_reads_patching_from_the_environment() {
-    let vars = [("PAGEFOLD_PATCH_BLOCKS", "2"), ("PAGEFOLD_PATCH_BLOCK_BYTES", "64"), ("PAGEFOLD_PATCH_CANDIDATES", "100"), ("PAGEFOLD_INJECT_FAIL_PATCH", "1")];
+    let vars = [
+        ("PAGEFOLD_PATCH_BLOCKS", "2"),
+        ("PAGEFOLD_PATCH_BLOCK_BYTES", "64"),
+        ("PAGEFOLD_PATCH_CANDIDATES", "100"),
+        ("PAGEFOLD_INJECT_FAIL_PATCH", "1"),
+    ];
     for (k, v) in vars {
         std::env::set_var(k, v);
     }
@@ -74,7 +98,18 @@ fn config_reads_patching_from_the_environment() {
     for (k, _) in vars {
         std::env::remove_var(k);
     }
-    assert_eq!((c.patch_blocks, c.patch_block_bytes, c.patch_candidates, c.inject.fail_patch), (2, 64, 100, true));
+    assert_eq!(
+        (
+            c.patch_blocks,
+            c.patch_block_bytes,
+            c.patch_candidates,
+            c.inject.fail_patch
+        ),
+        (2, 64, 100, true)
+    );
     let d = Config::from_env();
-    assert_eq!((d.patch_blocks, d.patch_block_bytes, d.inject.fail_patch), (8, 8, false));
+    assert_eq!(
+        (d.patch_blocks, d.patch_block_bytes, d.inject.fail_patch),
+        (8, 8, false)
+    );
 }

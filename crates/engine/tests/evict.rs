@@ -15,29 +15,44 @@
 //! page of every engine in the process, which would upset another's counts.
 
 mod common;
-use common::{assert_killed_for_lost_page, bytes, incompressible, pipe, serial, socketpair, with_deadline};
+use common::{
+    assert_killed_for_lost_page, bytes, incompressible, pipe, serial, socketpair, with_deadline,
+};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use pagefold_engine::{Allow, Config, Engine, Handle, Hint, Inject, PageStore, StoreBytes, StoreError, PAGE};
+use pagefold_engine::{
+    Allow, Config, Engine, Handle, Hint, Inject, PageStore, StoreBytes, StoreError, PAGE,
+};
 
 /// Compressible content, different for every `k`, never all zero.
 fn pattern(k: usize) -> Vec<u8> {
-    (0..PAGE).map(|i| (((i / 16) ^ k) as u8).wrapping_mul(3) | 1).collect()
+    (0..PAGE)
+        .map(|i| (((i / 16) ^ k) as u8).wrapping_mul(3) | 1)
+        .collect()
 }
 
 fn resident_pages(p: *const u8, n: usize) -> usize {
     let mut v = vec![0u8; n];
-    assert_eq!(unsafe { libc::mincore(p as *mut _, n * PAGE, v.as_mut_ptr()) }, 0);
+    assert_eq!(
+        unsafe { libc::mincore(p as *mut _, n * PAGE, v.as_mut_ptr()) },
+        0
+    );
     v.iter().filter(|&&b| b & 1 != 0).count()
 }
 
 /// Eviction to the page store alone, for tests of the store path (tests/patch.rs tests patching).
-const STORE_ONLY: Allow = Allow { patch: false, compress: true };
+const STORE_ONLY: Allow = Allow {
+    patch: false,
+    compress: true,
+};
 
 fn cfg() -> Config {
-    Config { pin_grace: Duration::from_micros(100), ..Config::default() }
+    Config {
+        pin_grace: Duration::from_micros(100),
+        ..Config::default()
+    }
 }
 
 /// The kinds of page eviction takes.
@@ -49,7 +64,12 @@ enum Kind {
     SoleDiverged,
 }
 
-const KINDS: [Kind; 4] = [Kind::Anon, Kind::Owned, Kind::SoleShared, Kind::SoleDiverged];
+const KINDS: [Kind; 4] = [
+    Kind::Anon,
+    Kind::Owned,
+    Kind::SoleShared,
+    Kind::SoleDiverged,
+];
 
 /// A block of `n` pages of `kind` and what it holds.
 struct Blk {
@@ -64,7 +84,10 @@ unsafe impl Sync for Blk {}
 impl Blk {
     fn new(kind: Kind, n: usize) -> Blk {
         let e = Engine::new(match kind {
-            Kind::Anon => Config { frames: false, ..cfg() },
+            Kind::Anon => Config {
+                frames: false,
+                ..cfg()
+            },
             _ => cfg(),
         });
         let want: Vec<u8> = (0..n).flat_map(pattern).collect();
@@ -82,12 +105,19 @@ impl Blk {
             Kind::SoleShared | Kind::SoleDiverged => {
                 let src = fresh(&e);
                 let dst = fresh(&e);
-                let first: Vec<u8> = if kind == Kind::SoleDiverged { (100..100 + n).flat_map(pattern).collect() } else { want.clone() };
+                let first: Vec<u8> = if kind == Kind::SoleDiverged {
+                    (100..100 + n).flat_map(pattern).collect()
+                } else {
+                    want.clone()
+                };
                 unsafe {
                     std::ptr::copy_nonoverlapping(first.as_ptr(), src, first.len());
                     e.copy(dst, src, n * PAGE);
                 }
-                assert!(e.stats().pages_shared_by_copy >= n as u64, "{kind:?}: not shared by copy");
+                assert!(
+                    e.stats().pages_shared_by_copy >= n as u64,
+                    "{kind:?}: not shared by copy"
+                );
                 if kind == Kind::SoleDiverged {
                     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), dst, want.len()) };
                 }
@@ -106,8 +136,15 @@ impl Blk {
         let s = b.e.stats();
         assert_eq!(s.evicted_now, n as u64, "{kind:?}: {s:?}");
         assert_eq!(s.store.pages, n as u64, "{kind:?}: {s:?}");
-        assert_eq!(s.frames_resident, 0, "{kind:?}: frames still resident: {s:?}");
-        assert_eq!(resident_pages(b.ptr, n), 0, "{kind:?}: pages still present after eviction");
+        assert_eq!(
+            s.frames_resident, 0,
+            "{kind:?}: frames still resident: {s:?}"
+        );
+        assert_eq!(
+            resident_pages(b.ptr, n),
+            0,
+            "{kind:?}: pages still present after eviction"
+        );
         b
     }
 
@@ -141,7 +178,11 @@ impl Blk {
         assert_eq!(s.restore_errors, 0, "{ctx}: {s:?}");
         assert!(unsafe { self.e.free(self.ptr) });
         let s = self.e.stats();
-        assert_eq!((s.evicted_now, s.store.pages, s.frames_in_use, s.vmas_used), (0, 0, 0, 0), "{ctx}: {s:?}");
+        assert_eq!(
+            (s.evicted_now, s.store.pages, s.frames_in_use, s.vmas_used),
+            (0, 0, 0, 0),
+            "{ctx}: {s:?}"
+        );
     }
 }
 
@@ -151,13 +192,21 @@ fn restore_on_read_and_on_write_by_the_program() {
     for kind in KINDS {
         let mut b = Blk::evicted(kind, 64);
         // Reads of some pages, writes of others (the write must land on the restored content).
-        assert_eq!(bytes(b.page(3), PAGE), &pattern(3)[..], "{kind:?}: read of an evicted page");
+        assert_eq!(
+            bytes(b.page(3), PAGE),
+            &pattern(3)[..],
+            "{kind:?}: read of an evicted page"
+        );
         b.write(5 * PAGE + 7, &[0xEE; 3]);
         b.write(9 * PAGE, &vec![0x42; PAGE]);
         b.check(&format!("{kind:?} after touches"));
         let s = b.e.stats();
         assert_eq!(s.restored, 64, "{kind:?}: {s:?}");
-        assert_eq!(s.evict_lifetime_ms_log2.iter().sum::<u64>(), 64, "{kind:?}: {s:?}");
+        assert_eq!(
+            s.evict_lifetime_ms_log2.iter().sum::<u64>(),
+            64,
+            "{kind:?}: {s:?}"
+        );
         // Reconciled by a scan: records and stored copies go, the mapping count returns.
         b.e.scan();
         let s = b.e.stats();
@@ -188,100 +237,206 @@ fn restore_by_another_thread_and_evict_again() {
 
 fn must(what: &str, r: isize, len: usize) {
     let e = std::io::Error::last_os_error();
-    assert_eq!(r, len as isize, "{what}: {r} ({e}): a system call on an evicted page must wait for it, not fail");
+    assert_eq!(
+        r, len as isize,
+        "{what}: {r} ({e}): a system call on an evicted page must wait for it, not fail"
+    );
 }
 
 fn temp_file(data: &[u8]) -> i32 {
     let path = std::env::temp_dir().join(format!("pagefold-evict-{}", std::process::id()));
     let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC, 0o600) };
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
     assert!(fd >= 0);
     unsafe { libc::unlink(c.as_ptr()) };
-    must("write temp file", unsafe { libc::pwrite(fd, data.as_ptr().cast(), data.len(), 0) }, data.len());
+    must(
+        "write temp file",
+        unsafe { libc::pwrite(fd, data.as_ptr().cast(), data.len(), 0) },
+        data.len(),
+    );
     fd
 }
 
 #[test]
 fn kernel_writes_into_evicted_pages() {
     let _g = serial();
-    with_deadline("kernel_writes_into_evicted_pages", Duration::from_secs(60), || {
-        for kind in KINDS {
-            let mut b = Blk::evicted(kind, 16);
-            let data: Vec<u8> = (0..3 * PAGE).map(|i| (i * 7 + 5) as u8).collect();
-            let (r, w) = pipe();
-            // read(2) from a pipe into the middle of page 1 and across pages 2-3.
-            must("pipe write", unsafe { libc::write(w, data.as_ptr().cast(), 2 * PAGE) }, 2 * PAGE);
-            must("read(2) into evicted pages", unsafe { libc::read(r, b.page(1).add(100).cast(), 2 * PAGE) }, 2 * PAGE);
-            b.want[PAGE + 100..3 * PAGE + 100].copy_from_slice(&data[..2 * PAGE]);
-            // pread(2) from a file.
-            let fd = temp_file(&data);
-            must("pread(2) into an evicted page", unsafe { libc::pread(fd, b.page(5).add(9).cast(), 1000, 17) }, 1000);
-            b.want[5 * PAGE + 9..5 * PAGE + 1009].copy_from_slice(&data[17..1017]);
-            // recv(2) from a socket.
-            let (s0, s1) = socketpair();
-            must("send", unsafe { libc::send(s0, data.as_ptr().cast(), 500, 0) }, 500);
-            must("recv(2) into an evicted page", unsafe { libc::recv(s1, b.page(7).add(3000).cast(), 500, 0) }, 500);
-            b.want[7 * PAGE + 3000..7 * PAGE + 3500].copy_from_slice(&data[..500]);
-            // process_vm_writev: the kernel pins the page (GUP), faulting it in first.
-            let local = libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: PAGE };
-            let remote = libc::iovec { iov_base: unsafe { b.page(9).add(1) }.cast(), iov_len: PAGE };
-            must("process_vm_writev into evicted pages", unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) }, PAGE);
-            b.want[9 * PAGE + 1..10 * PAGE + 1].copy_from_slice(&data[..PAGE]);
-            unsafe {
-                for fd in [r, w, fd, s0, s1] {
-                    libc::close(fd);
+    with_deadline(
+        "kernel_writes_into_evicted_pages",
+        Duration::from_secs(60),
+        || {
+            for kind in KINDS {
+                let mut b = Blk::evicted(kind, 16);
+                let data: Vec<u8> = (0..3 * PAGE).map(|i| (i * 7 + 5) as u8).collect();
+                let (r, w) = pipe();
+                // read(2) from a pipe into the middle of page 1 and across pages 2-3.
+                must(
+                    "pipe write",
+                    unsafe { libc::write(w, data.as_ptr().cast(), 2 * PAGE) },
+                    2 * PAGE,
+                );
+                must(
+                    "read(2) into evicted pages",
+                    unsafe { libc::read(r, b.page(1).add(100).cast(), 2 * PAGE) },
+                    2 * PAGE,
+                );
+                b.want[PAGE + 100..3 * PAGE + 100].copy_from_slice(&data[..2 * PAGE]);
+                // pread(2) from a file.
+                let fd = temp_file(&data);
+                must(
+                    "pread(2) into an evicted page",
+                    unsafe { libc::pread(fd, b.page(5).add(9).cast(), 1000, 17) },
+                    1000,
+                );
+                b.want[5 * PAGE + 9..5 * PAGE + 1009].copy_from_slice(&data[17..1017]);
+                // recv(2) from a socket.
+                let (s0, s1) = socketpair();
+                must(
+                    "send",
+                    unsafe { libc::send(s0, data.as_ptr().cast(), 500, 0) },
+                    500,
+                );
+                must(
+                    "recv(2) into an evicted page",
+                    unsafe { libc::recv(s1, b.page(7).add(3000).cast(), 500, 0) },
+                    500,
+                );
+                b.want[7 * PAGE + 3000..7 * PAGE + 3500].copy_from_slice(&data[..500]);
+                // process_vm_writev: the kernel pins the page (GUP), faulting it in first.
+                let local = libc::iovec {
+                    iov_base: data.as_ptr() as *mut _,
+                    iov_len: PAGE,
+                };
+                let remote = libc::iovec {
+                    iov_base: unsafe { b.page(9).add(1) }.cast(),
+                    iov_len: PAGE,
+                };
+                must(
+                    "process_vm_writev into evicted pages",
+                    unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) },
+                    PAGE,
+                );
+                b.want[9 * PAGE + 1..10 * PAGE + 1].copy_from_slice(&data[..PAGE]);
+                unsafe {
+                    for fd in [r, w, fd, s0, s1] {
+                        libc::close(fd);
+                    }
                 }
+                b.check(&format!(
+                    "{kind:?} after the kernel wrote into evicted pages"
+                ));
+                b.finish(&format!("{kind:?}"));
             }
-            b.check(&format!("{kind:?} after the kernel wrote into evicted pages"));
-            b.finish(&format!("{kind:?}"));
-        }
-    });
+        },
+    );
 }
 
 #[test]
 fn kernel_reads_from_evicted_pages() {
     let _g = serial();
-    with_deadline("kernel_reads_from_evicted_pages", Duration::from_secs(60), || {
-        for kind in KINDS {
-            let b = Blk::evicted(kind, 16);
-            let mut out = vec![0u8; 2 * PAGE];
-            let (r, w) = pipe();
-            must("write(2) from evicted pages", unsafe { libc::write(w, b.page(1).add(10).cast(), 2 * PAGE) }, 2 * PAGE);
-            must("pipe read", unsafe { libc::read(r, out.as_mut_ptr().cast(), 2 * PAGE) }, 2 * PAGE);
-            assert_eq!(out[..], b.want[PAGE + 10..3 * PAGE + 10], "{kind:?}: write(2) wrote other bytes");
-            let (s0, s1) = socketpair();
-            must("send(2) from an evicted page", unsafe { libc::send(s0, b.page(4).cast(), PAGE, 0) }, PAGE);
-            must("recv", unsafe { libc::recv(s1, out.as_mut_ptr().cast(), PAGE, libc::MSG_WAITALL) }, PAGE);
-            assert_eq!(out[..PAGE], b.want[4 * PAGE..5 * PAGE], "{kind:?}: send(2) sent other bytes");
-            let local = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: 2 * PAGE };
-            let remote = libc::iovec { iov_base: unsafe { b.page(6).add(5) }.cast(), iov_len: 2 * PAGE };
-            must("process_vm_readv from evicted pages", unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) }, 2 * PAGE);
-            assert_eq!(out[..], b.want[6 * PAGE + 5..8 * PAGE + 5], "{kind:?}: process_vm_readv read other bytes");
-            let fd = temp_file(&[0u8; 16]);
-            must("pwrite(2) from an evicted page", unsafe { libc::pwrite(fd, b.page(10).cast(), PAGE, 0) }, PAGE);
-            must("pread back", unsafe { libc::pread(fd, out.as_mut_ptr().cast(), PAGE, 0) }, PAGE);
-            assert_eq!(out[..PAGE], b.want[10 * PAGE..11 * PAGE], "{kind:?}: pwrite(2) wrote other bytes");
-            unsafe {
-                for fd in [r, w, s0, s1, fd] {
-                    libc::close(fd);
+    with_deadline(
+        "kernel_reads_from_evicted_pages",
+        Duration::from_secs(60),
+        || {
+            for kind in KINDS {
+                let b = Blk::evicted(kind, 16);
+                let mut out = vec![0u8; 2 * PAGE];
+                let (r, w) = pipe();
+                must(
+                    "write(2) from evicted pages",
+                    unsafe { libc::write(w, b.page(1).add(10).cast(), 2 * PAGE) },
+                    2 * PAGE,
+                );
+                must(
+                    "pipe read",
+                    unsafe { libc::read(r, out.as_mut_ptr().cast(), 2 * PAGE) },
+                    2 * PAGE,
+                );
+                assert_eq!(
+                    out[..],
+                    b.want[PAGE + 10..3 * PAGE + 10],
+                    "{kind:?}: write(2) wrote other bytes"
+                );
+                let (s0, s1) = socketpair();
+                must(
+                    "send(2) from an evicted page",
+                    unsafe { libc::send(s0, b.page(4).cast(), PAGE, 0) },
+                    PAGE,
+                );
+                must(
+                    "recv",
+                    unsafe { libc::recv(s1, out.as_mut_ptr().cast(), PAGE, libc::MSG_WAITALL) },
+                    PAGE,
+                );
+                assert_eq!(
+                    out[..PAGE],
+                    b.want[4 * PAGE..5 * PAGE],
+                    "{kind:?}: send(2) sent other bytes"
+                );
+                let local = libc::iovec {
+                    iov_base: out.as_mut_ptr().cast(),
+                    iov_len: 2 * PAGE,
+                };
+                let remote = libc::iovec {
+                    iov_base: unsafe { b.page(6).add(5) }.cast(),
+                    iov_len: 2 * PAGE,
+                };
+                must(
+                    "process_vm_readv from evicted pages",
+                    unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) },
+                    2 * PAGE,
+                );
+                assert_eq!(
+                    out[..],
+                    b.want[6 * PAGE + 5..8 * PAGE + 5],
+                    "{kind:?}: process_vm_readv read other bytes"
+                );
+                let fd = temp_file(&[0u8; 16]);
+                must(
+                    "pwrite(2) from an evicted page",
+                    unsafe { libc::pwrite(fd, b.page(10).cast(), PAGE, 0) },
+                    PAGE,
+                );
+                must(
+                    "pread back",
+                    unsafe { libc::pread(fd, out.as_mut_ptr().cast(), PAGE, 0) },
+                    PAGE,
+                );
+                assert_eq!(
+                    out[..PAGE],
+                    b.want[10 * PAGE..11 * PAGE],
+                    "{kind:?}: pwrite(2) wrote other bytes"
+                );
+                unsafe {
+                    for fd in [r, w, s0, s1, fd] {
+                        libc::close(fd);
+                    }
                 }
+                b.finish(&format!("{kind:?}"));
             }
-            b.finish(&format!("{kind:?}"));
-        }
-    });
+        },
+    );
 }
 
 #[test]
 fn concurrent_faults_on_one_page() {
     let _g = serial();
-    with_deadline("concurrent_faults_on_one_page", Duration::from_secs(120), || {
-        for kind in KINDS {
-            let b = Arc::new(Blk::new(kind, 4));
-            let threads = 4;
-            let barrier = Arc::new(Barrier::new(threads + 1));
-            let rounds = 200;
-            let stop = Arc::new(AtomicBool::new(false));
-            let workers: Vec<_> = (0..threads)
+    with_deadline(
+        "concurrent_faults_on_one_page",
+        Duration::from_secs(120),
+        || {
+            for kind in KINDS {
+                let b = Arc::new(Blk::new(kind, 4));
+                let threads = 4;
+                let barrier = Arc::new(Barrier::new(threads + 1));
+                let rounds = 200;
+                let stop = Arc::new(AtomicBool::new(false));
+                let workers: Vec<_> = (0..threads)
                 .map(|t| {
                     let (b, barrier) = (b.clone(), barrier.clone());
                     std::thread::spawn(move || {
@@ -305,25 +460,29 @@ fn concurrent_faults_on_one_page() {
                     })
                 })
                 .collect();
-            for round in 0..rounds {
-                let r = b.e.evict(b.ptr, 4 * PAGE);
-                assert!(r.evicted > 0 || round > 0, "{kind:?}: {r:?}");
-                barrier.wait();
-                barrier.wait();
-                for t in (0..threads).step_by(2) {
-                    let got = unsafe { b.page(1).add(64 + t * 8).read() };
-                    assert_eq!(got, round as u8, "{kind:?} round {round}: thread {t}'s write was lost");
+                for round in 0..rounds {
+                    let r = b.e.evict(b.ptr, 4 * PAGE);
+                    assert!(r.evicted > 0 || round > 0, "{kind:?}: {r:?}");
+                    barrier.wait();
+                    barrier.wait();
+                    for t in (0..threads).step_by(2) {
+                        let got = unsafe { b.page(1).add(64 + t * 8).read() };
+                        assert_eq!(
+                            got, round as u8,
+                            "{kind:?} round {round}: thread {t}'s write was lost"
+                        );
+                    }
                 }
+                stop.store(true, Ordering::Relaxed);
+                for w in workers {
+                    w.join().unwrap();
+                }
+                let s = b.e.stats();
+                assert_eq!(s.restore_errors, 0, "{kind:?}: {s:?}");
+                assert!(s.restored >= rounds as u64, "{kind:?}: {s:?}");
             }
-            stop.store(true, Ordering::Relaxed);
-            for w in workers {
-                w.join().unwrap();
-            }
-            let s = b.e.stats();
-            assert_eq!(s.restore_errors, 0, "{kind:?}: {s:?}");
-            assert!(s.restored >= rounds as u64, "{kind:?}: {s:?}");
-        }
-    });
+        },
+    );
 }
 
 /// Writers keep incrementing counters in their own pages while another
@@ -331,41 +490,52 @@ fn concurrent_faults_on_one_page() {
 #[test]
 fn no_write_lost_under_repeated_eviction() {
     let _g = serial();
-    with_deadline("no_write_lost_under_repeated_eviction", Duration::from_secs(120), || {
-        for kind in [Kind::Owned, Kind::Anon] {
-            let b = Arc::new(Blk::new(kind, 8));
-            let stop = Arc::new(AtomicBool::new(false));
-            let writers: Vec<_> = (0..2)
-                .map(|t| {
-                    let (b, stop) = (b.clone(), stop.clone());
-                    std::thread::spawn(move || {
-                        let p = b.page(2 + t).cast::<u64>();
-                        let mut n = 0u64;
-                        unsafe { p.write_volatile(0) };
-                        while !stop.load(Ordering::Relaxed) {
-                            n += 1;
-                            unsafe { p.write_volatile(n) };
-                            let got = unsafe { p.read_volatile() };
-                            assert_eq!(got, n, "{kind:?}: thread {t} wrote {n} and read {got}");
-                        }
-                        n
+    with_deadline(
+        "no_write_lost_under_repeated_eviction",
+        Duration::from_secs(120),
+        || {
+            for kind in [Kind::Owned, Kind::Anon] {
+                let b = Arc::new(Blk::new(kind, 8));
+                let stop = Arc::new(AtomicBool::new(false));
+                let writers: Vec<_> = (0..2)
+                    .map(|t| {
+                        let (b, stop) = (b.clone(), stop.clone());
+                        std::thread::spawn(move || {
+                            let p = b.page(2 + t).cast::<u64>();
+                            let mut n = 0u64;
+                            unsafe { p.write_volatile(0) };
+                            while !stop.load(Ordering::Relaxed) {
+                                n += 1;
+                                unsafe { p.write_volatile(n) };
+                                let got = unsafe { p.read_volatile() };
+                                assert_eq!(got, n, "{kind:?}: thread {t} wrote {n} and read {got}");
+                            }
+                            n
+                        })
                     })
-                })
-                .collect();
-            let mut evicted = 0;
-            let t0 = std::time::Instant::now();
-            while t0.elapsed() < Duration::from_millis(1500) {
-                evicted += b.e.evict(b.ptr, 8 * PAGE).evicted;
+                    .collect();
+                let mut evicted = 0;
+                let t0 = std::time::Instant::now();
+                while t0.elapsed() < Duration::from_millis(1500) {
+                    evicted += b.e.evict(b.ptr, 8 * PAGE).evicted;
+                }
+                stop.store(true, Ordering::Relaxed);
+                for (t, w) in writers.into_iter().enumerate() {
+                    let n = w.join().unwrap();
+                    assert_eq!(
+                        unsafe { b.page(2 + t).cast::<u64>().read() },
+                        n,
+                        "{kind:?}: last write lost"
+                    );
+                }
+                let s = b.e.stats();
+                assert!(
+                    evicted > 0 && s.restore_errors == 0,
+                    "{kind:?}: evicted {evicted}, {s:?}"
+                );
             }
-            stop.store(true, Ordering::Relaxed);
-            for (t, w) in writers.into_iter().enumerate() {
-                let n = w.join().unwrap();
-                assert_eq!(unsafe { b.page(2 + t).cast::<u64>().read() }, n, "{kind:?}: last write lost");
-            }
-            let s = b.e.stats();
-            assert!(evicted > 0 && s.restore_errors == 0, "{kind:?}: evicted {evicted}, {s:?}");
-        }
-    });
+        },
+    );
 }
 
 #[test]
@@ -387,7 +557,11 @@ fn what_is_not_evicted() {
     let fresh = e.alloc(n * PAGE, Hint::None);
     unsafe { std::ptr::write_bytes(fresh.add(PAGE), 0, PAGE) };
     let r = e.evict(fresh, n * PAGE);
-    assert_eq!((r.evicted, r.not_resident, r.zero), (0, n as u64 - 1, 1), "{r:?}");
+    assert_eq!(
+        (r.evicted, r.not_resident, r.zero),
+        (0, n as u64 - 1, 1),
+        "{r:?}"
+    );
     assert_eq!(bytes(dst, n * PAGE), &want[..]);
     assert_eq!(bytes(src, n * PAGE), &want[..]);
     for p in [src, dst, fresh] {
@@ -405,9 +579,17 @@ fn evict_then_free_releases_the_store() {
         assert_eq!(bytes(b.page(0), PAGE), &b.want[..PAGE]);
         assert!(unsafe { b.e.free(b.ptr) });
         let s = b.e.stats();
-        assert_eq!((s.evicted_now, s.store.pages, s.store.payload), (0, 0, 0), "{kind:?}: {s:?}");
+        assert_eq!(
+            (s.evicted_now, s.store.pages, s.store.payload),
+            (0, 0, 0),
+            "{kind:?}: {s:?}"
+        );
         assert_eq!(s.evicted_dropped, 31, "{kind:?}: {s:?}");
-        assert_eq!((s.frames_in_use, s.frames_resident, s.vmas_used), (0, 0, 0), "{kind:?}: {s:?}");
+        assert_eq!(
+            (s.frames_in_use, s.frames_resident, s.vmas_used),
+            (0, 0, 0),
+            "{kind:?}: {s:?}"
+        );
     }
 }
 
@@ -419,7 +601,10 @@ fn evict_then_copy_either_way() {
         let b = Blk::evicted(kind, 32);
         let copy = b.e.alloc(32 * PAGE, Hint::None);
         unsafe { b.e.copy(copy, b.ptr, 32 * PAGE) };
-        assert!(bytes(copy, 32 * PAGE) == &b.want[..], "{kind:?}: copy of an evicted block");
+        assert!(
+            bytes(copy, 32 * PAGE) == &b.want[..],
+            "{kind:?}: copy of an evicted block"
+        );
         b.check(&format!("{kind:?}: source after the copy"));
         assert!(unsafe { b.e.free(copy) });
         // Evicted destination (written plainly, so its pages are its own), whole pages and a ragged edge.
@@ -435,7 +620,10 @@ fn evict_then_copy_either_way() {
         }
         let mut want = b.want.clone();
         want[100..100 + 30 * PAGE].copy_from_slice(&other[100..100 + 30 * PAGE]);
-        assert!(bytes(dst, 32 * PAGE) == &want[..], "{kind:?}: copy onto an evicted block");
+        assert!(
+            bytes(dst, 32 * PAGE) == &want[..],
+            "{kind:?}: copy onto an evicted block"
+        );
         for p in [dst, src] {
             assert!(unsafe { b.e.free(p) });
         }
@@ -463,10 +651,19 @@ fn evict_then_scan_skips_evicted_pages() {
     e.scan();
     let rep = e.scan();
     let s = e.stats();
-    assert_eq!(s.evicted_now, 14, "the scan touched evicted pages: {rep:?} {s:?}");
+    assert_eq!(
+        s.evicted_now, 14,
+        "the scan touched evicted pages: {rep:?} {s:?}"
+    );
     assert_eq!(s.restored, 0, "the scan restored evicted pages: {s:?}");
-    assert!(s.merged > before.merged && s.zero_folded > 0, "the scan did nothing around them: {s:?}");
-    assert!(bytes(p, n * PAGE) == &want[..], "bytes changed by eviction + scan");
+    assert!(
+        s.merged > before.merged && s.zero_folded > 0,
+        "the scan did nothing around them: {s:?}"
+    );
+    assert!(
+        bytes(p, n * PAGE) == &want[..],
+        "bytes changed by eviction + scan"
+    );
     // Touched, reconciled by the next scan, then scanned like any page.
     assert_eq!(e.stats().restored, 14);
     e.scan();
@@ -489,9 +686,17 @@ fn discard_shrink_and_exempt_of_evicted_pages() {
             unsafe { libc::madvise(s as *mut _, l, libc::MADV_DONTNEED) };
         }
         b.want[4 * PAGE..8 * PAGE].fill(0);
-        assert_eq!(bytes(b.page(4), 4 * PAGE), &b.want[4 * PAGE..8 * PAGE], "{kind:?}: discard");
+        assert_eq!(
+            bytes(b.page(4), 4 * PAGE),
+            &b.want[4 * PAGE..8 * PAGE],
+            "{kind:?}: discard"
+        );
         let s = b.e.stats();
-        assert_eq!((s.evicted_now, s.evicted_dropped), (28, 4), "{kind:?}: {s:?}");
+        assert_eq!(
+            (s.evicted_now, s.evicted_dropped),
+            (28, 4),
+            "{kind:?}: {s:?}"
+        );
         // Shrink: the evicted tail goes.
         assert!(b.e.shrink(b.ptr, 20 * PAGE));
         b.want.truncate(20 * PAGE);
@@ -499,7 +704,11 @@ fn discard_shrink_and_exempt_of_evicted_pages() {
         // Exempt: everything comes back first, then leaves the engine's hands.
         assert!(b.e.exempt(b.ptr, 1));
         let s = b.e.stats();
-        assert_eq!((s.evicted_now, s.restored_by_engine), (0, 16), "{kind:?}: {s:?}");
+        assert_eq!(
+            (s.evicted_now, s.restored_by_engine),
+            (0, 16),
+            "{kind:?}: {s:?}"
+        );
         b.check(&format!("{kind:?} after discard, shrink and exempt"));
         let r = b.e.evict(b.ptr, 20 * PAGE);
         assert_eq!(r.evicted, 0, "{kind:?}: an exempt block was evicted: {r:?}");
@@ -521,19 +730,32 @@ fn refusals_leave_pages_untouched() {
     assert_eq!(resident_pages(p, n), n);
     assert!(bytes(p, n * PAGE) == &want[..]);
     let s = e.stats();
-    assert_eq!((s.evict_refused, s.store.pages, s.vmas_used), (n as u64, 0, 1), "{s:?}");
+    assert_eq!(
+        (s.evict_refused, s.store.pages, s.vmas_used),
+        (n as u64, 0, 1),
+        "{s:?}"
+    );
     assert!(unsafe { e.free(p) });
 
     // A full store: what fits is evicted, the rest stays. The capacity is
     // what the empty store holds (tables, codecs) and 32 KiB: one slab of
     // the class these pages compress to, not two.
-    let empty = pagefold_engine::TierStore::new(unlimited()).unwrap().bytes().memory();
-    let e = Engine::new(Config { evict_store_bytes: empty + 32_768, ..cfg() });
+    let empty = pagefold_engine::TierStore::new(unlimited())
+        .unwrap()
+        .bytes()
+        .memory();
+    let e = Engine::new(Config {
+        evict_store_bytes: empty + 32_768,
+        ..cfg()
+    });
     let p = e.alloc(n * PAGE, Hint::None);
     let want: Vec<u8> = (0..n).flat_map(pattern).collect();
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     let r = e.evict_with(p, n * PAGE, STORE_ONLY);
-    assert!(r.evicted > 0 && r.refused > 0 && r.evicted + r.refused == n as u64, "{r:?}");
+    assert!(
+        r.evicted > 0 && r.refused > 0 && r.evicted + r.refused == n as u64,
+        "{r:?}"
+    );
     assert_eq!(resident_pages(p, n), r.refused as usize);
     assert!(bytes(p, n * PAGE) == &want[..]);
     assert!(unsafe { e.free(p) });
@@ -541,7 +763,10 @@ fn refusals_leave_pages_untouched() {
 }
 
 fn unlimited() -> pagefold_engine::TierConfig {
-    pagefold_engine::TierConfig { capacity: u64::MAX, swap: None }
+    pagefold_engine::TierConfig {
+        capacity: u64::MAX,
+        swap: None,
+    }
 }
 
 /// A store that takes nothing, or loses what it took.
@@ -575,7 +800,11 @@ impl PageStore for BadStore {
 fn a_failing_store_never_yields_wrong_bytes() {
     let _g = serial();
     let e = Engine::new(cfg());
-    let store = Arc::new(BadStore { lose: false, inner: pagefold_engine::TierStore::new(unlimited()).unwrap(), puts: AtomicU64::new(0) });
+    let store = Arc::new(BadStore {
+        lose: false,
+        inner: pagefold_engine::TierStore::new(unlimited()).unwrap(),
+        puts: AtomicU64::new(0),
+    });
     assert!(e.set_store(store.clone()));
     let n = 8;
     let p = e.alloc(n * PAGE, Hint::None);
@@ -591,7 +820,11 @@ fn a_failing_store_never_yields_wrong_bytes() {
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let e = Engine::new(cfg());
-        let store = Arc::new(BadStore { lose: true, inner: pagefold_engine::TierStore::new(unlimited()).unwrap(), puts: AtomicU64::new(0) });
+        let store = Arc::new(BadStore {
+            lose: true,
+            inner: pagefold_engine::TierStore::new(unlimited()).unwrap(),
+            puts: AtomicU64::new(0),
+        });
         e.set_store(store);
         let p = e.alloc(PAGE, Hint::None);
         unsafe { std::ptr::copy_nonoverlapping(pattern(1).as_ptr(), p, PAGE) };
@@ -622,7 +855,13 @@ fn evict_then_fork_child_and_parent_read_right_bytes() {
                 unsafe { std::ptr::copy_nonoverlapping(b.want.as_ptr(), fresh, 4 * PAGE) };
                 let r = b.e.evict(fresh, 4 * PAGE);
                 let again = r.evicted == 4 && bytes(fresh, 4 * PAGE) == &b.want[..4 * PAGE];
-                let code = if !ok { 1 } else if !again { 2 } else { 0 };
+                let code = if !ok {
+                    1
+                } else if !again {
+                    2
+                } else {
+                    0
+                };
                 unsafe { libc::_exit(code) };
             }
             let mut status = 0;
@@ -632,13 +871,19 @@ fn evict_then_fork_child_and_parent_read_right_bytes() {
                 "{kind:?}: the child read wrong bytes (exit 1) or could not evict and restore (exit 2): status {status:#x}"
             );
             let s = b.e.stats();
-            assert_eq!((s.evicted_now, s.restored_by_engine), (0, 32), "{kind:?}: fork must restore first: {s:?}");
+            assert_eq!(
+                (s.evicted_now, s.restored_by_engine),
+                (0, 32),
+                "{kind:?}: fork must restore first: {s:?}"
+            );
             b.check(&format!("{kind:?}: parent after fork"));
             // The parent evicts again after the fork (frames from before it
             // are not eligible: the child may map them).
             let r = b.e.evict(b.ptr, 32 * PAGE);
             b.write(PAGE, &[9; 10]);
-            b.check(&format!("{kind:?}: parent after eviction after fork ({r:?})"));
+            b.check(&format!(
+                "{kind:?}: parent after eviction after fork ({r:?})"
+            ));
             b.finish(&format!("{kind:?}"));
         }
     });
@@ -664,7 +909,10 @@ fn maps_in(lo: usize, hi: usize) -> usize {
         .filter(|l| {
             let r = l.split_whitespace().next().unwrap();
             let (a, b) = r.split_once('-').unwrap();
-            let (a, b) = (usize::from_str_radix(a, 16).unwrap(), usize::from_str_radix(b, 16).unwrap());
+            let (a, b) = (
+                usize::from_str_radix(a, 16).unwrap(),
+                usize::from_str_radix(b, 16).unwrap(),
+            );
             a < hi && b > lo
         })
         .count()
@@ -679,12 +927,23 @@ fn mappings_counted_while_evicted() {
         let r = b.e.evict(b.page(10), 5 * PAGE);
         assert_eq!(r.evicted, 5, "{kind:?}: {r:?}");
         let s = b.e.stats();
-        assert_eq!(s.vmas_used as usize, maps_in(lo, hi), "{kind:?}: engine's count differs from the kernel's: {s:?}");
-        assert_eq!(s.vmas_used, 3, "{kind:?}: a registered run in the middle is its own mapping: {s:?}");
+        assert_eq!(
+            s.vmas_used as usize,
+            maps_in(lo, hi),
+            "{kind:?}: engine's count differs from the kernel's: {s:?}"
+        );
+        assert_eq!(
+            s.vmas_used, 3,
+            "{kind:?}: a registered run in the middle is its own mapping: {s:?}"
+        );
         b.check(&format!("{kind:?}"));
         b.e.scan();
         let s = b.e.stats();
-        assert_eq!((s.vmas_used as usize, maps_in(lo, hi)), (1, 1), "{kind:?}: {s:?}");
+        assert_eq!(
+            (s.vmas_used as usize, maps_in(lo, hi)),
+            (1, 1),
+            "{kind:?}: {s:?}"
+        );
         b.finish(&format!("{kind:?}"));
     }
 }
@@ -705,7 +964,10 @@ fn fallback(inject: Inject, name: &str) {
     unsafe { e.copy(q, p, n * PAGE) };
     e.scan();
     e.scan();
-    assert!(bytes(p, n * PAGE) == &want[..] && bytes(q, n * PAGE) == &want[..], "{name}");
+    assert!(
+        bytes(p, n * PAGE) == &want[..] && bytes(q, n * PAGE) == &want[..],
+        "{name}"
+    );
     assert!(unsafe { e.free(p) && e.free(q) });
     assert_eq!(e.stats().frames_in_use, 0);
 }
@@ -713,13 +975,30 @@ fn fallback(inject: Inject, name: &str) {
 #[test]
 fn without_missing_mode_evict_is_refused() {
     let _g = serial();
-    fallback(Inject { fail_uffd: true, ..Inject::default() }, "no userfaultfd");
-    fallback(Inject { fail_uffd_missing: true, ..Inject::default() }, "no MISSING mode");
+    fallback(
+        Inject {
+            fail_uffd: true,
+            ..Inject::default()
+        },
+        "no userfaultfd",
+    );
+    fallback(
+        Inject {
+            fail_uffd_missing: true,
+            ..Inject::default()
+        },
+        "no MISSING mode",
+    );
     // Write protection still works without MISSING mode: scans merge.
-    let e = Engine::new(Config { inject: Inject { fail_uffd_missing: true, ..Inject::default() }, ..cfg() });
+    let e = Engine::new(Config {
+        inject: Inject {
+            fail_uffd_missing: true,
+            ..Inject::default()
+        },
+        ..cfg()
+    });
     assert!(e.stats().protected_scan);
 }
-
 
 /// The kernel writes into (read(2) from a pipe, pread, recv) and reads from
 /// (write(2), process_vm_readv) pages that another thread evicts in a loop:
@@ -730,82 +1009,139 @@ fn without_missing_mode_evict_is_refused() {
 #[test]
 fn kernel_io_while_another_thread_evicts() {
     let _g = serial();
-    with_deadline("kernel_io_while_another_thread_evicts", Duration::from_secs(120), || {
-        for kind in [Kind::Owned, Kind::Anon, Kind::SoleShared] {
-            let n = 32;
-            let mut b = Blk::new(kind, n);
-            let stop = Arc::new(AtomicBool::new(false));
-            let evictor = {
-                let (e, p, stop) = (b.e.clone(), b.ptr as usize, stop.clone());
-                std::thread::spawn(move || {
-                    let mut evicted = 0;
-                    while !stop.load(Ordering::Relaxed) {
-                        evicted += e.evict(p as *const u8, n * PAGE).evicted;
-                        std::thread::yield_now();
+    with_deadline(
+        "kernel_io_while_another_thread_evicts",
+        Duration::from_secs(120),
+        || {
+            for kind in [Kind::Owned, Kind::Anon, Kind::SoleShared] {
+                let n = 32;
+                let mut b = Blk::new(kind, n);
+                let stop = Arc::new(AtomicBool::new(false));
+                let evictor = {
+                    let (e, p, stop) = (b.e.clone(), b.ptr as usize, stop.clone());
+                    std::thread::spawn(move || {
+                        let mut evicted = 0;
+                        while !stop.load(Ordering::Relaxed) {
+                            evicted += e.evict(p as *const u8, n * PAGE).evicted;
+                            std::thread::yield_now();
+                        }
+                        evicted
+                    })
+                };
+                let (r, w) = pipe();
+                let (s0, s1) = socketpair();
+                let data: Vec<u8> = (0..3 * PAGE).map(|i| (i * 13 + 1) as u8).collect();
+                let fd = temp_file(&data);
+                let mut out = vec![0u8; 3 * PAGE];
+                let mut x = 12345u64;
+                let t0 = std::time::Instant::now();
+                for i in 0usize.. {
+                    if t0.elapsed() > Duration::from_millis(700) {
+                        break;
                     }
-                    evicted
-                })
-            };
-            let (r, w) = pipe();
-            let (s0, s1) = socketpair();
-            let data: Vec<u8> = (0..3 * PAGE).map(|i| (i * 13 + 1) as u8).collect();
-            let fd = temp_file(&data);
-            let mut out = vec![0u8; 3 * PAGE];
-            let mut x = 12345u64;
-            let t0 = std::time::Instant::now();
-            for i in 0usize.. {
-                if t0.elapsed() > Duration::from_millis(700) {
-                    break;
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let len = 1 + (x >> 33) as usize % (2 * PAGE);
+                    let off = (x >> 7) as usize % (n * PAGE - len);
+                    let src = &data[(x >> 20) as usize % PAGE..][..len];
+                    let dst = unsafe { b.ptr.add(off) };
+                    match i % 5 {
+                        0 => {
+                            must(
+                                "pipe write",
+                                unsafe { libc::write(w, src.as_ptr().cast(), len) },
+                                len,
+                            );
+                            must(
+                                "read(2) into pages being evicted",
+                                unsafe { libc::read(r, dst.cast(), len) },
+                                len,
+                            );
+                        }
+                        1 => {
+                            let at = src.as_ptr() as usize - data.as_ptr() as usize;
+                            must(
+                                "pread(2) into pages being evicted",
+                                unsafe { libc::pread(fd, dst.cast(), len, at as i64) },
+                                len,
+                            );
+                        }
+                        2 => {
+                            must(
+                                "send",
+                                unsafe { libc::send(s0, src.as_ptr().cast(), len, 0) },
+                                len,
+                            );
+                            must(
+                                "recv(2) into pages being evicted",
+                                unsafe { libc::recv(s1, dst.cast(), len, libc::MSG_WAITALL) },
+                                len,
+                            );
+                        }
+                        3 => {
+                            must(
+                                "write(2) from pages being evicted",
+                                unsafe { libc::write(w, dst.cast(), len) },
+                                len,
+                            );
+                            must(
+                                "pipe read",
+                                unsafe { libc::read(r, out.as_mut_ptr().cast(), len) },
+                                len,
+                            );
+                            assert_eq!(
+                                out[..len],
+                                b.want[off..off + len],
+                                "{kind:?} #{i}: write(2) from evicted pages"
+                            );
+                            continue;
+                        }
+                        _ => {
+                            let local = libc::iovec {
+                                iov_base: out.as_mut_ptr().cast(),
+                                iov_len: len,
+                            };
+                            let remote = libc::iovec {
+                                iov_base: dst.cast(),
+                                iov_len: len,
+                            };
+                            must(
+                                "process_vm_readv",
+                                unsafe {
+                                    libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0)
+                                },
+                                len,
+                            );
+                            assert_eq!(
+                                out[..len],
+                                b.want[off..off + len],
+                                "{kind:?} #{i}: process_vm_readv from evicted pages"
+                            );
+                            continue;
+                        }
+                    }
+                    b.want[off..off + len].copy_from_slice(src);
+                    if i % 100 == 0 {
+                        b.check(&format!("{kind:?} after {i} system calls"));
+                    }
                 }
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                let len = 1 + (x >> 33) as usize % (2 * PAGE);
-                let off = (x >> 7) as usize % (n * PAGE - len);
-                let src = &data[(x >> 20) as usize % PAGE..][..len];
-                let dst = unsafe { b.ptr.add(off) };
-                match i % 5 {
-                    0 => {
-                        must("pipe write", unsafe { libc::write(w, src.as_ptr().cast(), len) }, len);
-                        must("read(2) into pages being evicted", unsafe { libc::read(r, dst.cast(), len) }, len);
-                    }
-                    1 => {
-                        let at = src.as_ptr() as usize - data.as_ptr() as usize;
-                        must("pread(2) into pages being evicted", unsafe { libc::pread(fd, dst.cast(), len, at as i64) }, len);
-                    }
-                    2 => {
-                        must("send", unsafe { libc::send(s0, src.as_ptr().cast(), len, 0) }, len);
-                        must("recv(2) into pages being evicted", unsafe { libc::recv(s1, dst.cast(), len, libc::MSG_WAITALL) }, len);
-                    }
-                    3 => {
-                        must("write(2) from pages being evicted", unsafe { libc::write(w, dst.cast(), len) }, len);
-                        must("pipe read", unsafe { libc::read(r, out.as_mut_ptr().cast(), len) }, len);
-                        assert_eq!(out[..len], b.want[off..off + len], "{kind:?} #{i}: write(2) from evicted pages");
-                        continue;
-                    }
-                    _ => {
-                        let local = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: len };
-                        let remote = libc::iovec { iov_base: dst.cast(), iov_len: len };
-                        must("process_vm_readv", unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) }, len);
-                        assert_eq!(out[..len], b.want[off..off + len], "{kind:?} #{i}: process_vm_readv from evicted pages");
-                        continue;
+                stop.store(true, Ordering::Relaxed);
+                let evicted = evictor.join().unwrap();
+                unsafe {
+                    for fd in [r, w, s0, s1, fd] {
+                        libc::close(fd);
                     }
                 }
-                b.want[off..off + len].copy_from_slice(src);
-                if i % 100 == 0 {
-                    b.check(&format!("{kind:?} after {i} system calls"));
-                }
+                assert!(evicted > 0, "{kind:?}: the evictor evicted nothing");
+                eprintln!(
+                    "{kind:?}: {evicted} pages evicted, {} restored",
+                    b.e.stats().restored
+                );
+                b.finish(&format!("{kind:?} ({evicted} evictions)"));
             }
-            stop.store(true, Ordering::Relaxed);
-            let evicted = evictor.join().unwrap();
-            unsafe {
-                for fd in [r, w, s0, s1, fd] {
-                    libc::close(fd);
-                }
-            }
-            assert!(evicted > 0, "{kind:?}: the evictor evicted nothing");
-            eprintln!("{kind:?}: {evicted} pages evicted, {} restored", b.e.stats().restored);
-            b.finish(&format!("{kind:?} ({evicted} evictions)"));
-        }
-    });
+        },
+    );
 }
 
 static HANDLER_PAGES: AtomicU64 = AtomicU64::new(0);
@@ -834,51 +1170,71 @@ extern "C" fn touch_evicted_page(_: libc::c_int) {
 #[test]
 fn signal_handler_touches_evicted_pages_while_its_thread_holds_the_engine_lock() {
     let _g = serial();
-    with_deadline("signal_handler_touches_evicted_pages", Duration::from_secs(60), || {
-        let n = 4096;
-        let b = Blk::evicted(Kind::Owned, n);
-        let other = b.e.alloc(HANDLER_N as usize * PAGE, Hint::None);
-        let content: Vec<u8> = (0..HANDLER_N as usize).flat_map(pattern).collect();
-        unsafe { std::ptr::copy_nonoverlapping(content.as_ptr(), other, content.len()) };
-        assert_eq!(b.e.evict_with(other, content.len(), STORE_ONLY).evicted, HANDLER_N);
-        HANDLER_PAGES.store(other as u64, Ordering::Relaxed);
-        HANDLER_NEXT.store(0, Ordering::Relaxed);
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = touch_evicted_page as extern "C" fn(libc::c_int) as usize;
-            sa.sa_flags = libc::SA_RESTART;
-            libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut());
-        }
-        let dst = b.e.alloc(n * PAGE, Hint::None);
-        let me = unsafe { libc::pthread_self() };
-        let stop = Arc::new(AtomicBool::new(false));
-        let kicker = {
-            let stop = stop.clone();
-            let me = me as usize;
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    unsafe { libc::pthread_kill(me as libc::pthread_t, libc::SIGUSR2) };
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-            })
-        };
-        // Copies from the evicted block until the handler has touched every page.
-        let mut rounds = 0;
-        while HANDLER_NEXT.load(Ordering::Relaxed) < HANDLER_N && rounds < 50 {
-            unsafe { b.e.copy(dst, b.ptr, n * PAGE) };
-            assert!(bytes(dst, n * PAGE) == &b.want[..], "copy of an evicted block");
-            b.e.evict(b.ptr, n * PAGE);
-            rounds += 1;
-        }
-        stop.store(true, Ordering::Relaxed);
-        kicker.join().unwrap();
-        unsafe { libc::signal(libc::SIGUSR2, libc::SIG_DFL) };
-        eprintln!("{rounds} copies of the evicted block; the handler touched {} evicted pages", HANDLER_NEXT.load(Ordering::Relaxed).min(HANDLER_N));
-        assert!(HANDLER_NEXT.load(Ordering::Relaxed) >= HANDLER_N, "the handler ran too rarely");
-        assert_eq!(HANDLER_BAD.load(Ordering::Relaxed), 0, "a signal handler read wrong bytes from an evicted page");
-        for p in [dst, other] {
-            assert!(unsafe { b.e.free(p) });
-        }
-        b.finish("signal handler");
-    });
+    with_deadline(
+        "signal_handler_touches_evicted_pages",
+        Duration::from_secs(60),
+        || {
+            let n = 4096;
+            let b = Blk::evicted(Kind::Owned, n);
+            let other = b.e.alloc(HANDLER_N as usize * PAGE, Hint::None);
+            let content: Vec<u8> = (0..HANDLER_N as usize).flat_map(pattern).collect();
+            unsafe { std::ptr::copy_nonoverlapping(content.as_ptr(), other, content.len()) };
+            assert_eq!(
+                b.e.evict_with(other, content.len(), STORE_ONLY).evicted,
+                HANDLER_N
+            );
+            HANDLER_PAGES.store(other as u64, Ordering::Relaxed);
+            HANDLER_NEXT.store(0, Ordering::Relaxed);
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = touch_evicted_page as extern "C" fn(libc::c_int) as usize;
+                sa.sa_flags = libc::SA_RESTART;
+                libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut());
+            }
+            let dst = b.e.alloc(n * PAGE, Hint::None);
+            let me = unsafe { libc::pthread_self() };
+            let stop = Arc::new(AtomicBool::new(false));
+            let kicker = {
+                let stop = stop.clone();
+                let me = me as usize;
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        unsafe { libc::pthread_kill(me as libc::pthread_t, libc::SIGUSR2) };
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                })
+            };
+            // Copies from the evicted block until the handler has touched every page.
+            let mut rounds = 0;
+            while HANDLER_NEXT.load(Ordering::Relaxed) < HANDLER_N && rounds < 50 {
+                unsafe { b.e.copy(dst, b.ptr, n * PAGE) };
+                assert!(
+                    bytes(dst, n * PAGE) == &b.want[..],
+                    "copy of an evicted block"
+                );
+                b.e.evict(b.ptr, n * PAGE);
+                rounds += 1;
+            }
+            stop.store(true, Ordering::Relaxed);
+            kicker.join().unwrap();
+            unsafe { libc::signal(libc::SIGUSR2, libc::SIG_DFL) };
+            eprintln!(
+                "{rounds} copies of the evicted block; the handler touched {} evicted pages",
+                HANDLER_NEXT.load(Ordering::Relaxed).min(HANDLER_N)
+            );
+            assert!(
+                HANDLER_NEXT.load(Ordering::Relaxed) >= HANDLER_N,
+                "the handler ran too rarely"
+            );
+            assert_eq!(
+                HANDLER_BAD.load(Ordering::Relaxed),
+                0,
+                "a signal handler read wrong bytes from an evicted page"
+            );
+            for p in [dst, other] {
+                assert!(unsafe { b.e.free(p) });
+            }
+            b.finish("signal handler");
+        },
+    );
 }

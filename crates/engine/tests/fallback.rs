@@ -685,8 +685,14 @@ fn vma_budget_bounds_real_mappings() {
 #[test]
 fn a_block_computed_twice_merges_as_runs() {
     let _s = serial();
-    let inject = Inject { fail_mmap_after: Some(16), ..Default::default() };
-    let e = Engine::new(Config { inject, ..Config::default() });
+    let inject = Inject {
+        fail_mmap_after: Some(16),
+        ..Default::default()
+    };
+    let e = Engine::new(Config {
+        inject,
+        ..Config::default()
+    });
     let n = 256 * PAGE;
     let a = e.alloc(n, Hint::None);
     let b = e.alloc(n, Hint::None);

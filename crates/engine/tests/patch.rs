@@ -29,7 +29,10 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 fn cfg() -> Config {
-    Config { pin_grace: Duration::from_micros(100), ..Config::default() }
+    Config {
+        pin_grace: Duration::from_micros(100),
+        ..Config::default()
+    }
 }
 
 fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
@@ -85,7 +88,11 @@ impl Similar {
     /// variant of a reference that is not in memory.
     fn variants(kind: Kind, e: Engine, n: usize, change: Change, seed: u64, base: bool) -> Similar {
         let reference = kind_page(kind, seed);
-        let mut want = if base { reference.clone() } else { similar(&reference, change, seed * 1000) };
+        let mut want = if base {
+            reference.clone()
+        } else {
+            similar(&reference, change, seed * 1000)
+        };
         for k in 1..n {
             want.extend(similar(&reference, change, seed * 1000 + k as u64));
         }
@@ -101,7 +108,10 @@ impl Similar {
     fn check(&self, ctx: &str) {
         for k in 0..self.pages() {
             let got = bytes(unsafe { self.ptr.add(k * PAGE) }, PAGE);
-            assert!(got == &self.want[k * PAGE..(k + 1) * PAGE], "{ctx}: page {k} differs");
+            assert!(
+                got == &self.want[k * PAGE..(k + 1) * PAGE],
+                "{ctx}: page {k} differs"
+            );
         }
     }
 }
@@ -109,7 +119,14 @@ impl Similar {
 fn assert_nothing_held(e: &Engine, ctx: &str) {
     let s = e.stats();
     assert_eq!(
-        (s.frames_in_use, s.references_pinned, s.patched_now, s.patch_bytes, s.reference_bytes, s.evicted_now),
+        (
+            s.frames_in_use,
+            s.references_pinned,
+            s.patched_now,
+            s.patch_bytes,
+            s.reference_bytes,
+            s.evicted_now
+        ),
         (0, 0, 0, 0, 0, 0),
         "{ctx}: frames or patches left: {s:?}"
     );
@@ -124,9 +141,19 @@ fn similar_pages_become_patches_and_come_back_exactly() {
         // Page 0 serves as reference; every other page finds it.
         assert_eq!((r.patched, r.evicted), (63, 63), "{change:?}: {r:?}");
         let s = b.e.stats();
-        assert_eq!((s.patched_now, s.references_pinned, s.patched), (63, 1, 63), "{change:?}: {s:?}");
-        assert!(s.patch_bytes > 0 && s.patch_bytes <= 63 * 2048, "{change:?}: {s:?}");
-        assert_eq!(s.reference_bytes, 0, "the reference page still maps its frame: {s:?}");
+        assert_eq!(
+            (s.patched_now, s.references_pinned, s.patched),
+            (63, 1, 63),
+            "{change:?}: {s:?}"
+        );
+        assert!(
+            s.patch_bytes > 0 && s.patch_bytes <= 63 * 2048,
+            "{change:?}: {s:?}"
+        );
+        assert_eq!(
+            s.reference_bytes, 0,
+            "the reference page still maps its frame: {s:?}"
+        );
         b.check(&format!("{change:?}: read by the program"));
         let s = b.e.stats();
         assert_eq!((s.restored, s.restore_errors), (63, 0), "{s:?}");
@@ -144,7 +171,10 @@ fn restored_by_another_thread_and_by_writes() {
     std::thread::spawn(move || {
         for k in (1..32).step_by(2) {
             let got = bytes((addr + k * PAGE) as *const u8, PAGE);
-            assert!(got == &want[k * PAGE..(k + 1) * PAGE], "page {k} read by another thread differs");
+            assert!(
+                got == &want[k * PAGE..(k + 1) * PAGE],
+                "page {k} read by another thread differs"
+            );
         }
     })
     .join()
@@ -159,7 +189,12 @@ fn restored_by_another_thread_and_by_writes() {
 }
 
 fn must(what: &str, r: isize, len: usize) {
-    assert_eq!(r, len as isize, "{what}: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        r,
+        len as isize,
+        "{what}: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 #[test]
@@ -169,15 +204,34 @@ fn kernel_reads_and_writes_patched_pages() {
     assert_eq!(b.e.evict(b.ptr, 16 * PAGE).patched, 15);
     let (rd, wr) = pipe();
     // write(2) from patched pages: the kernel reads them.
-    must("write", unsafe { libc::write(wr, b.ptr.add(PAGE).cast(), 4 * PAGE) }, 4 * PAGE);
+    must(
+        "write",
+        unsafe { libc::write(wr, b.ptr.add(PAGE).cast(), 4 * PAGE) },
+        4 * PAGE,
+    );
     let mut got = vec![0u8; 4 * PAGE];
-    must("read back", unsafe { libc::read(rd, got.as_mut_ptr().cast(), 4 * PAGE) }, 4 * PAGE);
-    assert!(got == b.want[PAGE..5 * PAGE], "write(2) from patched pages sent wrong bytes");
+    must(
+        "read back",
+        unsafe { libc::read(rd, got.as_mut_ptr().cast(), 4 * PAGE) },
+        4 * PAGE,
+    );
+    assert!(
+        got == b.want[PAGE..5 * PAGE],
+        "write(2) from patched pages sent wrong bytes"
+    );
     // read(2) into patched pages: part of each page, the rest must survive.
     for k in 5..16 {
         let data = [k as u8; 100];
-        must("write", unsafe { libc::write(wr, data.as_ptr().cast(), 100) }, 100);
-        must("read into", unsafe { libc::read(rd, b.ptr.add(k * PAGE + 1000).cast(), 100) }, 100);
+        must(
+            "write",
+            unsafe { libc::write(wr, data.as_ptr().cast(), 100) },
+            100,
+        );
+        must(
+            "read into",
+            unsafe { libc::read(rd, b.ptr.add(k * PAGE + 1000).cast(), 100) },
+            100,
+        );
         b.want[k * PAGE + 1000..k * PAGE + 1100].copy_from_slice(&data);
     }
     unsafe {
@@ -199,24 +253,50 @@ fn reference_written_and_freed_patches_still_restore() {
     unsafe { std::ptr::copy_nonoverlapping(reference.as_ptr(), r, PAGE) };
     // Patch-only eviction of the lone reference: nothing to patch against,
     // so it stays in memory and becomes a candidate.
-    let rep = e.evict_with(r, PAGE, Allow { patch: true, compress: false });
+    let rep = e.evict_with(
+        r,
+        PAGE,
+        Allow {
+            patch: true,
+            compress: false,
+        },
+    );
     assert_eq!((rep.evicted, rep.unpatched), (0, 1), "{rep:?}");
     let n = 24;
-    let want: Vec<u8> = (0..n).flat_map(|k| similar(&reference, Change::Scattered, 40 + k as u64)).collect();
+    let want: Vec<u8> = (0..n)
+        .flat_map(|k| similar(&reference, Change::Scattered, 40 + k as u64))
+        .collect();
     let p = e.alloc(n * PAGE, Hint::None);
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
-    let rep = e.evict_with(p, n * PAGE, Allow { patch: true, compress: false });
+    let rep = e.evict_with(
+        p,
+        n * PAGE,
+        Allow {
+            patch: true,
+            compress: false,
+        },
+    );
     assert_eq!(rep.patched, n as u64, "{rep:?}");
     // The reference page is written (its frame stays as it was) ...
     unsafe { std::ptr::write_bytes(r, 0x5a, 64) };
     assert_eq!(bytes(r, 64), &[0x5a; 64][..]);
     assert!(bytes(r, PAGE)[64..] == reference[64..]);
-    assert!(bytes(unsafe { p.add(PAGE) }, PAGE) == &want[PAGE..2 * PAGE], "after the reference was written");
+    assert!(
+        bytes(unsafe { p.add(PAGE) }, PAGE) == &want[PAGE..2 * PAGE],
+        "after the reference was written"
+    );
     // ... and freed: the frame lives on for the patches alone.
     assert!(unsafe { e.free(r) });
     let s = e.stats();
-    assert_eq!((s.references_pinned, s.reference_bytes), (1, PAGE as u64), "{s:?}");
-    assert!(bytes(p, n * PAGE) == &want[..], "after the reference was freed");
+    assert_eq!(
+        (s.references_pinned, s.reference_bytes),
+        (1, PAGE as u64),
+        "{s:?}"
+    );
+    assert!(
+        bytes(p, n * PAGE) == &want[..],
+        "after the reference was freed"
+    );
     assert_eq!(e.stats().restore_errors, 0);
     assert!(unsafe { e.free(p) });
     assert_nothing_held(&e, "reference freed");
@@ -231,12 +311,21 @@ fn noted_references_serve_other_blocks() {
     unsafe { std::ptr::copy_nonoverlapping(reference.as_ptr(), r, PAGE) };
     // The second page is all zero: no reference.
     assert_eq!(e.note_references(r, 2 * PAGE), 1);
-    let anon = Engine::new(Config { frames: false, ..cfg() });
+    let anon = Engine::new(Config {
+        frames: false,
+        ..cfg()
+    });
     let a = anon.alloc(PAGE, Hint::None);
     unsafe { std::ptr::copy_nonoverlapping(reference.as_ptr(), a, PAGE) };
-    assert_eq!(anon.note_references(a, PAGE), 0, "an anonymous page has no frame to pin");
+    assert_eq!(
+        anon.note_references(a, PAGE),
+        0,
+        "an anonymous page has no frame to pin"
+    );
     let n = 8;
-    let want: Vec<u8> = (0..n).flat_map(|k| similar(&reference, Change::Scattered, 50 + k as u64)).collect();
+    let want: Vec<u8> = (0..n)
+        .flat_map(|k| similar(&reference, Change::Scattered, 50 + k as u64))
+        .collect();
     let p = e.alloc(n * PAGE, Hint::None);
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     assert_eq!(e.evict(p, n * PAGE).patched, n as u64);
@@ -252,10 +341,19 @@ fn the_detector_memory_is_bounded_and_counted() {
     let _g = serial();
     let n = 2048;
     let metadata_growth = |candidates: usize| {
-        let e = Engine::new(Config { patch_candidates: candidates, ..cfg() });
+        let e = Engine::new(Config {
+            patch_candidates: candidates,
+            ..cfg()
+        });
         let p = e.alloc(n * PAGE, Hint::None);
         for k in 0..n {
-            unsafe { std::ptr::copy_nonoverlapping(kind_page(Kind::Random, k as u64).as_ptr(), p.add(k * PAGE), PAGE) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    kind_page(Kind::Random, k as u64).as_ptr(),
+                    p.add(k * PAGE),
+                    PAGE,
+                )
+            };
         }
         let before = e.stats().metadata_bytes;
         assert_eq!(e.note_references(p, n * PAGE), n as u64);
@@ -265,8 +363,14 @@ fn the_detector_memory_is_bounded_and_counted() {
     };
     let (bounded, unbounded) = (metadata_growth(64), metadata_growth(1 << 16));
     eprintln!("detector: {bounded} B with 64 candidates at most, {unbounded} B for {n}");
-    assert!(unbounded > 100 * n as u64, "the index of {n} pages is not counted: {unbounded} B");
-    assert!(bounded * 10 < unbounded, "64 candidates at most cost {bounded} B, {n} cost {unbounded} B");
+    assert!(
+        unbounded > 100 * n as u64,
+        "the index of {n} pages is not counted: {unbounded} B"
+    );
+    assert!(
+        bounded * 10 < unbounded,
+        "64 candidates at most cost {bounded} B, {n} cost {unbounded} B"
+    );
 }
 
 /// The engine goes away (its pools close their memfds) while pages are
@@ -279,12 +383,17 @@ fn patched_pages_outlive_the_engine() {
     assert_eq!(e.evict(ptr, 16 * PAGE).patched, 15);
     drop(e);
     // Descriptor numbers the engine closed now name other files.
-    let others: Vec<i32> = (0..4).map(|_| unsafe { libc::memfd_create(c"other".as_ptr(), 0) }).collect();
+    let others: Vec<i32> = (0..4)
+        .map(|_| unsafe { libc::memfd_create(c"other".as_ptr(), 0) })
+        .collect();
     for &fd in &others {
         assert!(fd >= 0);
         assert_eq!(unsafe { libc::ftruncate(fd, 1 << 30) }, 0);
     }
-    assert!(bytes(ptr, 16 * PAGE) == &want[..], "patched pages after the engine was dropped");
+    assert!(
+        bytes(ptr, 16 * PAGE) == &want[..],
+        "patched pages after the engine was dropped"
+    );
     others.into_iter().for_each(|fd| unsafe {
         libc::close(fd);
     });
@@ -299,15 +408,35 @@ fn no_reference_starts_with_the_zstd_dictionary_magic() {
     let mut reference = kind_page(Kind::Random, 14);
     reference[..4].copy_from_slice(&0xEC30_A437u32.to_le_bytes());
     let n = 8;
-    let want: Vec<u8> = (0..n).flat_map(|k| similar(&reference, Change::Write16, k as u64)).collect();
+    let want: Vec<u8> = (0..n)
+        .flat_map(|k| similar(&reference, Change::Write16, k as u64))
+        .collect();
     let p = e.alloc(n * PAGE, Hint::None);
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     assert_eq!(e.note_references(p, PAGE), 0);
-    let rep = e.evict_with(p, n * PAGE, Allow { patch: true, compress: false });
+    let rep = e.evict_with(
+        p,
+        n * PAGE,
+        Allow {
+            patch: true,
+            compress: false,
+        },
+    );
     assert_eq!((rep.patched, rep.unpatched), (0, n as u64), "{rep:?}");
     // Without the magic the same pages patch.
     unsafe { *p.add(PAGE) = 0 };
-    assert_eq!(e.evict_with(p, n * PAGE, Allow { patch: true, compress: false }).patched, n as u64 - 2);
+    assert_eq!(
+        e.evict_with(
+            p,
+            n * PAGE,
+            Allow {
+                patch: true,
+                compress: false
+            }
+        )
+        .patched,
+        n as u64 - 2
+    );
     assert!(unsafe { e.free(p) });
     assert_nothing_held(&e, "zstd magic");
 }
@@ -328,13 +457,35 @@ fn a_taken_candidate_becomes_the_reference() {
         assert!(e.free(src.ptr));
     }
     // Page 0 becomes a candidate (patch only, nothing to patch against).
-    assert_eq!(e.evict_with(dst, PAGE, Allow { patch: true, compress: false }).unpatched, 1);
+    assert_eq!(
+        e.evict_with(
+            dst,
+            PAGE,
+            Allow {
+                patch: true,
+                compress: false
+            }
+        )
+        .unpatched,
+        1
+    );
     // Page 0 could go to the store, but page 1 picks it: it stays as the reference.
     let rep = e.evict(dst, n * PAGE);
-    assert_eq!((rep.patched, rep.evicted), (n as u64 - 1, n as u64 - 1), "{rep:?}");
-    assert!(bytes(dst, n * PAGE) == &src.want[..], "patched pages against a put-back reference");
+    assert_eq!(
+        (rep.patched, rep.evicted),
+        (n as u64 - 1, n as u64 - 1),
+        "{rep:?}"
+    );
+    assert!(
+        bytes(dst, n * PAGE) == &src.want[..],
+        "patched pages against a put-back reference"
+    );
     let s = e.stats();
-    assert_eq!((s.restored, s.restore_errors, s.store.pages), (n as u64 - 1, 0, 0), "{s:?}");
+    assert_eq!(
+        (s.restored, s.restore_errors, s.store.pages),
+        (n as u64 - 1, 0, 0),
+        "{s:?}"
+    );
     assert!(unsafe { e.free(dst) });
     assert_nothing_held(&e, "taken candidate");
 }
@@ -355,10 +506,25 @@ fn a_page_whose_patch_is_too_big_goes_to_the_store_or_stays() {
         std::ptr::copy_nonoverlapping(reference.as_ptr(), p, PAGE);
         std::ptr::copy_nonoverlapping(other.as_ptr(), p.add(PAGE), PAGE);
     }
-    let rep = e.evict_with(p, 2 * PAGE, Allow { patch: true, compress: false });
-    assert_eq!((rep.patched, rep.unpatched, rep.evicted), (0, 2, 0), "{rep:?}");
+    let rep = e.evict_with(
+        p,
+        2 * PAGE,
+        Allow {
+            patch: true,
+            compress: false,
+        },
+    );
+    assert_eq!(
+        (rep.patched, rep.unpatched, rep.evicted),
+        (0, 2, 0),
+        "{rep:?}"
+    );
     let rep = e.evict(p, 2 * PAGE);
-    assert_eq!((rep.patched, rep.evicted), (0, 2), "both go to the store: {rep:?}");
+    assert_eq!(
+        (rep.patched, rep.evicted),
+        (0, 2),
+        "both go to the store: {rep:?}"
+    );
     assert!(bytes(p, PAGE) == &reference[..] && bytes(unsafe { p.add(PAGE) }, PAGE) == &other[..]);
     assert!(unsafe { e.free(p) });
     assert_nothing_held(&e, "too big");
@@ -369,8 +535,16 @@ fn a_patch_that_does_not_decode_kills_the_toucher() {
     let _g = serial();
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        let inject = Inject { fail_patch: true, ..Inject::default() };
-        let b = Similar::new(Engine::new(Config { inject, ..cfg() }), 4, Change::Scattered, 6);
+        let inject = Inject {
+            fail_patch: true,
+            ..Inject::default()
+        };
+        let b = Similar::new(
+            Engine::new(Config { inject, ..cfg() }),
+            4,
+            Change::Scattered,
+            6,
+        );
         if b.e.evict(b.ptr, 4 * PAGE).patched != 3 {
             unsafe { libc::_exit(3) };
         }
@@ -395,9 +569,16 @@ fn fork_with_patched_pages() {
     }
     let mut status = 0;
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child read wrong bytes: {status:#x}");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child read wrong bytes: {status:#x}"
+    );
     let s = b.e.stats();
-    assert_eq!((s.evicted_now, s.patched_now, s.references_pinned), (0, 0, 0), "fork restores first: {s:?}");
+    assert_eq!(
+        (s.evicted_now, s.patched_now, s.references_pinned),
+        (0, 0, 0),
+        "fork restores first: {s:?}"
+    );
     b.check("parent after fork");
     // Pre-fork frames are no references any more; the parent can patch anew
     // only against what it writes after the fork.
@@ -423,7 +604,9 @@ fn patched_pages_under_scan_copy_and_free() {
     unsafe { b.e.copy(b.ptr.add(16 * PAGE), src, 16 * PAGE) };
     let s = b.e.stats();
     assert_eq!((s.patched_now, s.references_pinned), (15, 1), "{s:?}");
-    assert!(bytes(unsafe { b.ptr.add(16 * PAGE) }, 16 * PAGE).iter().all(|&x| x == 3));
+    assert!(bytes(unsafe { b.ptr.add(16 * PAGE) }, 16 * PAGE)
+        .iter()
+        .all(|&x| x == 3));
     assert!(bytes(b.ptr, 16 * PAGE) == &b.want[..16 * PAGE]);
     unsafe {
         assert!(b.e.free(src));
@@ -459,7 +642,15 @@ fn concurrent_eviction_writes_and_kernel_io() {
     let mut rng = Rng::new(12);
     let reference = b.want[..PAGE].to_vec();
     let mut like_reference = |rng: &mut Rng, off: usize, len: usize| -> Vec<u8> {
-        (off..off + len).map(|o| if rng.below(16) == 0 { rng.next_u64() as u8 } else { reference[o % PAGE] }).collect()
+        (off..off + len)
+            .map(|o| {
+                if rng.below(16) == 0 {
+                    rng.next_u64() as u8
+                } else {
+                    reference[o % PAGE]
+                }
+            })
+            .collect()
     };
     let mut out = vec![0u8; 2 * PAGE];
     let t0 = Instant::now();
@@ -468,7 +659,11 @@ fn concurrent_eviction_writes_and_kernel_io() {
         i += 1;
         let len = 1 + rng.below(2 * PAGE as u64 - 1) as usize;
         // Page 0, the reference, is hit as often as all others together.
-        let off = if rng.below(2) == 0 { rng.below((PAGE) as u64) as usize / 2 } else { rng.below((n * PAGE - len) as u64) as usize };
+        let off = if rng.below(2) == 0 {
+            rng.below((PAGE) as u64) as usize / 2
+        } else {
+            rng.below((n * PAGE - len) as u64) as usize
+        };
         let dst = unsafe { b.ptr.add(off) };
         match i % 3 {
             0 => {
@@ -477,14 +672,33 @@ fn concurrent_eviction_writes_and_kernel_io() {
                 b.want[off] = v;
             }
             1 => {
-                must("write(2) from patched pages", unsafe { libc::write(wr, dst.cast(), len) }, len);
-                must("pipe read", unsafe { libc::read(rd, out.as_mut_ptr().cast(), len) }, len);
-                assert!(out[..len] == b.want[off..off + len], "#{i}: write(2) from [{off}, +{len}) sent wrong bytes");
+                must(
+                    "write(2) from patched pages",
+                    unsafe { libc::write(wr, dst.cast(), len) },
+                    len,
+                );
+                must(
+                    "pipe read",
+                    unsafe { libc::read(rd, out.as_mut_ptr().cast(), len) },
+                    len,
+                );
+                assert!(
+                    out[..len] == b.want[off..off + len],
+                    "#{i}: write(2) from [{off}, +{len}) sent wrong bytes"
+                );
             }
             _ => {
                 let data = like_reference(&mut rng, off, len);
-                must("pipe write", unsafe { libc::write(wr, data.as_ptr().cast(), len) }, len);
-                must("read(2) into patched pages", unsafe { libc::read(rd, dst.cast(), len) }, len);
+                must(
+                    "pipe write",
+                    unsafe { libc::write(wr, data.as_ptr().cast(), len) },
+                    len,
+                );
+                must(
+                    "read(2) into patched pages",
+                    unsafe { libc::read(rd, dst.cast(), len) },
+                    len,
+                );
                 b.want[off..off + len].copy_from_slice(&data);
             }
         }
@@ -515,26 +729,92 @@ fn measure_patching() {
     let n = 256;
     println!("| base page | detector | changes | patched | patch B/page | saved | evict us/page | touch us/page | patch op us | unpatch op us |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    let patch_only = Allow { patch: true, compress: false };
-    for (label, blocks, block) in [("DE (2 x 64 B)", 2, 64), ("8 x 8 B", 8, 8), ("16 x 8 B", 16, 8)] {
+    let patch_only = Allow {
+        patch: true,
+        compress: false,
+    };
+    for (label, blocks, block) in [
+        ("DE (2 x 64 B)", 2, 64),
+        ("8 x 8 B", 8, 8),
+        ("16 x 8 B", 16, 8),
+    ] {
         for change in [Change::Scattered, Change::Localised, Change::Write16] {
-            let c = Config { pin_grace: Duration::ZERO, patch_blocks: blocks, patch_block_bytes: block, ..Config::default() };
-            let rows = (0..5).map(|seed| measure_one(c.clone(), Kind::Random, n, change, 100 + seed, true, patch_only)).collect();
+            let c = Config {
+                pin_grace: Duration::ZERO,
+                patch_blocks: blocks,
+                patch_block_bytes: block,
+                ..Config::default()
+            };
+            let rows = (0..5)
+                .map(|seed| {
+                    measure_one(
+                        c.clone(),
+                        Kind::Random,
+                        n,
+                        change,
+                        100 + seed,
+                        true,
+                        patch_only,
+                    )
+                })
+                .collect();
             print_row("random", label, change, n, rows);
         }
     }
-    let c = Config { pin_grace: Duration::ZERO, ..Config::default() };
+    let c = Config {
+        pin_grace: Duration::ZERO,
+        ..Config::default()
+    };
     // No page is the reference itself: patches against another variant.
     for change in [Change::Scattered, Change::Localised, Change::Write16] {
-        let rows = (0..5).map(|seed| measure_one(c.clone(), Kind::Random, n, change, 100 + seed, false, patch_only)).collect();
+        let rows = (0..5)
+            .map(|seed| {
+                measure_one(
+                    c.clone(),
+                    Kind::Random,
+                    n,
+                    change,
+                    100 + seed,
+                    false,
+                    patch_only,
+                )
+            })
+            .collect();
         print_row("random, not in memory", "8 x 8 B", change, n, rows);
     }
     // Costs side by side with the LZ4 store, on pages both can take (text).
     for change in [Change::Scattered, Change::Write16] {
-        let rows = (0..5).map(|seed| measure_one(c.clone(), Kind::Text, n, change, 100 + seed, true, patch_only)).collect();
+        let rows = (0..5)
+            .map(|seed| {
+                measure_one(
+                    c.clone(),
+                    Kind::Text,
+                    n,
+                    change,
+                    100 + seed,
+                    true,
+                    patch_only,
+                )
+            })
+            .collect();
         print_row("text", "8 x 8 B", change, n, rows);
-        let store_only = Allow { patch: false, compress: true };
-        let rows = (0..5).map(|seed| measure_one(c.clone(), Kind::Text, n, change, 100 + seed, true, store_only)).collect();
+        let store_only = Allow {
+            patch: false,
+            compress: true,
+        };
+        let rows = (0..5)
+            .map(|seed| {
+                measure_one(
+                    c.clone(),
+                    Kind::Text,
+                    n,
+                    change,
+                    100 + seed,
+                    true,
+                    store_only,
+                )
+            })
+            .collect();
         print_row("text", "LZ4 store only", change, n, rows);
     }
 }
@@ -571,7 +851,15 @@ fn print_row(base: &str, label: &str, change: Change, n: usize, rows: Vec<Row>) 
 
 /// Evicts `n` pages (a reference and `n - 1` similar pages) and touches them
 /// back: evict time per page of the range, touch time per evicted page.
-fn measure_one(c: Config, kind: Kind, n: usize, change: Change, seed: u64, base: bool, allow: Allow) -> Row {
+fn measure_one(
+    c: Config,
+    kind: Kind,
+    n: usize,
+    change: Change,
+    seed: u64,
+    base: bool,
+    allow: Allow,
+) -> Row {
     let b = Similar::variants(kind, Engine::new(c), n, change, seed, base);
     // Warm: the fault thread and stores exist before timing.
     let warm = b.e.alloc(PAGE, Hint::None);
@@ -605,11 +893,18 @@ fn measure_one(c: Config, kind: Kind, n: usize, change: Change, seed: u64, base:
 
 /// What the engine holds besides the pages themselves: stores, orphan references, bookkeeping.
 fn footprint(s: &Stats) -> f64 {
-    (s.patch_store_bytes + s.reference_bytes + s.store.payload + s.store.overhead + s.metadata_bytes) as f64
+    (s.patch_store_bytes
+        + s.reference_bytes
+        + s.store.payload
+        + s.store.overhead
+        + s.metadata_bytes) as f64
 }
 
 fn resident_pages(p: *const u8, n: usize) -> usize {
     let mut v = vec![0u8; n];
-    assert_eq!(unsafe { libc::mincore(p as *mut _, n * PAGE, v.as_mut_ptr()) }, 0);
+    assert_eq!(
+        unsafe { libc::mincore(p as *mut _, n * PAGE, v.as_mut_ptr()) },
+        0
+    );
     v.iter().filter(|&&b| b & 1 != 0).count()
 }

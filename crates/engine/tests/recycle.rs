@@ -7,7 +7,10 @@
 use pagefold_engine::{Config, Engine, Hint, PAGE};
 
 fn engine(recycle_mb: usize) -> Engine {
-    Engine::new(Config { recycle_bytes: recycle_mb << 20, ..Config::default() })
+    Engine::new(Config {
+        recycle_bytes: recycle_mb << 20,
+        ..Config::default()
+    })
 }
 
 fn fill(p: *mut u8, len: usize, byte: u8) {
@@ -15,7 +18,9 @@ fn fill(p: *mut u8, len: usize, byte: u8) {
 }
 
 fn all(p: *const u8, len: usize, byte: u8) -> bool {
-    unsafe { std::slice::from_raw_parts(p, len) }.iter().all(|&b| b == byte)
+    unsafe { std::slice::from_raw_parts(p, len) }
+        .iter()
+        .all(|&b| b == byte)
 }
 
 #[test]
@@ -27,10 +32,16 @@ fn a_freed_block_serves_the_next_uninit_allocation_of_its_size() {
     unsafe { e.free(a) };
     assert_eq!(e.stats().recycled_bytes, len as u64);
     let other_size = e.alloc(3 * PAGE, Hint::Uninit);
-    assert_ne!(other_size, a, "a block over four times the request is not cut up");
+    assert_ne!(
+        other_size, a,
+        "a block over four times the request is not cut up"
+    );
     let b = e.alloc(len, Hint::Uninit);
     assert_eq!(b, a);
-    assert!(all(b, len, 7), "a recycled block keeps its bytes, as a reused heap chunk does");
+    assert!(
+        all(b, len, 7),
+        "a recycled block keeps its bytes, as a reused heap chunk does"
+    );
     let s = e.stats();
     assert_eq!((s.recycled, s.recycled_bytes), (1, 0));
     fill(b, len, 9);
@@ -57,24 +68,44 @@ fn a_larger_block_is_split_and_its_tail_stays_recycled() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     e.scan();
     let s = e.stats();
-    assert_eq!((s.frames_in_use, s.recycled_bytes, s.vmas_used), (0, 0, 0), "{s:?}");
+    assert_eq!(
+        (s.frames_in_use, s.recycled_bytes, s.vmas_used),
+        (0, 0, 0),
+        "{s:?}"
+    );
 }
 
 #[test]
 fn the_age_limit_is_configurable() {
-    let e = Engine::new(Config { recycle_bytes: 32 << 20, recycle_age: std::time::Duration::from_secs(60), ..Config::default() });
+    let e = Engine::new(Config {
+        recycle_bytes: 32 << 20,
+        recycle_age: std::time::Duration::from_secs(60),
+        ..Config::default()
+    });
     let a = e.alloc(8 * PAGE, Hint::Uninit);
     fill(a, 8 * PAGE, 1);
     unsafe { e.free(a) };
     std::thread::sleep(std::time::Duration::from_millis(300));
     e.scan();
-    assert_eq!(e.stats().recycled_bytes, 8 * PAGE as u64, "kept past the default 250 ms");
-    let e = Engine::new(Config { recycle_bytes: 32 << 20, recycle_age: std::time::Duration::ZERO, ..Config::default() });
+    assert_eq!(
+        e.stats().recycled_bytes,
+        8 * PAGE as u64,
+        "kept past the default 250 ms"
+    );
+    let e = Engine::new(Config {
+        recycle_bytes: 32 << 20,
+        recycle_age: std::time::Duration::ZERO,
+        ..Config::default()
+    });
     let a = e.alloc(8 * PAGE, Hint::Uninit);
     unsafe { e.free(a) };
     std::thread::sleep(std::time::Duration::from_millis(5));
     e.scan();
-    assert_eq!(e.stats().recycled_bytes, 0, "age 0: given back at the next check");
+    assert_eq!(
+        e.stats().recycled_bytes,
+        0,
+        "age 0: given back at the next check"
+    );
 }
 
 #[test]
@@ -86,7 +117,11 @@ fn blocks_idle_longer_than_the_age_limit_are_released() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     let b = e.alloc(8 * PAGE, Hint::None);
     assert!(all(b, 8 * PAGE, 0));
-    assert_eq!(e.stats().recycled_bytes, 0, "expired on the next allocation");
+    assert_eq!(
+        e.stats().recycled_bytes,
+        0,
+        "expired on the next allocation"
+    );
 }
 
 #[test]
@@ -114,7 +149,10 @@ fn blocks_sharing_frames_are_not_recycled() {
     let again = e.alloc(len, Hint::Uninit);
     assert!(all(dst, len, 3));
     fill(again, len, 4);
-    assert!(all(dst, len, 3), "the copy never sees a write to memory reused after its source was freed");
+    assert!(
+        all(dst, len, 3),
+        "the copy never sees a write to memory reused after its source was freed"
+    );
 }
 
 #[test]
@@ -126,15 +164,31 @@ fn the_budget_releases_the_oldest_and_scans_release_the_stale() {
         fill(b, len, 1);
         unsafe { e.free(b) };
     }
-    assert_eq!(e.stats().recycled_bytes, 4 * len as u64, "1 MiB holds four of them");
+    assert_eq!(
+        e.stats().recycled_bytes,
+        4 * len as u64,
+        "1 MiB holds four of them"
+    );
     let big = e.alloc(512 * PAGE, Hint::Uninit);
     unsafe { e.free(big) };
-    assert_eq!(e.stats().recycled_bytes, 4 * len as u64, "over a quarter of the budget: released at once");
+    assert_eq!(
+        e.stats().recycled_bytes,
+        4 * len as u64,
+        "over a quarter of the budget: released at once"
+    );
     e.scan();
-    assert_eq!(e.stats().recycled_bytes, 4 * len as u64, "freed just now: kept");
+    assert_eq!(
+        e.stats().recycled_bytes,
+        4 * len as u64,
+        "freed just now: kept"
+    );
     std::thread::sleep(std::time::Duration::from_millis(300));
     e.scan();
-    assert_eq!(e.stats().recycled_bytes, 0, "idle past the age limit: a scan releases them");
+    assert_eq!(
+        e.stats().recycled_bytes,
+        0,
+        "idle past the age limit: a scan releases them"
+    );
     assert_eq!(e.stats().frames_in_use, 0);
 }
 
@@ -158,7 +212,10 @@ fn fork_releases_recycled_blocks_first() {
     assert_eq!(status, 0);
     assert_eq!(e.stats().recycled_bytes, 0);
     let p = e.alloc(len, Hint::Uninit);
-    assert!(!all(p, len, 0xCC), "the child's writes reached the parent's memory");
+    assert!(
+        !all(p, len, 0xCC),
+        "the child's writes reached the parent's memory"
+    );
 }
 
 #[test]

@@ -390,14 +390,22 @@ impl Worker {
             );
         }
         self.span.0.fetch_min(ptr as u64, Ordering::Relaxed);
-        self.span.1.fetch_max(ptr as u64 + len as u64, Ordering::Relaxed);
+        self.span
+            .1
+            .fetch_max(ptr as u64 + len as u64, Ordering::Relaxed);
         let mut log = VecDeque::new();
         log.push_back((self.op_no, self.log.back().unwrap().1.clone()));
         let shadow = match hint {
             Hint::Uninit => bytes(ptr, len).to_vec(),
             _ => vec![0u8; len],
         };
-        self.blocks.push(Blk { id, ptr, len, shadow, log });
+        self.blocks.push(Blk {
+            id,
+            ptr,
+            len,
+            shadow,
+            log,
+        });
         let bi = self.blocks.len() - 1;
         self.compare(bi, 0, len, "fresh block not zero-filled");
     }
@@ -519,7 +527,10 @@ impl Worker {
         let addr = unsafe { self.blocks[bi].ptr.add(page * PAGE) };
         for (s, l) in self.engine.discard(addr, n * PAGE) {
             if s < addr as usize || s + l > addr as usize + n * PAGE {
-                self.fail(&format!("discard handed back [{s:#x}, +{l}) outside its range"), Some(bi));
+                self.fail(
+                    &format!("discard handed back [{s:#x}, +{l}) outside its range"),
+                    Some(bi),
+                );
             }
             unsafe { libc::madvise(s as *mut libc::c_void, l, libc::MADV_DONTNEED) };
         }
@@ -549,7 +560,10 @@ impl Worker {
         let want = len.div_ceil(PAGE) * PAGE;
         let got = self.engine.block_len(self.blocks[bi].ptr);
         if got != Some(want) {
-            self.fail(&format!("block_len {got:?} after shrink to {len}, want {want}"), Some(bi));
+            self.fail(
+                &format!("block_len {got:?} after shrink to {len}, want {want}"),
+                Some(bi),
+            );
         }
         self.compare(bi, 0, len, "after shrink");
     }
@@ -819,7 +833,9 @@ impl Worker {
             page,
             n,
         });
-        let r = self.engine.evict(unsafe { self.blocks[bi].ptr.add(page * PAGE) }, n * PAGE);
+        let r = self
+            .engine
+            .evict(unsafe { self.blocks[bi].ptr.add(page * PAGE) }, n * PAGE);
         if r.unavailable {
             self.fail(&format!("evict unavailable: {r:?}"), Some(bi));
         }
@@ -903,7 +919,10 @@ fn run(cfg: Config, o: Opts) -> (Stats, Stats) {
         std::thread::spawn(move || {
             let mut scans = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let (lo, hi) = (span.0.load(Ordering::Relaxed), span.1.load(Ordering::Relaxed));
+                let (lo, hi) = (
+                    span.0.load(Ordering::Relaxed),
+                    span.1.load(Ordering::Relaxed),
+                );
                 if evict && lo < hi {
                     e.evict(lo as *const u8, (hi - lo) as usize);
                 }
@@ -1046,7 +1065,10 @@ fn exercised(s: &Stats, name: &str) {
         "[{name}] no diverged page was ever released: {s:?}"
     );
     assert!(s.scans > 0, "[{name}] no scan completed: {s:?}");
-    assert!(s.discarded > 0, "[{name}] no engine page was ever discarded: {s:?}");
+    assert!(
+        s.discarded > 0,
+        "[{name}] no engine page was ever discarded: {s:?}"
+    );
     assert!(s.exempted > 0, "[{name}] no block was ever exempted: {s:?}");
 }
 
@@ -1066,8 +1088,14 @@ fn evicting(name: &'static str) -> Opts {
 fn exercised_eviction(s: &Stats, name: &str) {
     exercised(s, name);
     assert!(s.evicted > 0, "[{name}] nothing was evicted: {s:?}");
-    assert!(s.restored > 0, "[{name}] no evicted page was ever touched: {s:?}");
-    assert!(s.evicted_dropped > 0, "[{name}] no evicted page was ever freed or overwritten: {s:?}");
+    assert!(
+        s.restored > 0,
+        "[{name}] no evicted page was ever touched: {s:?}"
+    );
+    assert!(
+        s.evicted_dropped > 0,
+        "[{name}] no evicted page was ever freed or overwritten: {s:?}"
+    );
 }
 
 #[test]
@@ -1112,7 +1140,11 @@ fn shadow_tier() {
     };
     let (_, s) = run(cfg, Opts::new("tier"));
     exercised(&s, "tier");
-    assert!(s.clock.total.evicted > 0, "[tier] the policy evicted nothing: {:?}", s.clock);
+    assert!(
+        s.clock.total.evicted > 0,
+        "[tier] the policy evicted nothing: {:?}",
+        s.clock
+    );
     assert!(s.restored > 0, "[tier] no evicted page was touched: {s:?}");
 }
 
@@ -1136,7 +1168,10 @@ fn shadow_recycling() {
     };
     let (_, s) = run(cfg, Opts::new("recycle"));
     exercised(&s, "recycle");
-    assert!(s.recycled > 0, "no allocation was served by a recycled block: {s:?}");
+    assert!(
+        s.recycled > 0,
+        "no allocation was served by a recycled block: {s:?}"
+    );
 }
 
 #[test]

@@ -7,7 +7,8 @@ use pagefold_engine::{Config, Engine, Hint, PAGE};
 /// Every page different from every other (and from any other test's pages).
 fn fill_unique(p: *mut u8, pages: usize, seed: u64) {
     for k in 0..pages {
-        let words = unsafe { std::slice::from_raw_parts_mut(p.add(k * PAGE) as *mut u64, PAGE / 8) };
+        let words =
+            unsafe { std::slice::from_raw_parts_mut(p.add(k * PAGE) as *mut u64, PAGE / 8) };
         for (w, word) in words.iter_mut().enumerate() {
             *word = (seed << 40) ^ ((k as u64) << 16) ^ w as u64 ^ 0x9e37_79b9_7f4a_7c15;
         }
@@ -15,7 +16,10 @@ fn fill_unique(p: *mut u8, pages: usize, seed: u64) {
 }
 
 fn engine(smart: bool) -> Engine {
-    Engine::new(Config { smart_scan: smart, ..Config::default() })
+    Engine::new(Config {
+        smart_scan: smart,
+        ..Config::default()
+    })
 }
 
 #[test]
@@ -26,13 +30,20 @@ fn unchanging_unique_pages_are_looked_at_less_often_and_all_together_every_8th_s
     fill_unique(p, pages, 1);
     let looked: Vec<u64> = (0..17).map(|_| e.scan().pages_scanned).collect();
     let all = pages as u64;
-    assert_eq!(looked, [all, all, all, 0, all, 0, 0, 0, all, 0, 0, 0, 0, 0, 0, 0, all], "scans 0, 1, 2, 4, then every 8th");
+    assert_eq!(
+        looked,
+        [all, all, all, 0, all, 0, 0, 0, all, 0, 0, 0, 0, 0, 0, 0, all],
+        "scans 0, 1, 2, 4, then every 8th"
+    );
     assert!(e.stats().scan_skipped_idle >= 11 * all);
 
     let plain = engine(false);
     let q = plain.alloc(pages * PAGE, Hint::None);
     fill_unique(q, pages, 2);
-    assert!((0..6).all(|_| plain.scan().pages_scanned == all), "smart scan off: every page every scan");
+    assert!(
+        (0..6).all(|_| plain.scan().pages_scanned == all),
+        "smart scan off: every page every scan"
+    );
     assert_eq!(plain.stats().scan_skipped_idle, 0);
     unsafe {
         e.free(p);
@@ -59,8 +70,14 @@ fn a_duplicate_of_an_idle_page_is_still_merged() {
         scans += 1;
     }
     assert_eq!(e.stats().merged, 1, "merged within {scans} scans");
-    assert!(scans <= 9, "idle pages are all looked at every 8th scan; took {scans}");
-    assert_eq!(unsafe { std::slice::from_raw_parts(b, pages * PAGE) }, &before[..]);
+    assert!(
+        scans <= 9,
+        "idle pages are all looked at every 8th scan; took {scans}"
+    );
+    assert_eq!(
+        unsafe { std::slice::from_raw_parts(b, pages * PAGE) },
+        &before[..]
+    );
     unsafe {
         e.free(a);
         e.free(b);
@@ -83,7 +100,10 @@ fn an_idle_page_the_program_zeroes_is_still_folded() {
         scans += 1;
     }
     assert_eq!(e.stats().zero_folded, 1, "folded within {scans} scans");
-    assert!(scans <= 17, "two full looks at most (the volatility check needs both); took {scans}");
+    assert!(
+        scans <= 17,
+        "two full looks at most (the volatility check needs both); took {scans}"
+    );
     let bytes = unsafe { std::slice::from_raw_parts(a, pages * PAGE) };
     assert!(bytes[7 * PAGE..8 * PAGE].iter().all(|&x| x == 0));
     assert!(bytes[8 * PAGE..].iter().any(|&x| x != 0));

@@ -20,12 +20,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pagefold_engine::{Allow, Config, Engine, Handle, Hint, PageStore, TierConfig, TierStore, PAGE};
+use pagefold_engine::{
+    Allow, Config, Engine, Handle, Hint, PageStore, TierConfig, TierStore, PAGE,
+};
 use pagefold_testkit::TmpMount;
 use pagefold_tier::kinds::{page as kind_page, Kind};
 
 /// These tests are about the page store: patching (which would take similar pages) is not offered.
-const STORE_ONLY: Allow = Allow { patch: false, compress: true };
+const STORE_ONLY: Allow = Allow {
+    patch: false,
+    compress: true,
+};
 
 /// Counts allocations made while armed, on engine threads (the fault
 /// thread) or on a thread that asked to be counted.
@@ -39,7 +44,10 @@ thread_local! {
 }
 
 fn count() {
-    if ARMED.load(Ordering::Relaxed) && (pagefold_engine::on_engine_thread() || COUNT_HERE.try_with(|c| c.get()).unwrap_or(false)) {
+    if ARMED.load(Ordering::Relaxed)
+        && (pagefold_engine::on_engine_thread()
+            || COUNT_HERE.try_with(|c| c.get()).unwrap_or(false))
+    {
         COUNTED.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -73,7 +81,9 @@ fn content_page(k: usize) -> Vec<u8> {
         1 => kind_page(Kind::IntDoubles, k as u64),
         2 => kind_page(Kind::Heap, k as u64),
         3 => kind_page(Kind::Sparse, k as u64),
-        _ => (0..PAGE).map(|i| [0xa5, k as u8 | 1, 3, 4, 5, 6, 7, 8][i % 8]).collect(),
+        _ => (0..PAGE)
+            .map(|i| [0xa5, k as u8 | 1, 3, 4, 5, 6, 7, 8][i % 8])
+            .collect(),
     }
 }
 
@@ -82,7 +92,10 @@ fn swap_prefix(tag: &str) -> PathBuf {
 }
 
 fn store(capacity: u64, swap: Option<PathBuf>) -> Arc<TierStore> {
-    let swap = swap.map(|path| pagefold_engine::SwapSettings { path, max_bytes: 1 << 30 });
+    let swap = swap.map(|path| pagefold_engine::SwapSettings {
+        path,
+        max_bytes: 1 << 30,
+    });
     Arc::new(TierStore::new(TierConfig { capacity, swap }).unwrap())
 }
 
@@ -99,13 +112,21 @@ unsafe impl Sync for Fixture {}
 
 impl Fixture {
     fn new(store: Arc<TierStore>, n: usize) -> Fixture {
-        let e = Engine::new(Config { pin_grace: Duration::from_micros(100), ..Config::default() });
+        let e = Engine::new(Config {
+            pin_grace: Duration::from_micros(100),
+            ..Config::default()
+        });
         assert!(e.set_store(store.clone()));
         let want: Vec<u8> = (0..n).flat_map(content_page).collect();
         let ptr = e.alloc(n * PAGE, Hint::None);
         assert!(!ptr.is_null());
         unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), ptr, want.len()) };
-        Fixture { e, store, ptr, want }
+        Fixture {
+            e,
+            store,
+            ptr,
+            want,
+        }
     }
 
     fn pages(&self) -> usize {
@@ -124,13 +145,23 @@ impl Fixture {
         let r = self.e.evict_with(self.ptr, self.want.len(), STORE_ONLY);
         assert_eq!(r.evicted, n, "{r:?}");
         let c = self.store.counts();
-        assert!(c.lz4 > 0 && c.zstd > 0 && c.same > 0, "every method used: {c:?}");
+        assert!(
+            c.lz4 > 0 && c.zstd > 0 && c.same > 0,
+            "every method used: {c:?}"
+        );
         if swap {
             let before = self.store.bytes();
             let released = self.store.spill(u64::MAX);
             let after = self.store.bytes();
-            assert_eq!((after.swapped, after.pages, after.payload), (n, n, 0), "{after:?}");
-            assert!(released >= before.payload, "spill released {released} of {before:?}");
+            assert_eq!(
+                (after.swapped, after.pages, after.payload),
+                (n, n, 0),
+                "{after:?}"
+            );
+            assert!(
+                released >= before.payload,
+                "spill released {released} of {before:?}"
+            );
             assert_eq!(before.memory() - after.memory(), released);
         }
         assert_eq!(self.store.audit().unwrap(), self.store.bytes());
@@ -143,7 +174,11 @@ impl Fixture {
     fn check(&self, ctx: &str) {
         let got = bytes(self.ptr, self.want.len());
         if let Some(first) = (0..got.len()).find(|&i| got[i] != self.want[i]) {
-            panic!("{ctx}: wrong byte at {first} (page {} + {})", first / PAGE, first % PAGE);
+            panic!(
+                "{ctx}: wrong byte at {first} (page {} + {})",
+                first / PAGE,
+                first % PAGE
+            );
         }
     }
 
@@ -177,7 +212,11 @@ fn touch(f: Fixture, how: Toucher, ctx: &str) -> Fixture {
     match how {
         Toucher::Program => {
             for k in (0..n).step_by(2) {
-                assert_eq!(bytes(f.page(k), PAGE), &content_page(k)[..], "{ctx}: read of page {k}");
+                assert_eq!(
+                    bytes(f.page(k), PAGE),
+                    &content_page(k)[..],
+                    "{ctx}: read of page {k}"
+                );
             }
             for k in (1..n).step_by(2) {
                 unsafe { f.page(k).add(11).write_volatile(0xEE) };
@@ -196,8 +235,16 @@ fn touch(f: Fixture, how: Toucher, ctx: &str) -> Fixture {
             // write(2) from evicted pages: the kernel reads them.
             let (r, w) = pipe();
             let mut out = vec![0u8; n * PAGE];
-            must("write(2) from evicted pages", unsafe { libc::write(w, f.ptr.cast(), n * PAGE) }, n * PAGE);
-            must("pipe read", unsafe { libc::read(r, out.as_mut_ptr().cast(), n * PAGE) }, n * PAGE);
+            must(
+                "write(2) from evicted pages",
+                unsafe { libc::write(w, f.ptr.cast(), n * PAGE) },
+                n * PAGE,
+            );
+            must(
+                "pipe read",
+                unsafe { libc::read(r, out.as_mut_ptr().cast(), n * PAGE) },
+                n * PAGE,
+            );
             assert!(out == f.want, "{ctx}: write(2) sent other bytes");
             unsafe { (libc::close(r), libc::close(w)) };
         }
@@ -205,8 +252,16 @@ fn touch(f: Fixture, how: Toucher, ctx: &str) -> Fixture {
             // read(2) into evicted pages, across page boundaries.
             let (r, w) = pipe();
             let data: Vec<u8> = (0..2 * PAGE).map(|i| (i * 13 + 1) as u8).collect();
-            must("pipe write", unsafe { libc::write(w, data.as_ptr().cast(), data.len()) }, data.len());
-            must("read(2) into evicted pages", unsafe { libc::read(r, f.page(1).add(100).cast(), data.len()) }, data.len());
+            must(
+                "pipe write",
+                unsafe { libc::write(w, data.as_ptr().cast(), data.len()) },
+                data.len(),
+            );
+            must(
+                "read(2) into evicted pages",
+                unsafe { libc::read(r, f.page(1).add(100).cast(), data.len()) },
+                data.len(),
+            );
             f.want[PAGE + 100..3 * PAGE + 100].copy_from_slice(&data);
             unsafe { (libc::close(r), libc::close(w)) };
         }
@@ -222,14 +277,23 @@ fn compressed_and_swapped_pages_come_back_on_every_touch() {
     let _g = serial();
     with_deadline("restore", Duration::from_secs(120), || {
         for swap in [false, true] {
-            for how in [Toucher::Program, Toucher::OtherThread, Toucher::KernelRead, Toucher::KernelWrite] {
+            for how in [
+                Toucher::Program,
+                Toucher::OtherThread,
+                Toucher::KernelRead,
+                Toucher::KernelWrite,
+            ] {
                 let ctx = format!("swap {swap}, {how:?}");
                 let s = store(u64::MAX, swap.then(|| swap_prefix("touch")));
                 let f = touch(Fixture::evicted(s, 40, swap), how, &ctx);
                 // Reconciled: restored pages leave the store (memory and swap slots).
                 f.e.scan();
                 let b = f.store.bytes();
-                assert_eq!((b.pages, b.swapped), (f.e.stats().evicted_now, f.e.stats().evicted_now), "{ctx}: {b:?}");
+                assert_eq!(
+                    (b.pages, b.swapped),
+                    (f.e.stats().evicted_now, f.e.stats().evicted_now),
+                    "{ctx}: {b:?}"
+                );
                 // Evicted and swapped again after the touches.
                 f.evict_all_remaining(swap, &ctx);
                 f.check(&format!("{ctx} after a second eviction"));
@@ -242,7 +306,11 @@ fn compressed_and_swapped_pages_come_back_on_every_touch() {
 impl Fixture {
     fn evict_all_remaining(&self, swap: bool, ctx: &str) {
         let r = self.e.evict_with(self.ptr, self.want.len(), STORE_ONLY);
-        assert_eq!(r.evicted + r.not_resident, self.pages() as u64, "{ctx}: {r:?}");
+        assert_eq!(
+            r.evicted + r.not_resident,
+            self.pages() as u64,
+            "{ctx}: {r:?}"
+        );
         if swap {
             self.store.spill(u64::MAX);
             assert_eq!(self.store.bytes().payload, 0, "{ctx}");
@@ -257,7 +325,10 @@ fn the_fault_path_allocates_nothing() {
         // get() itself, on every kind of object, counted on this thread.
         let s = store(u64::MAX, Some(swap_prefix("alloc")));
         let pages: Vec<Vec<u8>> = (0..10).map(content_page).collect();
-        let hs: Vec<Handle> = pages.iter().map(|p| s.put(p.as_slice().try_into().unwrap()).unwrap()).collect();
+        let hs: Vec<Handle> = pages
+            .iter()
+            .map(|p| s.put(p.as_slice().try_into().unwrap()).unwrap())
+            .collect();
         let mut out = [0u8; PAGE];
         let gets = |what: &str| {
             COUNTED.store(0, Ordering::SeqCst);
@@ -295,7 +366,11 @@ fn the_fault_path_allocates_nothing() {
             std::hint::black_box(sum);
             must("write(2) from evicted pages", written, 15 * PAGE);
             assert_eq!(f.e.stats().restored, 30);
-            assert_eq!(COUNTED.load(Ordering::SeqCst), 0, "swap {swap}: the fault thread allocated");
+            assert_eq!(
+                COUNTED.load(Ordering::SeqCst),
+                0,
+                "swap {swap}: the fault thread allocated"
+            );
             unsafe { (libc::close(r), libc::close(w)) };
             f.finish(&format!("no allocation, swap {swap}"));
         }
@@ -312,7 +387,14 @@ fn the_fault_path_allocates_nothing() {
             want.extend_from_slice(&page);
         }
         unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
-        let r = e.evict_with(p, n * PAGE, Allow { patch: true, compress: false });
+        let r = e.evict_with(
+            p,
+            n * PAGE,
+            Allow {
+                patch: true,
+                compress: false,
+            },
+        );
         assert!(r.patched >= n as u64 - 2, "{r:?}");
         COUNTED.store(0, Ordering::SeqCst);
         ARMED.store(true, Ordering::SeqCst);
@@ -322,8 +404,15 @@ fn the_fault_path_allocates_nothing() {
         }
         ARMED.store(false, Ordering::SeqCst);
         std::hint::black_box(sum);
-        assert_eq!(COUNTED.load(Ordering::SeqCst), 0, "the fault thread allocated restoring patches");
-        assert_eq!(unsafe { std::slice::from_raw_parts(p, n * PAGE) }, &want[..]);
+        assert_eq!(
+            COUNTED.load(Ordering::SeqCst),
+            0,
+            "the fault thread allocated restoring patches"
+        );
+        assert_eq!(
+            unsafe { std::slice::from_raw_parts(p, n * PAGE) },
+            &want[..]
+        );
         assert!(e.stats().patch_restores >= r.patched);
         assert!(unsafe { e.free(p) });
     });
@@ -336,10 +425,18 @@ fn empty_store_bytes() -> u64 {
 
 /// An engine on store `s`, a block of `n` text pages in it, and what
 /// evicting the block into the store did.
-fn evicted_text(s: &Arc<TierStore>, n: usize) -> (Engine, *mut u8, Vec<u8>, pagefold_engine::EvictReport) {
-    let e = Engine::new(Config { pin_grace: Duration::from_micros(100), ..Config::default() });
+fn evicted_text(
+    s: &Arc<TierStore>,
+    n: usize,
+) -> (Engine, *mut u8, Vec<u8>, pagefold_engine::EvictReport) {
+    let e = Engine::new(Config {
+        pin_grace: Duration::from_micros(100),
+        ..Config::default()
+    });
     assert!(e.set_store(s.clone()));
-    let want: Vec<u8> = (0..n as u64).flat_map(|k| kind_page(Kind::Text, k)).collect();
+    let want: Vec<u8> = (0..n as u64)
+        .flat_map(|k| kind_page(Kind::Text, k))
+        .collect();
     let p = e.alloc(n * PAGE, Hint::None);
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     let r = e.evict_with(p, n * PAGE, STORE_ONLY);
@@ -349,7 +446,9 @@ fn evicted_text(s: &Arc<TierStore>, n: usize) -> (Engine, *mut u8, Vec<u8>, page
 #[test]
 fn a_full_disk_keeps_pages_in_memory() {
     let _g = serial();
-    let Some(m) = TmpMount::new("engine-swap-full", "512k") else { return };
+    let Some(m) = TmpMount::new("engine-swap-full", "512k") else {
+        return;
+    };
     let prefix = m.path().join("swap");
     with_deadline("full disk", Duration::from_secs(120), move || {
         // A store of 64 KiB beyond its tables, over a 512 KiB disk, for
@@ -359,15 +458,24 @@ fn a_full_disk_keeps_pages_in_memory() {
         let (e, p, want, r) = evicted_text(&s, n);
         let c = s.counts();
         let b = s.bytes();
-        assert!(r.evicted > 0 && r.refused > 0 && r.evicted + r.refused == n as u64, "{r:?}");
-        assert!(c.spilled > 0 && c.swap_write_errors > 0, "spilled, then the disk filled: {c:?}");
+        assert!(
+            r.evicted > 0 && r.refused > 0 && r.evicted + r.refused == n as u64,
+            "{r:?}"
+        );
+        assert!(
+            c.spilled > 0 && c.swap_write_errors > 0,
+            "spilled, then the disk filled: {c:?}"
+        );
         assert!(b.swapped > 0 && b.swap_file_bytes <= 512 << 10, "{b:?}");
         assert_eq!(s.audit().unwrap(), b);
         // Asking for more changes nothing and loses nothing.
         let before = s.bytes();
         s.spill(1 << 20);
         assert_eq!(s.bytes().pages, before.pages);
-        assert!(bytes(p, n * PAGE) == &want[..], "wrong bytes after a full disk");
+        assert!(
+            bytes(p, n * PAGE) == &want[..],
+            "wrong bytes after a full disk"
+        );
         let st = e.stats();
         assert_eq!((st.restore_errors, st.restored), (0, r.evicted), "{st:?}");
         assert!(unsafe { e.free(p) });
@@ -418,7 +526,9 @@ fn damaged_swap(tag: &str, victim: usize, intact: usize, damage: fn(i32, usize))
     let prefix = swap_prefix(tag);
     let status = in_child(|| {
         let f = Fixture::evicted(store(u64::MAX, Some(prefix.clone())), 5, true);
-        let Some(fd) = open_swap_file(&prefix) else { return 3 };
+        let Some(fd) = open_swap_file(&prefix) else {
+            return 3;
+        };
         // Slots are taken oldest first: page k is in slot k.
         damage(fd, victim * PAGE);
         if bytes(f.page(intact), PAGE) != &f.want[intact * PAGE..(intact + 1) * PAGE] {
@@ -444,7 +554,10 @@ fn a_corrupted_swap_slot_poisons_the_page() {
     let _g = serial();
     damaged_swap("corrupt", 0, 1, |fd, slot| {
         let junk = [0x5au8; 64];
-        assert_eq!(unsafe { libc::pwrite(fd, junk.as_ptr().cast(), junk.len(), slot as i64 + 10) }, 64);
+        assert_eq!(
+            unsafe { libc::pwrite(fd, junk.as_ptr().cast(), junk.len(), slot as i64 + 10) },
+            64
+        );
     });
 }
 
@@ -452,7 +565,9 @@ fn a_corrupted_swap_slot_poisons_the_page() {
 fn a_truncated_swap_file_poisons_the_page() {
     let _g = serial();
     // Cut at the victim's slot: its read comes back short.
-    damaged_swap("truncated", 3, 0, |fd, slot| assert_eq!(unsafe { libc::ftruncate(fd, slot as i64) }, 0));
+    damaged_swap("truncated", 3, 0, |fd, slot| {
+        assert_eq!(unsafe { libc::ftruncate(fd, slot as i64) }, 0)
+    });
 }
 
 #[test]
@@ -466,7 +581,11 @@ fn accounting_equals_the_tables_after_churn() {
         let agree = |what: &str| {
             let by_counters = s.bytes();
             assert_eq!(s.audit().unwrap(), by_counters, "{what}");
-            assert_eq!(a.e.stats().store, by_counters, "{what}: the engine reports the store's bytes");
+            assert_eq!(
+                a.e.stats().store,
+                by_counters,
+                "{what}: the engine reports the store's bytes"
+            );
         };
         for round in 0..4 {
             a.evict_all_remaining(false, "a");
@@ -484,7 +603,10 @@ fn accounting_equals_the_tables_after_churn() {
             a.e.scan();
             b.e.scan();
             agree(&format!("round {round}: touched and reconciled"));
-            assert_eq!(s.bytes().pages, a.e.stats().evicted_now + b.e.stats().evicted_now);
+            assert_eq!(
+                s.bytes().pages,
+                a.e.stats().evicted_now + b.e.stats().evicted_now
+            );
         }
         let mut b = b;
         for k in (0..b.pages()).step_by(2) {
@@ -498,7 +620,11 @@ fn accounting_equals_the_tables_after_churn() {
         // the cache of empty slabs (256 KiB) and grown tables.
         let left = s.bytes();
         assert_eq!((left.pages, left.payload, left.swapped), (0, 0, 0));
-        assert!(left.memory() < empty + (300 << 10), "{} left of {empty}", left.memory());
+        assert!(
+            left.memory() < empty + (300 << 10),
+            "{} left of {empty}",
+            left.memory()
+        );
     });
 }
 
@@ -561,7 +687,10 @@ fn fork_with_swapped_pages() {
         assert_eq!(f.e.evict_with(fresh, want.len(), STORE_ONLY).evicted, 30);
         f.store.spill(u64::MAX);
         assert_eq!(f.store.bytes().swapped, 30);
-        assert!(bytes(fresh, want.len()) == &want[..], "parent: wrong bytes from its swap file after the child swapped");
+        assert!(
+            bytes(fresh, want.len()) == &want[..],
+            "parent: wrong bytes from its swap file after the child swapped"
+        );
         assert!(unsafe { f.e.free(fresh) });
         f.finish("fork");
     });
@@ -579,7 +708,12 @@ fn without_a_usable_swap_file_a_full_store_refuses() {
         assert!(r.evicted > 0 && r.refused > 0, "{prefix:?}: {r:?}");
         assert_eq!(s.spill(1 << 20), 0, "{prefix:?}");
         assert_eq!(s.bytes().swapped, 0);
-        assert_eq!(s.counts().swap_write_errors, prefix.is_some() as u64, "{prefix:?}: {:?}", s.counts());
+        assert_eq!(
+            s.counts().swap_write_errors,
+            prefix.is_some() as u64,
+            "{prefix:?}: {:?}",
+            s.counts()
+        );
         assert!(bytes(p, n * PAGE) == &want[..], "{prefix:?}: wrong bytes");
         assert!(unsafe { e.free(p) });
         assert_eq!(s.audit().unwrap(), s.bytes());
@@ -593,7 +727,10 @@ fn fork_while_another_thread_holds_the_store_lock() {
     // thread holds the store's lock. The child must not wait for it (the
     // thread does not exist there): its store refuses, its pages stay right.
     let s = store(u64::MAX, Some(swap_prefix("forklock")));
-    let e = Engine::new(Config { pin_grace: Duration::from_micros(100), ..Config::default() });
+    let e = Engine::new(Config {
+        pin_grace: Duration::from_micros(100),
+        ..Config::default()
+    });
     assert!(e.set_store(s.clone()));
     let (held_tx, held_rx) = std::sync::mpsc::channel();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
@@ -652,7 +789,13 @@ fn fork_while_another_thread_holds_the_store_lock() {
 /// Resident bytes of this process (statm).
 fn resident_bytes() -> i64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-    statm.split_whitespace().nth(1).unwrap().parse::<i64>().unwrap() * PAGE as i64
+    statm
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<i64>()
+        .unwrap()
+        * PAGE as i64
 }
 
 #[test]
@@ -664,11 +807,17 @@ fn counted_memory_follows_what_the_kernel_sees() {
     let s = store(u64::MAX, Some(swap_prefix("rss")));
     let pages: Vec<Vec<u8>> = (0..4000).map(|k| kind_page(Kind::Text, k)).collect();
     let (rss0, mem0) = (resident_bytes(), s.bytes().memory() as i64);
-    let hs: Vec<Handle> = pages.iter().map(|p| s.put(p.as_slice().try_into().unwrap()).unwrap()).collect();
+    let hs: Vec<Handle> = pages
+        .iter()
+        .map(|p| s.put(p.as_slice().try_into().unwrap()).unwrap())
+        .collect();
     let (rss1, mem1) = (resident_bytes(), s.bytes().memory() as i64);
     let close = |what: &str, kernel: i64, counted: i64| {
         let slack = kernel.abs() / 20 + (256 << 10);
-        assert!((kernel - counted).abs() <= slack, "{what}: resident size moved {kernel} B, the store counted {counted} B");
+        assert!(
+            (kernel - counted).abs() <= slack,
+            "{what}: resident size moved {kernel} B, the store counted {counted} B"
+        );
         eprintln!("{what}: resident {kernel} B, counted {counted} B");
     };
     close("filled", rss1 - rss0, mem1 - mem0);

@@ -74,7 +74,10 @@ fn add_mapped(pid: u32, mappings: &[Mapping], memfds: &mut Memfds) {
                 memfds.accounted_mappings.insert(maps_key);
             }
             // Without root no mapping of it will do: not accounted.
-            Err(e) if e.raw_os_error() == Some(libc::EPERM) || e.raw_os_error() == Some(libc::EACCES) => {
+            Err(e)
+                if e.raw_os_error() == Some(libc::EPERM)
+                    || e.raw_os_error() == Some(libc::EACCES) =>
+            {
                 denied.insert(maps_key);
             }
             Err(_) => {}
@@ -129,17 +132,32 @@ mod tests {
         let fd = unsafe { libc::memfd_create(c"pf-measure-test".as_ptr(), 0) };
         assert!(fd >= 0);
         assert_eq!(unsafe { libc::ftruncate(fd, 1 << 20) }, 0);
-        let map = || unsafe { libc::mmap(std::ptr::null_mut(), 1 << 16, libc::PROT_READ, libc::MAP_SHARED, fd, 0) };
+        let map = || unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                1 << 16,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
         let (gone, live) = (map(), map());
         let pid = std::process::id();
         let maps = procfs::parse_maps(&procfs::read_text(pid, "maps").unwrap());
-        let mut ours: Vec<Mapping> = maps.into_iter().filter(|m| m.start == gone as u64 || m.start == live as u64).collect();
+        let mut ours: Vec<Mapping> = maps
+            .into_iter()
+            .filter(|m| m.start == gone as u64 || m.start == live as u64)
+            .collect();
         ours.sort_by_key(|m| m.start != gone as u64);
         assert_eq!(ours.len(), 2);
         unsafe { libc::munmap(gone, 1 << 16) };
         let mut memfds = Memfds::default();
         add_mapped(pid, &ours, &mut memfds);
-        assert!(memfds.accounts(&ours[1]), "the second mapping of the inode was not tried");
+        assert!(
+            memfds.accounts(&ours[1]),
+            "the second mapping of the inode was not tried"
+        );
         unsafe { libc::munmap(live, 1 << 16) };
         unsafe { libc::close(fd) };
     }

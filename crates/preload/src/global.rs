@@ -48,7 +48,12 @@ fn env_usize(name: &std::ffi::CStr) -> Option<usize> {
     if p.is_null() {
         return None;
     }
-    unsafe { std::ffi::CStr::from_ptr(p) }.to_str().ok()?.trim().parse().ok()
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The engine, once started; starts it on first use.
@@ -62,12 +67,17 @@ pub fn engine() -> Option<&'static Engine> {
 
 /// The engine if it already runs (for free and realloc of our blocks).
 pub fn running() -> Option<&'static Engine> {
-    (STATE.load(Ordering::Acquire) == READY).then(|| unsafe { (*std::ptr::addr_of!(ENGINE)).as_ref() }).flatten()
+    (STATE.load(Ordering::Acquire) == READY)
+        .then(|| unsafe { (*std::ptr::addr_of!(ENGINE)).as_ref() })
+        .flatten()
 }
 
 #[cold]
 fn start() -> Option<&'static Engine> {
-    if STATE.compare_exchange(UNINIT, STARTING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+    if STATE
+        .compare_exchange(UNINIT, STARTING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
         return None;
     }
     crate::real::resolve();
@@ -133,7 +143,9 @@ extern "C" fn report_at_exit() {
         return;
     }
     let _ = with_busy(|| {
-        let base = unsafe { std::ffi::CStr::from_ptr(path) }.to_string_lossy().into_owned();
+        let base = unsafe { std::ffi::CStr::from_ptr(path) }
+            .to_string_lossy()
+            .into_owned();
         let file = format!("{base}.{}", std::process::id());
         let json = serde_json::json!({
             "pid": std::process::id(),

@@ -17,7 +17,10 @@ fn large(n: usize) -> bool {
 /// (all but calloc) lets a recently freed block of the same size come back.
 fn engine_alloc(n: usize, hint: Hint) -> *mut c_void {
     // The configured threshold is read as the engine starts, in this very call.
-    match engine().filter(|_| large(n)).and_then(|e| with_busy(|| e.alloc(n, hint))) {
+    match engine()
+        .filter(|_| large(n))
+        .and_then(|e| with_busy(|| e.alloc(n, hint)))
+    {
         Some(p) => p.cast(),
         None => std::ptr::null_mut(),
     }
@@ -202,7 +205,12 @@ pub unsafe extern "C" fn memmove(dst: *mut c_void, src: *const c_void, n: usize)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __memcpy_chk(dst: *mut c_void, src: *const c_void, n: usize, dst_len: usize) -> *mut c_void {
+pub unsafe extern "C" fn __memcpy_chk(
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    dst_len: usize,
+) -> *mut c_void {
     if dst_len < n {
         real::__chk_fail();
     }
@@ -210,7 +218,12 @@ pub unsafe extern "C" fn __memcpy_chk(dst: *mut c_void, src: *const c_void, n: u
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __memmove_chk(dst: *mut c_void, src: *const c_void, n: usize, dst_len: usize) -> *mut c_void {
+pub unsafe extern "C" fn __memmove_chk(
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    dst_len: usize,
+) -> *mut c_void {
     if dst_len < n {
         real::__chk_fail();
     }

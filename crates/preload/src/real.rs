@@ -24,9 +24,18 @@ static USABLE: AtomicUsize = AtomicUsize::new(0);
 pub fn resolve() {
     unsafe {
         let next = libc::RTLD_NEXT;
-        MEMCPY.store(libc::dlsym(next, c"memcpy".as_ptr()) as usize, Ordering::Release);
-        MEMMOVE.store(libc::dlsym(next, c"memmove".as_ptr()) as usize, Ordering::Release);
-        USABLE.store(libc::dlsym(next, c"malloc_usable_size".as_ptr()) as usize, Ordering::Release);
+        MEMCPY.store(
+            libc::dlsym(next, c"memcpy".as_ptr()) as usize,
+            Ordering::Release,
+        );
+        MEMMOVE.store(
+            libc::dlsym(next, c"memmove".as_ptr()) as usize,
+            Ordering::Release,
+        );
+        USABLE.store(
+            libc::dlsym(next, c"malloc_usable_size".as_ptr()) as usize,
+            Ordering::Release,
+        );
     }
 }
 
@@ -67,7 +76,10 @@ pub unsafe fn memmove(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_
             } else {
                 // Overlapping with dst above src: copy backwards, byte by byte.
                 for i in (0..n).rev() {
-                    std::ptr::write_volatile((dst as *mut u8).add(i), std::ptr::read_volatile((src as *const u8).add(i)));
+                    std::ptr::write_volatile(
+                        (dst as *mut u8).add(i),
+                        std::ptr::read_volatile((src as *const u8).add(i)),
+                    );
                 }
             }
             dst
@@ -112,7 +124,10 @@ unsafe impl std::alloc::GlobalAlloc for LibcHeap {
         if l.align() <= 16 {
             __libc_realloc(p.cast(), new).cast()
         } else {
-            let q = self.alloc(std::alloc::Layout::from_size_align_unchecked(new, l.align()));
+            let q = self.alloc(std::alloc::Layout::from_size_align_unchecked(
+                new,
+                l.align(),
+            ));
             if !q.is_null() {
                 memcpy(q.cast(), p.cast(), l.size().min(new));
                 __libc_free(p.cast());

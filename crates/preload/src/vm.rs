@@ -49,13 +49,17 @@ fn exempt(addr: *const c_void, len: usize) {
 }
 
 fn overlaps_engine(addr: *const c_void, len: usize) -> bool {
-    running().and_then(|e| with_busy(|| e.overlaps(addr.cast(), len))).unwrap_or(false)
+    running()
+        .and_then(|e| with_busy(|| e.overlaps(addr.cast(), len)))
+        .unwrap_or(false)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
     match advice {
-        libc::MADV_DONTNEED | libc::MADV_DONTNEED_LOCKED | libc::MADV_FREE => discard(addr, len, advice),
+        libc::MADV_DONTNEED | libc::MADV_DONTNEED_LOCKED | libc::MADV_FREE => {
+            discard(addr, len, advice)
+        }
         libc::MADV_REMOVE if overlaps_engine(addr, len) => {
             *libc::__errno_location() = libc::EINVAL;
             -1
@@ -73,7 +77,9 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -
 /// part and reports the first failure.
 unsafe fn discard(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
     // Misaligned, empty or wrapping ranges: the kernel gives its own answer.
-    let Some(e) = running() else { return kernel_madvise(addr, len, advice) };
+    let Some(e) = running() else {
+        return kernel_madvise(addr, len, advice);
+    };
     let Some(rest) = with_busy(|| e.discard(addr.cast(), len)) else {
         return kernel_madvise(addr, len, advice);
     };
@@ -120,10 +126,21 @@ pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: c_int) ->
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pkey_mprotect(addr: *mut c_void, len: usize, prot: c_int, pkey: c_int) -> c_int {
+pub unsafe extern "C" fn pkey_mprotect(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    pkey: c_int,
+) -> c_int {
     // Any protection key, even with read-write, is a property of the mapping.
     exempt(addr, len);
-    libc::syscall(libc::SYS_pkey_mprotect, addr, len, prot as c_long, pkey as c_long) as c_int
+    libc::syscall(
+        libc::SYS_pkey_mprotect,
+        addr,
+        len,
+        prot as c_long,
+        pkey as c_long,
+    ) as c_int
 }
 
 /// Locked pages must stay locked: the engine's remaps would unlock them.

@@ -17,7 +17,12 @@ use serde_json::Value;
 
 /// target/<profile>/libpagefold_preload.so, built for this test (see pagefold-testkit).
 fn library() -> PathBuf {
-    pagefold_testkit::build_into(&pagefold_testkit::profile_dir(), &["pagefold-preload"], &["libpagefold_preload.so"]).join("libpagefold_preload.so")
+    pagefold_testkit::build_into(
+        &pagefold_testkit::profile_dir(),
+        &["pagefold-preload"],
+        &["libpagefold_preload.so"],
+    )
+    .join("libpagefold_preload.so")
 }
 
 /// tests/c/NAME.c compiled (once per test run) into the target's tmp dir.
@@ -25,7 +30,10 @@ fn c_program(name: &str) -> PathBuf {
     static BUILT: Mutex<Option<HashSet<String>>> = Mutex::new(None);
     let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pagefold-preload-{name}"));
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if built.get_or_insert_with(HashSet::new).insert(name.to_string()) {
+    if built
+        .get_or_insert_with(HashSet::new)
+        .insert(name.to_string())
+    {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
         let st = Command::new("cc")
             .args(["-O1", "-fno-builtin", "-pthread", "-Wall", "-I"])
@@ -106,13 +114,18 @@ fn stat(reports: &[Value], key: &str) -> u64 {
         .iter()
         .map(|r| {
             let v = key.split('.').fold(&r["stats"], |v, k| &v[k]);
-            v.as_u64().or_else(|| v.as_bool().map(u64::from)).unwrap_or_else(|| panic!("no statistic {key} in {r}"))
+            v.as_u64()
+                .or_else(|| v.as_bool().map(u64::from))
+                .unwrap_or_else(|| panic!("no statistic {key} in {r}"))
         })
         .sum()
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pagefold-preload-test-{name}-{}", std::process::id()));
+    let d = std::env::temp_dir().join(format!(
+        "pagefold-preload-test-{name}-{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -124,7 +137,10 @@ fn same_output(name: &str, env: &[(&str, &str)]) -> Vec<Value> {
     let exe = exe.to_str().unwrap();
     let want = plain(&[exe]);
     let (got, r) = preloaded(&[exe], env);
-    assert_eq!(want, got, "{name} with {env:?}: output differs under the preload");
+    assert_eq!(
+        want, got,
+        "{name} with {env:?}: output differs under the preload"
+    );
     r
 }
 
@@ -132,7 +148,10 @@ fn same_output(name: &str, env: &[(&str, &str)]) -> Vec<Value> {
 fn c_program_same_output_with_engine_serving_it() {
     let r = same_output("alloc_copy", &[]);
     assert_eq!(r.len(), 1, "one exit report expected: {r:?}");
-    assert!(stat(&r, "pages_shared_by_copy") > 0, "no copy was virtual: {r:?}");
+    assert!(
+        stat(&r, "pages_shared_by_copy") > 0,
+        "no copy was virtual: {r:?}"
+    );
     assert_eq!(stat(&r, "blocks"), 0, "blocks leaked at exit: {r:?}");
 }
 
@@ -145,7 +164,10 @@ fn c_program_same_output_with_engine_serving_it() {
 fn madvise_answers_as_private_memory_and_frees_frames() {
     let r = same_output("madvise", &[]);
     assert!(stat(&r, "discarded") >= 4 + 2 * 40 + 40 + 2 * 40, "{r:?}");
-    assert!(stat(&r, "merged") >= 40 && stat(&r, "exempted") >= 4, "{r:?}");
+    assert!(
+        stat(&r, "merged") >= 40 && stat(&r, "exempted") >= 4,
+        "{r:?}"
+    );
     // Without an engine every call is the kernel's.
     let r = same_output("madvise", &[("PAGEFOLD_DISABLE", "1")]);
     assert!(r.is_empty(), "a disabled preload reported: {r:?}");
@@ -165,27 +187,46 @@ fn every_fallback_and_switch_keeps_the_output() {
                 && stat(r, "merged") > 0
                 && stat(r, "frames_active") == 1
                 && stat(r, "protected_scan") == 1
-                && ["memfd", "mmap", "vma_budget", "uffd", "frames"].iter().all(|f| stat(r, &format!("fallbacks.{f}")) == 0)
+                && ["memfd", "mmap", "vma_budget", "uffd", "frames"]
+                    .iter()
+                    .all(|f| stat(r, &format!("fallbacks.{f}")) == 0)
         }),
         (&[("PAGEFOLD_DISABLE", "1")], |r| r.is_empty()),
         // The engine starts (at the first block of the default threshold) but serves nothing.
         (&[("PAGEFOLD_THRESHOLD", "1099511627776")], |r| {
-            ["pages_shared_by_copy", "bytes_copied_plain", "merged", "zero_folded"].iter().all(|k| stat(r, k) == 0)
+            [
+                "pages_shared_by_copy",
+                "bytes_copied_plain",
+                "merged",
+                "zero_folded",
+            ]
+            .iter()
+            .all(|k| stat(r, k) == 0)
         }),
         (&[("PAGEFOLD_COPY", "0")], |r| {
-            stat(r, "pages_shared_by_copy") == 0 && stat(r, "zero_folded") > 0 && stat(r, "merged") > 0
+            stat(r, "pages_shared_by_copy") == 0
+                && stat(r, "zero_folded") > 0
+                && stat(r, "merged") > 0
         }),
         (&[("PAGEFOLD_ZERO", "0")], |r| {
-            stat(r, "zero_folded") == 0 && stat(r, "pages_shared_by_copy") > 0 && stat(r, "merged") > 0
+            stat(r, "zero_folded") == 0
+                && stat(r, "pages_shared_by_copy") > 0
+                && stat(r, "merged") > 0
         }),
         (&[("PAGEFOLD_MERGE", "0")], |r| {
-            stat(r, "merged") == 0 && stat(r, "pages_shared_by_copy") > 0 && stat(r, "zero_folded") > 0
+            stat(r, "merged") == 0
+                && stat(r, "pages_shared_by_copy") > 0
+                && stat(r, "zero_folded") > 0
         }),
         (&[("PAGEFOLD_FRAMES", "0")], |r| {
-            stat(r, "frames_active") == 0 && stat(r, "pages_shared_by_copy") == 0 && stat(r, "merged") == 0
+            stat(r, "frames_active") == 0
+                && stat(r, "pages_shared_by_copy") == 0
+                && stat(r, "merged") == 0
         }),
         (&[("PAGEFOLD_INJECT_FAIL_MEMFD", "1")], |r| {
-            stat(r, "fallbacks.memfd") >= 1 && stat(r, "frames_active") == 0 && stat(r, "pages_shared_by_copy") == 0
+            stat(r, "fallbacks.memfd") >= 1
+                && stat(r, "frames_active") == 0
+                && stat(r, "pages_shared_by_copy") == 0
         }),
         (&[("PAGEFOLD_INJECT_FAIL_UFFD", "1")], |r| {
             stat(r, "protected_scan") == 0
@@ -197,17 +238,34 @@ fn every_fallback_and_switch_keeps_the_output() {
         (&[("PAGEFOLD_INJECT_MMAP_AFTER", "0")], |r| {
             stat(r, "fallbacks.mmap") >= 1 && stat(r, "pages_shared_by_copy") == 0
         }),
-        (&[("PAGEFOLD_INJECT_MMAP_AFTER", "3")], |r| stat(r, "fallbacks.mmap") >= 1),
-        (&[("PAGEFOLD_INJECT_MMAP_AFTER", "12")], |r| stat(r, "fallbacks.mmap") >= 1),
+        (&[("PAGEFOLD_INJECT_MMAP_AFTER", "3")], |r| {
+            stat(r, "fallbacks.mmap") >= 1
+        }),
+        (&[("PAGEFOLD_INJECT_MMAP_AFTER", "12")], |r| {
+            stat(r, "fallbacks.mmap") >= 1
+        }),
         // Recycled blocks need no mmap: without them the 40th call comes.
-        (&[("PAGEFOLD_INJECT_MMAP_AFTER", "40"), ("PAGEFOLD_RECYCLE_MB", "0")], |r| stat(r, "fallbacks.mmap") >= 1),
-        (&[("PAGEFOLD_RECYCLE_MB", "0")], |r| stat(r, "recycled") == 0 && stat(r, "recycled_bytes") == 0),
-        (&[("PAGEFOLD_COPY_MIN", "8192")], |r| stat(r, "pages_shared_by_copy") > 0),
+        (
+            &[
+                ("PAGEFOLD_INJECT_MMAP_AFTER", "40"),
+                ("PAGEFOLD_RECYCLE_MB", "0"),
+            ],
+            |r| stat(r, "fallbacks.mmap") >= 1,
+        ),
+        (&[("PAGEFOLD_RECYCLE_MB", "0")], |r| {
+            stat(r, "recycled") == 0 && stat(r, "recycled_bytes") == 0
+        }),
+        (&[("PAGEFOLD_COPY_MIN", "8192")], |r| {
+            stat(r, "pages_shared_by_copy") > 0
+        }),
         // A pretend vm.max_map_count that the reserve for the program (4,096) uses up.
         (&[("PAGEFOLD_INJECT_MAX_MAP_COUNT", "4100")], |r| {
-            stat(r, "fallbacks.vma_budget") >= 1 && stat(r, "pages_shared_by_copy") + stat(r, "merged") == 0
+            stat(r, "fallbacks.vma_budget") >= 1
+                && stat(r, "pages_shared_by_copy") + stat(r, "merged") == 0
         }),
-        (&[("PAGEFOLD_VMA_BUDGET", "3")], |r| stat(r, "fallbacks.vma_budget") >= 1),
+        (&[("PAGEFOLD_VMA_BUDGET", "3")], |r| {
+            stat(r, "fallbacks.vma_budget") >= 1
+        }),
     ];
     let exe = c_program("workload");
     let exe = exe.to_str().unwrap();
@@ -216,7 +274,10 @@ fn every_fallback_and_switch_keeps_the_output() {
         let (got, r) = preloaded(&[exe], env);
         assert_eq!(want, got, "output differs with {env:?}");
         assert!(check(&r), "with {env:?} the report does not show it: {r:?}");
-        assert!(r.len() <= 1 && stat(&r, "blocks") == 0, "with {env:?}: {r:?}");
+        assert!(
+            r.len() <= 1 && stat(&r, "blocks") == 0,
+            "with {env:?}: {r:?}"
+        );
     }
 }
 
@@ -228,10 +289,25 @@ fn every_fallback_and_switch_keeps_the_output() {
 #[test]
 fn program_signal_handlers_and_protections_under_scans() {
     let r = same_output("signals", &[("PAGEFOLD_SCAN_INTERVAL_MS", "1")]);
-    assert!(stat(&r, "exempted") >= 1 && stat(&r, "scans") >= 48, "{r:?}");
-    assert!(stat(&r, "merged") + stat(&r, "zero_folded") > 0 && stat(&r, "pages_shared_by_copy") > 0, "{r:?}");
-    let r = same_output("signals", &[("PAGEFOLD_SCAN_INTERVAL_MS", "1"), ("PAGEFOLD_INJECT_FAIL_UFFD", "1")]);
-    assert!(stat(&r, "exempted") >= 1 && stat(&r, "fallbacks.uffd") >= 1, "{r:?}");
+    assert!(
+        stat(&r, "exempted") >= 1 && stat(&r, "scans") >= 48,
+        "{r:?}"
+    );
+    assert!(
+        stat(&r, "merged") + stat(&r, "zero_folded") > 0 && stat(&r, "pages_shared_by_copy") > 0,
+        "{r:?}"
+    );
+    let r = same_output(
+        "signals",
+        &[
+            ("PAGEFOLD_SCAN_INTERVAL_MS", "1"),
+            ("PAGEFOLD_INJECT_FAIL_UFFD", "1"),
+        ],
+    );
+    assert!(
+        stat(&r, "exempted") >= 1 && stat(&r, "fallbacks.uffd") >= 1,
+        "{r:?}"
+    );
 }
 
 /// read, pread, preadv, write, send and recv on large blocks whose pages the
@@ -239,7 +315,10 @@ fn program_signal_handlers_and_protections_under_scans() {
 #[test]
 fn kernel_reads_and_writes_blocks_inside_syscalls_under_scans() {
     let r = same_output("kernel_io", &[("PAGEFOLD_SCAN_INTERVAL_MS", "1")]);
-    assert!(stat(&r, "scans") >= 60 && stat(&r, "merged") >= 64 && stat(&r, "zero_folded") >= 21, "{r:?}");
+    assert!(
+        stat(&r, "scans") >= 60 && stat(&r, "merged") >= 64 && stat(&r, "zero_folded") >= 21,
+        "{r:?}"
+    );
     assert_eq!(stat(&r, "fallbacks.uffd"), 0, "{r:?}");
 }
 
@@ -259,12 +338,18 @@ fn tiering_evicts_under_real_programs_and_keeps_every_byte() {
     // page evicted in between has already done.
     for program in ["kernel_io", "fork_threads", "signals", "alloc_copy"] {
         let r = same_output(program, &tier);
-        assert!(stat(&r, "clock.passes") > 0, "{program}: no clock pass: {r:?}");
+        assert!(
+            stat(&r, "clock.passes") > 0,
+            "{program}: no clock pass: {r:?}"
+        );
         assert_eq!(stat(&r, "restore_errors"), 0, "{program}: {r:?}");
         evicted += stat(&r, "clock.total.evicted");
         restored += stat(&r, "restored");
     }
-    assert!(evicted > 0 && restored > 0, "the policy never evicted, or nothing touched what it evicted: {evicted} {restored}");
+    assert!(
+        evicted > 0 && restored > 0,
+        "the policy never evicted, or nothing touched what it evicted: {evicted} {restored}"
+    );
 }
 
 /// Python data left cold is evicted by the policy, then written to a file by
@@ -289,11 +374,18 @@ fn tiering_evicts_cold_python_data_and_syscalls_read_it_back() {
         dir.join("cold.bin").display()
     );
     let cmd = ["python3", "-c", script.as_str()];
-    let tier = [("PAGEFOLD_TIER", "1"), ("PAGEFOLD_CLOCK_MS", "20"), ("PAGEFOLD_SCAN_INTERVAL_MS", "20")];
+    let tier = [
+        ("PAGEFOLD_TIER", "1"),
+        ("PAGEFOLD_CLOCK_MS", "20"),
+        ("PAGEFOLD_SCAN_INTERVAL_MS", "20"),
+    ];
     let (got, r) = preloaded(&cmd, &tier);
     assert_eq!(plain(&cmd), got);
     assert!(got.trim_end().ends_with("True"), "{got}");
-    assert!(stat(&r, "clock.total.evicted") >= 3000 && stat(&r, "restored") >= 3000, "{r:?}");
+    assert!(
+        stat(&r, "clock.total.evicted") >= 3000 && stat(&r, "restored") >= 3000,
+        "{r:?}"
+    );
     assert_eq!(stat(&r, "restore_errors"), 0, "{r:?}");
 }
 
@@ -302,11 +394,18 @@ fn tiering_evicts_cold_python_data_and_syscalls_read_it_back() {
 #[test]
 fn fork_while_threads_copy() {
     let r = same_output("fork_threads", &[]);
-    assert!(stat(&r, "pages_shared_by_copy") >= 68 * 40 && stat(&r, "scans") > 0, "{r:?}");
+    assert!(
+        stat(&r, "pages_shared_by_copy") >= 68 * 40 && stat(&r, "scans") > 0,
+        "{r:?}"
+    );
 }
 
 fn python() -> bool {
-    let ok = Command::new("python3").arg("-c").arg("1").output().is_ok_and(|o| o.status.success());
+    let ok = Command::new("python3")
+        .arg("-c")
+        .arg("1")
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !ok {
         eprintln!("python3 missing: skipped");
     }
@@ -350,7 +449,11 @@ fn fork_with_large_blocks_does_not_deadlock() {
                   print('ok', len(b) + len(c))\n";
     let cmd = ["timeout", "60", "python3", "-c", script];
     let (got, r) = preloaded(&cmd, &[]);
-    assert_eq!(got.trim(), "ok 134217728", "hung or failed (timeout exits 124)");
+    assert_eq!(
+        got.trim(),
+        "ok 134217728",
+        "hung or failed (timeout exits 124)"
+    );
     assert!(stat(&r, "pages_shared_by_copy") >= 16_000, "{r:?}");
 }
 
@@ -358,7 +461,12 @@ fn fork_with_large_blocks_does_not_deadlock() {
 /// duplicate pages, and numpy's own MADV_HUGEPAGE on large arrays.
 #[test]
 fn numpy_copies_under_the_preload() {
-    if !python() || !Command::new("python3").args(["-c", "import numpy"]).status().is_ok_and(|s| s.success()) {
+    if !python()
+        || !Command::new("python3")
+            .args(["-c", "import numpy"])
+            .status()
+            .is_ok_and(|s| s.success())
+    {
         eprintln!("numpy missing: skipped");
         return;
     }
@@ -368,6 +476,13 @@ fn numpy_copies_under_the_preload() {
     assert_eq!(plain(&cmd), got);
     // Six 16 MB copies (3,907 pages each), a page-alike array, a zeroed one.
     assert!(stat(&r, "pages_shared_by_copy") >= 5 * 3900, "{r:?}");
-    assert!(stat(&r, "merged") >= 1000 && stat(&r, "zero_folded") >= 1000, "{r:?}");
-    assert_eq!(stat(&r, "exempted"), 0, "MADV_HUGEPAGE must not take arrays from the engine: {r:?}");
+    assert!(
+        stat(&r, "merged") >= 1000 && stat(&r, "zero_folded") >= 1000,
+        "{r:?}"
+    );
+    assert_eq!(
+        stat(&r, "exempted"),
+        0,
+        "MADV_HUGEPAGE must not take arrays from the engine: {r:?}"
+    );
 }

@@ -56,7 +56,9 @@ impl Buffer {
     /// Not public: its words must be written before any slice is made.
     fn uninit(bytes: usize) -> Result<Buffer, String> {
         let words = word_count(bytes)?;
-        let p = words.checked_mul(8).map_or(std::ptr::null_mut(), |n| unsafe { libc::malloc(n) });
+        let p = words
+            .checked_mul(8)
+            .map_or(std::ptr::null_mut(), |n| unsafe { libc::malloc(n) });
         Buffer::from_raw(p, words)
     }
 
@@ -99,7 +101,8 @@ impl Buffer {
     pub fn page_bytes_mut(&mut self, i: usize) -> &mut [u8] {
         let start = i * PAGE;
         let end = (start + PAGE).min(self.bytes());
-        let all = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<u8>(), self.bytes()) };
+        let all =
+            unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<u8>(), self.bytes()) };
         &mut all[start..end]
     }
 }

@@ -96,8 +96,16 @@ pub fn run(p: &Params, kind: PageType) -> Result<Vec<String>, String> {
     drop(buf);
     clock.wait_until(Duration::from_secs_f64(end));
     Ok(vec![
-        format!("de-{}: {pages} {} pages ({:.1} MiB): alloc, read, write 16 bytes a page, free", kind_word(kind), kind.name(), mib(bytes)),
-        format!("de-{}: read digest {read:#018x}, final digest {last:#018x}", kind_word(kind)),
+        format!(
+            "de-{}: {pages} {} pages ({:.1} MiB): alloc, read, write 16 bytes a page, free",
+            kind_word(kind),
+            kind.name(),
+            mib(bytes)
+        ),
+        format!(
+            "de-{}: read digest {read:#018x}, final digest {last:#018x}",
+            kind_word(kind)
+        ),
     ])
 }
 
@@ -137,7 +145,15 @@ mod tests {
     #[test]
     fn the_schedule_is_the_phases_with_their_idle_periods() {
         let (starts, end) = schedule(10.0);
-        assert_eq!(starts, [("alloc", 0.0), ("read", 10.0), ("write", 20.0), ("free", 30.0)]);
+        assert_eq!(
+            starts,
+            [
+                ("alloc", 0.0),
+                ("read", 10.0),
+                ("write", 20.0),
+                ("free", 30.0)
+            ]
+        );
         assert_eq!(end, 35.0);
     }
 
@@ -150,18 +166,26 @@ mod tests {
 
     #[test]
     fn each_type_has_the_pages_de_defines() {
-        assert!(pages(PageType::Zero).iter().all(|p| p.iter().all(|&b| b == 0)));
+        assert!(pages(PageType::Zero)
+            .iter()
+            .all(|p| p.iter().all(|&b| b == 0)));
         let ident = pages(PageType::Identical);
         assert!(ident.iter().all(|p| *p == ident[0]) && ident[0].iter().any(|&b| b != 0));
         let random = pages(PageType::Random);
         for (i, a) in random.iter().enumerate() {
-            assert!(random[i + 1..].iter().all(|b| a != b), "random page {i} repeats");
+            assert!(
+                random[i + 1..].iter().all(|b| a != b),
+                "random page {i} repeats"
+            );
         }
         let similar = pages(PageType::Similar);
         for (i, p) in similar.iter().enumerate().skip(1) {
             let differ = p.iter().zip(&similar[0]).filter(|(a, b)| a != b).count();
             // 205 bytes replaced, a few by the same value or at the same offset.
-            assert!((150..=205).contains(&differ), "page {i}: {differ} bytes differ from the reference");
+            assert!(
+                (150..=205).contains(&differ),
+                "page {i}: {differ} bytes differ from the reference"
+            );
         }
         assert_ne!(similar[1], similar[2]);
     }

@@ -4,7 +4,12 @@
 //! independent lanes keep the multiply chain off the critical path, so a
 //! digest runs at memory speed.
 
-const LANE_SEEDS: [u64; 4] = [0x243f_6a88_85a3_08d3, 0x1319_8a2e_0370_7344, 0xa409_3822_299f_31d0, 0x082e_fa98_ec4e_6c89];
+const LANE_SEEDS: [u64; 4] = [
+    0x243f_6a88_85a3_08d3,
+    0x1319_8a2e_0370_7344,
+    0xa409_3822_299f_31d0,
+    0x082e_fa98_ec4e_6c89,
+];
 const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// A 64-bit digest of `words`, different for different `seed`s.

@@ -22,7 +22,10 @@ pub fn run(p: &Params) -> Result<Vec<String>, String> {
         buffers.push(Buffer::generated(bytes, &mut Rng::new(p.seed))?);
     }
     for u in 0..unique {
-        buffers.push(Buffer::generated(bytes, &mut Rng::new(p.seed ^ (u as u64 + 1).wrapping_mul(0x9e37_79b9)))?);
+        buffers.push(Buffer::generated(
+            bytes,
+            &mut Rng::new(p.seed ^ (u as u64 + 1).wrapping_mul(0x9e37_79b9)),
+        )?);
     }
     let mut answers = 0;
     let pacer = Pacer::new(p.hold(), passes);
@@ -33,9 +36,15 @@ pub fn run(p: &Params) -> Result<Vec<String>, String> {
         }
     }
     let first = digest(buffers[0].words(), 0);
-    let same = buffers.iter().filter(|b| digest(b.words(), 0) == first).count();
+    let same = buffers
+        .iter()
+        .filter(|b| digest(b.words(), 0) == first)
+        .count();
     Ok(vec![
-        format!("duplicates: {copies} copies and {unique} unique buffers of {:.1} MiB, {passes} passes", mib(bytes)),
+        format!(
+            "duplicates: {copies} copies and {unique} unique buffers of {:.1} MiB, {passes} passes",
+            mib(bytes)
+        ),
         format!("duplicates: {same} buffers identical to the first"),
         format!("duplicates: passes digest {answers:#018x}"),
     ])

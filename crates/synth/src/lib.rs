@@ -76,7 +76,9 @@ impl Workload {
     /// The suite of `pagefold bench` that runs it: "synthetic" or "de".
     pub fn suite(self) -> &'static str {
         match self {
-            Workload::DeZero | Workload::DeRandom | Workload::DeIdentical | Workload::DeSimilar => "de",
+            Workload::DeZero | Workload::DeRandom | Workload::DeIdentical | Workload::DeSimilar => {
+                "de"
+            }
             _ => "synthetic",
         }
     }
@@ -113,7 +115,13 @@ pub struct Params {
 
 impl Default for Params {
     fn default() -> Params {
-        Params { quick: false, scale: 1.0, seed: DEFAULT_SEED, hold: None, idle: None }
+        Params {
+            quick: false,
+            scale: 1.0,
+            seed: DEFAULT_SEED,
+            hold: None,
+            idle: None,
+        }
     }
 }
 
@@ -121,7 +129,10 @@ impl Params {
     /// Checks what a user can get wrong.
     pub fn validate(&self) -> Result<(), String> {
         if !(self.scale > 0.0 && self.scale <= MAX_SCALE) {
-            return Err(format!("--scale must be more than 0 and at most {MAX_SCALE}, not {}", self.scale));
+            return Err(format!(
+                "--scale must be more than 0 and at most {MAX_SCALE}, not {}",
+                self.scale
+            ));
         }
         if let Some(h) = self.hold.filter(|h| !(0.0..=MAX_HOLD).contains(h)) {
             return Err(format!("--hold must be 0 to {MAX_HOLD} seconds, not {h}"));
@@ -134,7 +145,11 @@ impl Params {
 
     /// How long each idle period of the `de-*` workloads lasts.
     pub fn idle(&self) -> std::time::Duration {
-        let default = if self.quick { de::QUICK_IDLE } else { de::DEFAULT_IDLE };
+        let default = if self.quick {
+            de::QUICK_IDLE
+        } else {
+            de::DEFAULT_IDLE
+        };
         std::time::Duration::from_secs_f64(self.idle.unwrap_or(default))
     }
 
@@ -192,7 +207,13 @@ mod tests {
 
     /// Tiny sizes, quick rounds, no pacing: each workload in a fraction of a second.
     fn tiny(seed: u64) -> Params {
-        Params { quick: true, scale: 0.01, seed, hold: Some(0.0), idle: Some(0.0) }
+        Params {
+            quick: true,
+            scale: 0.01,
+            seed,
+            hold: Some(0.0),
+            idle: Some(0.0),
+        }
     }
 
     fn output(w: Workload, p: &Params) -> String {
@@ -208,7 +229,12 @@ mod tests {
             assert_eq!(first, output(w, &tiny(1)), "{}: two runs differ", w.name());
             // Zero pages are zero pages, whatever the seed.
             if w != Workload::DeZero {
-                assert_ne!(first, output(w, &tiny(2)), "{}: the seed changes nothing", w.name());
+                assert_ne!(
+                    first,
+                    output(w, &tiny(2)),
+                    "{}: the seed changes nothing",
+                    w.name()
+                );
             }
             assert!(first.contains("digest 0x"), "{}: {first}", w.name());
         }
@@ -217,15 +243,24 @@ mod tests {
     #[test]
     fn bad_scales_and_holds_are_refused() {
         for scale in [0.0, -1.0, f64::NAN, f64::INFINITY, MAX_SCALE * 2.0] {
-            let p = Params { scale, ..Params::default() };
+            let p = Params {
+                scale,
+                ..Params::default()
+            };
             let err = run(Workload::Copies, &p, &mut Vec::new()).unwrap_err();
             assert!(err.contains("--scale"), "{err}");
         }
         for hold in [-1.0, f64::NAN, MAX_HOLD + 1.0] {
-            let p = Params { hold: Some(hold), ..Params::default() };
+            let p = Params {
+                hold: Some(hold),
+                ..Params::default()
+            };
             let err = run(Workload::Zeros, &p, &mut Vec::new()).unwrap_err();
             assert!(err.contains("--hold"), "{err}");
-            let p = Params { idle: Some(hold), ..Params::default() };
+            let p = Params {
+                idle: Some(hold),
+                ..Params::default()
+            };
             let err = run(Workload::DeZero, &p, &mut Vec::new()).unwrap_err();
             assert!(err.contains("--idle"), "{err}");
         }
@@ -233,24 +268,60 @@ mod tests {
 
     #[test]
     fn de_workloads_are_their_own_suite_and_idle_changes_the_time_not_the_output() {
-        let de: Vec<_> = Workload::ALL.iter().filter(|w| w.suite() == "de").map(|w| w.name()).collect();
+        let de: Vec<_> = Workload::ALL
+            .iter()
+            .filter(|w| w.suite() == "de")
+            .map(|w| w.name())
+            .collect();
         assert_eq!(de, ["de-zero", "de-random", "de-identical", "de-similar"]);
-        let idle = Params { idle: Some(0.1), ..tiny(1) };
+        let idle = Params {
+            idle: Some(0.1),
+            ..tiny(1)
+        };
         let t = std::time::Instant::now();
-        assert_eq!(output(Workload::DeSimilar, &idle), output(Workload::DeSimilar, &tiny(1)));
-        assert!(t.elapsed() >= std::time::Duration::from_millis(350), "three idle periods and a half");
-        let outputs: Vec<_> = de.iter().map(|n| output(Workload::ALL.into_iter().find(|w| w.name() == *n).unwrap(), &tiny(1))).collect();
-        let digests = |o: &String| o.lines().nth(1).and_then(|l| l.split_once(": ")).map(|(_, d)| d.to_string()).unwrap();
+        assert_eq!(
+            output(Workload::DeSimilar, &idle),
+            output(Workload::DeSimilar, &tiny(1))
+        );
+        assert!(
+            t.elapsed() >= std::time::Duration::from_millis(350),
+            "three idle periods and a half"
+        );
+        let outputs: Vec<_> = de
+            .iter()
+            .map(|n| {
+                output(
+                    Workload::ALL.into_iter().find(|w| w.name() == *n).unwrap(),
+                    &tiny(1),
+                )
+            })
+            .collect();
+        let digests = |o: &String| {
+            o.lines()
+                .nth(1)
+                .and_then(|l| l.split_once(": "))
+                .map(|(_, d)| d.to_string())
+                .unwrap()
+        };
         for (i, o) in outputs.iter().enumerate() {
-            assert!(outputs[i + 1..].iter().all(|p| digests(p) != digests(o)), "two page types gave the same digests:\n{o}");
+            assert!(
+                outputs[i + 1..].iter().all(|p| digests(p) != digests(o)),
+                "two page types gave the same digests:\n{o}"
+            );
         }
     }
 
     #[test]
     fn pacing_changes_the_time_not_the_output() {
-        let paced = Params { hold: Some(0.3), ..tiny(1) };
+        let paced = Params {
+            hold: Some(0.3),
+            ..tiny(1)
+        };
         let t = std::time::Instant::now();
-        assert_eq!(output(Workload::Duplicates, &paced), output(Workload::Duplicates, &tiny(1)));
+        assert_eq!(
+            output(Workload::Duplicates, &paced),
+            output(Workload::Duplicates, &tiny(1))
+        );
         assert!(t.elapsed() >= std::time::Duration::from_millis(250));
     }
 }

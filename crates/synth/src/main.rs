@@ -10,7 +10,11 @@ use clap::{Parser, Subcommand};
 use pagefold_synth::{Params, Workload, DEFAULT_SEED};
 
 #[derive(Parser)]
-#[command(name = "pagefold-synth", version, about = "Synthetic workloads for pagefold bench: copies, zero pages, duplicates; Difference Engine's micro-benchmark")]
+#[command(
+    name = "pagefold-synth",
+    version,
+    about = "Synthetic workloads for pagefold bench: copies, zero pages, duplicates; Difference Engine's micro-benchmark"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -75,7 +79,13 @@ fn main() -> ExitCode {
         Cmd::DeSimilar => Workload::DeSimilar,
         Cmd::List { suite } => return list(&suite),
     };
-    let params = Params { quick: cli.quick, scale: cli.scale, seed: cli.seed, hold: cli.hold, idle: cli.idle };
+    let params = Params {
+        quick: cli.quick,
+        scale: cli.scale,
+        seed: cli.seed,
+        hold: cli.hold,
+        idle: cli.idle,
+    };
     if let Err(e) = params.validate() {
         eprintln!("pagefold-synth: {e}");
         return ExitCode::from(2);
@@ -114,7 +124,11 @@ fn usage_error(e: clap::Error) -> ExitCode {
         }
         _ => {
             let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("bad arguments").trim_start_matches("error: ");
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("bad arguments")
+                .trim_start_matches("error: ");
             eprintln!("pagefold-synth: {first}");
             ExitCode::from(2)
         }

@@ -21,7 +21,9 @@ pub fn run(p: &Params) -> Result<Vec<String>, String> {
     let table_bytes = p.bytes(16.0, 8.0);
     let results_bytes = p.bytes(48.0, 32.0);
     let steps = p.rounds(160, 120);
-    let tables = (0..TABLE_COPIES).map(|_| Buffer::generated(table_bytes, &mut Rng::new(p.seed ^ 0x7ab1e))).collect::<Result<Vec<_>, _>>()?;
+    let tables = (0..TABLE_COPIES)
+        .map(|_| Buffer::generated(table_bytes, &mut Rng::new(p.seed ^ 0x7ab1e)))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut results = Buffer::memset_zero(results_bytes)?;
     let mut rng = Rng::new(p.seed);
     let mut states = VecDeque::from([Buffer::generated(state_bytes, &mut rng)?]);
@@ -30,7 +32,10 @@ pub fn run(p: &Params) -> Result<Vec<String>, String> {
         let mut next = Buffer::copy_of(states.back().ok_or("no state")?)?;
         let table = &tables[step % TABLE_COPIES];
         advance(&mut next, table, &mut rng);
-        let observed = chain(digest(next.words(), step as u64), digest(table.words(), step as u64));
+        let observed = chain(
+            digest(next.words(), step as u64),
+            digest(table.words(), step as u64),
+        );
         record(&mut results, step, observed);
         trace = chain(trace, observed);
         states.push_back(next);
@@ -38,7 +43,12 @@ pub fn run(p: &Params) -> Result<Vec<String>, String> {
             states.pop_front();
         }
     }
-    let end = states.iter().chain(&tables).fold(digest(results.words(), 4), |h, b| chain(h, digest(b.words(), 5)));
+    let end = states
+        .iter()
+        .chain(&tables)
+        .fold(digest(results.words(), 4), |h, b| {
+            chain(h, digest(b.words(), 5))
+        });
     Ok(vec![
         format!(
             "mixed: {steps} steps of a {:.1} MiB state ({KEPT} kept), {TABLE_COPIES} copies of a {:.1} MiB table, {:.1} MiB results",

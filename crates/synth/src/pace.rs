@@ -17,7 +17,11 @@ pub struct Pacer {
 impl Pacer {
     /// `steps` steps over at least `span` from now.
     pub fn new(span: Duration, steps: usize) -> Pacer {
-        Pacer { start: Instant::now(), span, steps: steps.max(1) }
+        Pacer {
+            start: Instant::now(),
+            span,
+            steps: steps.max(1),
+        }
     }
 
     /// Sleeps until step `i` is due (no earlier than `i/steps` of the span).
@@ -54,8 +58,15 @@ mod tests {
         assert_eq!(p.delay(0, p.start), Duration::ZERO);
         assert_eq!(p.delay(2, p.start), ms(4000));
         assert_eq!(p.delay(2, p.start + ms(1000)), ms(3000));
-        assert_eq!(p.delay(1, p.start + ms(2500)), Duration::ZERO, "late: no wait");
-        assert_eq!(Pacer::new(Duration::ZERO, 10).delay(9, Instant::now()), Duration::ZERO);
+        assert_eq!(
+            p.delay(1, p.start + ms(2500)),
+            Duration::ZERO,
+            "late: no wait"
+        );
+        assert_eq!(
+            Pacer::new(Duration::ZERO, 10).delay(9, Instant::now()),
+            Duration::ZERO
+        );
         let t = Instant::now();
         Pacer::new(ms(200), 4).wait_for(2);
         assert!(t.elapsed() >= ms(100));

@@ -25,7 +25,12 @@ pub fn run(p: &Params) -> Result<Vec<String>, String> {
     let table_bytes = p.bytes(48.0, 32.0);
     let rounds = p.rounds(150_000, 100_000);
     let mut rng = Rng::new(p.seed);
-    let mut tables = vec![Buffer::calloc(table_bytes)?, Buffer::memset_zero(table_bytes)?, Buffer::calloc(table_bytes)?, Buffer::memset_zero(table_bytes)?];
+    let mut tables = vec![
+        Buffer::calloc(table_bytes)?,
+        Buffer::memset_zero(table_bytes)?,
+        Buffer::calloc(table_bytes)?,
+        Buffer::memset_zero(table_bytes)?,
+    ];
     let scratch_digest = scratch_then_clear(&mut tables, table_bytes, &mut rng)?;
     let hot = hot_slots(&tables, &mut rng);
     let pacer = Pacer::new(p.hold(), BATCHES);
@@ -51,7 +56,11 @@ pub fn run(p: &Params) -> Result<Vec<String>, String> {
 
 /// A buffer filled with data, digested, then cleared with memset and kept
 /// (it joins the tables); returns the digest of its data.
-fn scratch_then_clear(tables: &mut Vec<Buffer>, bytes: usize, rng: &mut Rng) -> Result<u64, String> {
+fn scratch_then_clear(
+    tables: &mut Vec<Buffer>,
+    bytes: usize,
+    rng: &mut Rng,
+) -> Result<u64, String> {
     let mut scratch = Buffer::generated(bytes, rng)?;
     let d = digest(scratch.words(), 3);
     scratch.clear();
@@ -90,5 +99,8 @@ fn update(tables: &mut [Buffer], hot: &[(usize, usize)], round: u64, rng: &mut R
 }
 
 fn nonzero_page_count(t: &Buffer) -> usize {
-    t.words().chunks(WORDS_PER_PAGE).filter(|page| page.iter().any(|&w| w != 0)).count()
+    t.words()
+        .chunks(WORDS_PER_PAGE)
+        .filter(|page| page.iter().any(|&w| w != 0))
+        .count()
 }

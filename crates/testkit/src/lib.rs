@@ -30,7 +30,10 @@ pub fn build_into(dir: &Path, packages: &[&str], files: &[&str]) -> PathBuf {
             cargo.arg("--release");
         }
         cargo.env("CARGO_TARGET_DIR", dir.parent().expect("target/<profile>"));
-        let status = cargo.current_dir(env!("CARGO_MANIFEST_DIR")).status().expect("running cargo");
+        let status = cargo
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("running cargo");
         assert!(status.success(), "building {} failed", packages.join(", "));
         built.push(key);
     }
@@ -43,7 +46,10 @@ pub fn build_into(dir: &Path, packages: &[&str], files: &[&str]) -> PathBuf {
 /// target/<profile> of the running test executable (it lives in deps/ below it).
 pub fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
-    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/TEST").to_path_buf()
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/TEST")
+        .to_path_buf()
 }
 
 /// A tmpfs of `size` (as mount's `size=` option: "256k", "1m") mounted on a
@@ -78,7 +84,10 @@ impl Drop for TmpMount {
     fn drop(&mut self) {
         // Busy (a file still open, say by a failed test's leftover thread):
         // detach it now; the kernel frees it when the file is closed.
-        let unmounted = Command::new("umount").arg(&self.0).status().is_ok_and(|s| s.success());
+        let unmounted = Command::new("umount")
+            .arg(&self.0)
+            .status()
+            .is_ok_and(|s| s.success());
         if !unmounted {
             let _ = Command::new("umount").arg("-l").arg(&self.0).status();
         }

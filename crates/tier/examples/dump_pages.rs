@@ -4,7 +4,10 @@ use pagefold_tier::kinds::{page, Kind};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let kind = Kind::ALL.into_iter().find(|k| k.name() == args[1]).expect("kind");
+    let kind = Kind::ALL
+        .into_iter()
+        .find(|k| k.name() == args[1])
+        .expect("kind");
     let data: Vec<u8> = (1..=256u64).flat_map(|s| page(kind, s)).collect();
     std::fs::write(&args[2], data).expect("write");
 }

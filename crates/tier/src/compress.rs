@@ -186,7 +186,11 @@ impl Compressor {
     /// Bytes this compressor holds: its buffers and both zstd contexts
     /// (for a store that counts its codecs in the footprint).
     pub fn memory_bytes(&self) -> usize {
-        std::mem::size_of::<Compressor>() + self.out.capacity() + self.alt.capacity() + self.cctx.sizeof() + self.dctx.sizeof()
+        std::mem::size_of::<Compressor>()
+            + self.out.capacity()
+            + self.alt.capacity()
+            + self.cctx.sizeof()
+            + self.dctx.sizeof()
     }
 
     /// The largest object a page may compress to.
@@ -232,7 +236,8 @@ impl Compressor {
     fn lz4_into_out(&mut self, page: &[u8]) -> usize {
         self.out.clear();
         self.out.push(Method::Lz4 as u8);
-        self.out.resize(1 + lz4_flex::block::get_maximum_output_size(page.len()), 0);
+        self.out
+            .resize(1 + lz4_flex::block::get_maximum_output_size(page.len()), 0);
         let written = lz4_flex::block::compress_into(page, &mut self.out[1..]).ok();
         self.settle_out(written)
     }
@@ -240,7 +245,8 @@ impl Compressor {
     /// zstd into `out` (tagged); returns its length, usize::MAX on failure.
     fn zstd_into_out(&mut self, page: &[u8]) -> usize {
         self.out.clear();
-        self.out.resize(1 + zstd::zstd_safe::compress_bound(page.len()), 0);
+        self.out
+            .resize(1 + zstd::zstd_safe::compress_bound(page.len()), 0);
         self.out[0] = Method::Zstd as u8;
         let written = self.cctx.compress2(&mut self.out[1..], page).ok();
         self.settle_out(written)
@@ -268,10 +274,14 @@ impl Compressor {
 
     /// Rebuilds the page of `data` into `out` (the page's length).
     pub fn decompress(&mut self, data: &[u8], out: &mut [u8]) -> Result<(), Error> {
-        let (&tag, body) = data.split_first().ok_or(Error::Corrupt("compressed page: empty"))?;
+        let (&tag, body) = data
+            .split_first()
+            .ok_or(Error::Corrupt("compressed page: empty"))?;
         match Method::from_tag(tag).ok_or(Error::Corrupt("compressed page: unknown method"))? {
             Method::Same => {
-                let w: [u8; 8] = body.try_into().map_err(|_| Error::Corrupt("same: not 8 bytes"))?;
+                let w: [u8; 8] = body
+                    .try_into()
+                    .map_err(|_| Error::Corrupt("same: not 8 bytes"))?;
                 if !out.len().is_multiple_of(8) {
                     return Err(Error::Length);
                 }
@@ -311,12 +321,21 @@ mod tests {
                     match kind {
                         Kind::Zero => assert_eq!(m, Method::Same),
                         Kind::Text => assert_eq!(m, Method::Lz4, "{kind:?}"),
-                        Kind::IntDoubles | Kind::Heap | Kind::Sparse => assert_eq!(m, Method::Zstd, "{kind:?}"),
+                        Kind::IntDoubles | Kind::Heap | Kind::Sparse => {
+                            assert_eq!(m, Method::Zstd, "{kind:?}")
+                        }
                         _ => {}
                     }
                 }
                 None => assert!(
-                    matches!(kind, Kind::Random | Kind::Identical | Kind::Similar95 | Kind::Write16 | Kind::Doubles),
+                    matches!(
+                        kind,
+                        Kind::Random
+                            | Kind::Identical
+                            | Kind::Similar95
+                            | Kind::Write16
+                            | Kind::Doubles
+                    ),
                     "{kind:?} refused"
                 ),
             }
@@ -327,7 +346,13 @@ mod tests {
     fn corrupt_input_is_an_error() {
         let mut c = Compressor::default();
         let mut out = vec![0u8; PAGE];
-        for bad in [&[][..], &[9, 1, 2][..], &[1, 2, 3][..], &[2, 0xff, 0xff, 0xff][..], &[3, 0x28, 0xb5, 0x2f, 0xfd, 0][..]] {
+        for bad in [
+            &[][..],
+            &[9, 1, 2][..],
+            &[1, 2, 3][..],
+            &[2, 0xff, 0xff, 0xff][..],
+            &[3, 0x28, 0xb5, 0x2f, 0xfd, 0][..],
+        ] {
             assert!(c.decompress(bad, &mut out).is_err(), "{bad:?}");
         }
     }

@@ -92,9 +92,10 @@ impl Rng {
 }
 
 const WORDS: &[&str] = &[
-    "the", "of", "and", "to", "in", "memory", "page", "is", "that", "for", "value", "it", "with", "as", "was", "on",
-    "function", "data", "frame", "be", "at", "by", "this", "from", "model", "vector", "result", "are", "or", "list",
-    "which", "an", "not", "have", "matrix", "all", "print", "copy", "return", "if", "else", "while", "mean", "sum",
+    "the", "of", "and", "to", "in", "memory", "page", "is", "that", "for", "value", "it", "with",
+    "as", "was", "on", "function", "data", "frame", "be", "at", "by", "this", "from", "model",
+    "vector", "result", "are", "or", "list", "which", "an", "not", "have", "matrix", "all",
+    "print", "copy", "return", "if", "else", "while", "mean", "sum",
 ];
 
 fn text(rng: &mut Rng) -> Vec<u8> {
@@ -195,7 +196,14 @@ pub fn pair(kind: Kind, seed: u64) -> (Vec<u8>, Vec<u8>) {
     let mut rng = Rng::new(seed ^ 0xd1ff);
     match kind {
         Kind::Zero | Kind::Identical => {
-            let r = page(if kind == Kind::Zero { Kind::Zero } else { Kind::Random }, seed);
+            let r = page(
+                if kind == Kind::Zero {
+                    Kind::Zero
+                } else {
+                    Kind::Random
+                },
+                seed,
+            );
             (r.clone(), r)
         }
         Kind::Random => (page(Kind::Random, seed), page(Kind::Random, seed ^ 0xffff)),
@@ -253,13 +261,29 @@ mod tests {
     fn similar_and_written_pages_are_what_de_describes() {
         let (reference, similar) = pair(Kind::Similar95, 3);
         assert_eq!(similar, similar95(&reference, 3));
-        let differ = reference.iter().zip(&similar).filter(|(a, b)| a != b).count();
-        assert!((150..=PAGE * 5 / 100).contains(&differ), "{differ} bytes differ");
-        assert_ne!(similar95(&reference, 4), similar, "the seed chooses the bytes");
+        let differ = reference
+            .iter()
+            .zip(&similar)
+            .filter(|(a, b)| a != b)
+            .count();
+        assert!(
+            (150..=PAGE * 5 / 100).contains(&differ),
+            "{differ} bytes differ"
+        );
+        assert_ne!(
+            similar95(&reference, 4),
+            similar,
+            "the seed chooses the bytes"
+        );
         let mut written = reference.clone();
         write16(&mut written);
-        let changed: Vec<usize> = (0..PAGE).filter(|&i| written[i] != reference[i] || (i % (PAGE / 16) == 7)).collect();
-        assert_eq!(changed, (0..16).map(|i| i * (PAGE / 16) + 7).collect::<Vec<_>>());
+        let changed: Vec<usize> = (0..PAGE)
+            .filter(|&i| written[i] != reference[i] || (i % (PAGE / 16) == 7))
+            .collect();
+        assert_eq!(
+            changed,
+            (0..16).map(|i| i * (PAGE / 16) + 7).collect::<Vec<_>>()
+        );
         assert!(changed.iter().all(|&i| written[i] == WRITE16_BYTE));
         assert_eq!(pair(Kind::Write16, 3).1, written);
     }

@@ -162,7 +162,11 @@ fn pages_of(kind: Kind, n: usize) -> Vec<Vec<u8>> {
 pub fn compress_ops(cfg: &OpsConfig, kind: Kind, cfg_c: CompressConfig) -> Vec<OpRow> {
     let pages = pages_of(kind, cfg.pages);
     let mut c = Compressor::new(cfg_c);
-    let mut store = Store::new(StoreConfig { reserve_bytes: 256 << 20, ..StoreConfig::default() }).expect("store");
+    let mut store = Store::new(StoreConfig {
+        reserve_bytes: 256 << 20,
+        ..StoreConfig::default()
+    })
+    .expect("store");
     let mut handles: Vec<Option<Handle>> = vec![None; pages.len()];
     let mut out = vec![0u8; PAGE];
     let (mut cs, mut us) = (Vec::new(), Vec::new());
@@ -191,7 +195,11 @@ pub fn compress_ops(cfg: &OpsConfig, kind: Kind, cfg_c: CompressConfig) -> Vec<O
             us.push(u);
         }
     }
-    let mean = if stored > 0 { bytes as f64 / stored as f64 } else { 0.0 };
+    let mean = if stored > 0 {
+        bytes as f64 / stored as f64
+    } else {
+        0.0
+    };
     vec![
         OpRow {
             op: "compress",
@@ -203,7 +211,11 @@ pub fn compress_ops(cfg: &OpsConfig, kind: Kind, cfg_c: CompressConfig) -> Vec<O
         OpRow {
             op: "uncompress",
             kind: kind.name().into(),
-            timing: if stored > 0 { timing_of(us) } else { Timing::default() },
+            timing: if stored > 0 {
+                timing_of(us)
+            } else {
+                Timing::default()
+            },
             bytes: mean,
             stored,
         },
@@ -224,7 +236,12 @@ fn timing_of(mut t: Vec<f64>) -> Timing {
 /// references are indexed in a detector (ids = page numbers), each page
 /// is looked up, patched against its candidates, stored and its reference
 /// pinned; unpatch reverses it.
-pub fn patch_ops(cfg: &OpsConfig, kind: Kind, first: Encoder, fallback: Option<Encoder>) -> Vec<OpRow> {
+pub fn patch_ops(
+    cfg: &OpsConfig,
+    kind: Kind,
+    first: Encoder,
+    fallback: Option<Encoder>,
+) -> Vec<OpRow> {
     let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..cfg.pages as u64).map(|s| pair(kind, s + 1)).collect();
     let mut det = Detector::new(SimilarityParams::default()).unwrap();
     for (i, (r, _)) in pairs.iter().enumerate() {
@@ -232,7 +249,11 @@ pub fn patch_ops(cfg: &OpsConfig, kind: Kind, first: Encoder, fallback: Option<E
     }
     let refs = References::new();
     let mut patcher = Patcher::with(first, fallback, PATCH_CUTOFF);
-    let mut store = Store::new(StoreConfig { reserve_bytes: 256 << 20, ..StoreConfig::default() }).expect("store");
+    let mut store = Store::new(StoreConfig {
+        reserve_bytes: 256 << 20,
+        ..StoreConfig::default()
+    })
+    .expect("store");
     let mut stored: Vec<Option<(Handle, u64)>> = vec![None; pairs.len()];
     let mut cands = Vec::new();
     let mut best: Vec<u8> = Vec::with_capacity(PAGE);
@@ -270,7 +291,9 @@ pub fn patch_ops(cfg: &OpsConfig, kind: Kind, first: Encoder, fallback: Option<E
         let s = Instant::now();
         for (i, st) in stored.iter_mut().enumerate() {
             if let Some((h, r)) = st.take() {
-                patcher.apply(store.get(h).unwrap(), &pairs[r as usize].0, &mut out).unwrap();
+                patcher
+                    .apply(store.get(h).unwrap(), &pairs[r as usize].0, &mut out)
+                    .unwrap();
                 store.remove(h).unwrap();
                 refs.unpin(r).unwrap();
                 debug_assert_eq!(out, pairs[i].1);
@@ -282,7 +305,11 @@ pub fn patch_ops(cfg: &OpsConfig, kind: Kind, first: Encoder, fallback: Option<E
             unpatch_samples.push(u);
         }
     }
-    let mean = if n_stored > 0 { bytes as f64 / n_stored as f64 } else { 0.0 };
+    let mean = if n_stored > 0 {
+        bytes as f64 / n_stored as f64
+    } else {
+        0.0
+    };
     vec![
         OpRow {
             op: "patch",
@@ -294,7 +321,11 @@ pub fn patch_ops(cfg: &OpsConfig, kind: Kind, first: Encoder, fallback: Option<E
         OpRow {
             op: "unpatch",
             kind: kind.name().into(),
-            timing: if n_stored > 0 { timing_of(unpatch_samples) } else { Timing::default() },
+            timing: if n_stored > 0 {
+                timing_of(unpatch_samples)
+            } else {
+                Timing::default()
+            },
             bytes: mean,
             stored: n_stored,
         },
@@ -306,9 +337,11 @@ pub fn patch_ops(cfg: &OpsConfig, kind: Kind, first: Encoder, fallback: Option<E
 /// [`SwapFile::swap_out_batch`] call.
 pub fn swap_ops(cfg: &OpsConfig, direct: bool, batch: usize) -> Result<Vec<OpRow>, crate::Error> {
     let pages = pages_of(Kind::Random, cfg.pages);
-    let path = cfg
-        .swap_dir
-        .join(format!("pagefold-tier-ops-{}-{}-{batch}.swap", std::process::id(), direct as u8));
+    let path = cfg.swap_dir.join(format!(
+        "pagefold-tier-ops-{}-{}-{batch}.swap",
+        std::process::id(),
+        direct as u8
+    ));
     let mut sc = SwapConfig::new(&path);
     sc.direct = direct;
     sc.grow_slots = cfg.pages as u32;
@@ -341,8 +374,16 @@ pub fn swap_ops(cfg: &OpsConfig, direct: bool, batch: usize) -> Result<Vec<OpRow
             si.push(u);
         }
     }
-    let mode = if swap.is_direct() { "O_DIRECT" } else { "buffered" };
-    let mode = if batch > 1 { format!("{mode}, batches of {batch}") } else { mode.to_string() };
+    let mode = if swap.is_direct() {
+        "O_DIRECT"
+    } else {
+        "buffered"
+    };
+    let mode = if batch > 1 {
+        format!("{mode}, batches of {batch}")
+    } else {
+        mode.to_string()
+    };
     let mut rows = vec![
         OpRow {
             op: "swap_out",
@@ -377,7 +418,10 @@ pub fn measure_ops(cfg: &OpsConfig) -> Vec<OpRow> {
     for (direct, batch) in [(false, 1), (true, 1), (false, 64), (true, 64)] {
         match swap_ops(cfg, direct, batch) {
             Ok(r) => rows.extend(r),
-            Err(e) => eprintln!("swap ({}): {e}", if direct { "O_DIRECT" } else { "buffered" }),
+            Err(e) => eprintln!(
+                "swap ({}): {e}",
+                if direct { "O_DIRECT" } else { "buffered" }
+            ),
         }
     }
     rows
@@ -419,7 +463,10 @@ fn codec_variants() -> Vec<(String, CompressConfig)> {
                 ..CompressConfig::default()
             },
         ),
-        ("default: zstd-1 if >= 1/4 zero bytes, else lz4".into(), CompressConfig::default()),
+        (
+            "default: zstd-1 if >= 1/4 zero bytes, else lz4".into(),
+            CompressConfig::default(),
+        ),
     ]
 }
 
@@ -432,9 +479,16 @@ pub fn compare_codecs(cfg: &OpsConfig) -> Vec<CodecRow> {
             cc.min_saving = 0;
             cc.same_filled = false;
             let mut c = Compressor::new(cc);
-            let objs: Vec<Option<Vec<u8>>> = pages.iter().map(|p| c.compress(p).map(|d| d.to_vec())).collect();
-            let stored = objs.iter().filter(|o| o.as_ref().is_some_and(|d| d.len() <= PAGE - PAGE / 8)).count();
-            let bytes = objs.iter().flatten().map(|d| d.len()).sum::<usize>() as f64 / pages.len() as f64;
+            let objs: Vec<Option<Vec<u8>>> = pages
+                .iter()
+                .map(|p| c.compress(p).map(|d| d.to_vec()))
+                .collect();
+            let stored = objs
+                .iter()
+                .filter(|o| o.as_ref().is_some_and(|d| d.len() <= PAGE - PAGE / 8))
+                .count();
+            let bytes =
+                objs.iter().flatten().map(|d| d.len()).sum::<usize>() as f64 / pages.len() as f64;
             let enc = time_rounds(cfg.rounds, pages.len(), || {
                 for p in &pages {
                     std::hint::black_box(c.compress(p));
@@ -465,8 +519,12 @@ pub fn compare_codecs(cfg: &OpsConfig) -> Vec<CodecRow> {
 pub fn compare_encoders(cfg: &OpsConfig) -> Vec<CodecRow> {
     let mut rows = Vec::new();
     for kind in PATCH_KINDS {
-        let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..cfg.pages as u64).map(|s| pair(kind, s + 1)).collect();
-        let mut variants: Vec<(String, Option<Encoder>)> = Encoder::ALL.iter().map(|e| (e.name().to_string(), Some(*e))).collect();
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> =
+            (0..cfg.pages as u64).map(|s| pair(kind, s + 1)).collect();
+        let mut variants: Vec<(String, Option<Encoder>)> = Encoder::ALL
+            .iter()
+            .map(|e| (e.name().to_string(), Some(*e)))
+            .collect();
         variants.push(("runs, else zstd-ref (Patcher)".into(), None));
         for (name, enc) in variants {
             let mut out = vec![0u8; PAGE];
@@ -474,9 +532,11 @@ pub fn compare_encoders(cfg: &OpsConfig) -> Vec<CodecRow> {
                 Some(enc) => {
                     let mut e = DeltaEncoder::new(enc);
                     let mut d = DeltaDecoder::new();
-                    let patches: Vec<Vec<u8>> = pairs.iter().map(|(r, p)| e.encode(p, r).to_vec()).collect();
+                    let patches: Vec<Vec<u8>> =
+                        pairs.iter().map(|(r, p)| e.encode(p, r).to_vec()).collect();
                     let stored = patches.iter().filter(|p| p.len() <= PATCH_CUTOFF).count();
-                    let bytes = patches.iter().map(|p| p.len()).sum::<usize>() as f64 / pairs.len() as f64;
+                    let bytes =
+                        patches.iter().map(|p| p.len()).sum::<usize>() as f64 / pairs.len() as f64;
                     // Timed as the engine calls it: refused above the cut-off.
                     let encode = time_rounds(cfg.rounds, pairs.len(), || {
                         for (r, p) in &pairs {
@@ -494,9 +554,16 @@ pub fn compare_encoders(cfg: &OpsConfig) -> Vec<CodecRow> {
                 }
                 None => {
                     let mut pt = Patcher::new();
-                    let patches: Vec<Option<Vec<u8>>> = pairs.iter().map(|(r, p)| pt.make(p, r).map(|x| x.to_vec())).collect();
+                    let patches: Vec<Option<Vec<u8>>> = pairs
+                        .iter()
+                        .map(|(r, p)| pt.make(p, r).map(|x| x.to_vec()))
+                        .collect();
                     let stored = patches.iter().flatten().count();
-                    let bytes = patches.iter().map(|p| p.as_ref().map_or(PAGE, |p| p.len())).sum::<usize>() as f64 / pairs.len() as f64;
+                    let bytes = patches
+                        .iter()
+                        .map(|p| p.as_ref().map_or(PAGE, |p| p.len()))
+                        .sum::<usize>() as f64
+                        / pairs.len() as f64;
                     let encode = time_rounds(cfg.rounds, pairs.len(), || {
                         for (r, p) in &pairs {
                             std::hint::black_box(pt.make(p, r));
@@ -530,7 +597,11 @@ pub fn compare_encoders(cfg: &OpsConfig) -> Vec<CodecRow> {
 pub fn store_churn(objects: usize) -> Vec<(String, crate::store::StoreStats)> {
     let mut c = Compressor::default();
     let mut pt = Patcher::new();
-    let mut store = Store::new(StoreConfig { reserve_bytes: 1 << 30, ..StoreConfig::default() }).expect("store");
+    let mut store = Store::new(StoreConfig {
+        reserve_bytes: 1 << 30,
+        ..StoreConfig::default()
+    })
+    .expect("store");
     let mut rng = crate::kinds::Rng::new(42);
     let kinds = [Kind::Text, Kind::IntDoubles, Kind::Heap, Kind::Zero];
     let pkinds = [Kind::Write16, Kind::Similar95, Kind::Doubles];
@@ -542,7 +613,8 @@ pub fn store_churn(objects: usize) -> Vec<(String, crate::store::StoreStats)> {
             let (r, p) = pair(pkinds[rng.below(3) as usize], i);
             pt.make(&p, &r).map(|x| x.to_vec())
         } else {
-            c.compress(&page(kinds[rng.below(4) as usize], i)).map(|x| x.to_vec())
+            c.compress(&page(kinds[rng.below(4) as usize], i))
+                .map(|x| x.to_vec())
         };
         if let Some(o) = obj {
             handles.push(store.insert(&o).unwrap());
@@ -574,7 +646,10 @@ fn f(x: f64) -> String {
 /// Everything as markdown: Table 2 ops with targets, codecs, encoders,
 /// store churn.
 pub fn run(cfg: &OpsConfig) -> String {
-    ["ops", "codecs", "encoders", "store"].iter().map(|p| run_part(cfg, p)).collect()
+    ["ops", "codecs", "encoders", "store"]
+        .iter()
+        .map(|p| run_part(cfg, p))
+        .collect()
 }
 
 /// One part of [`run`]: "ops", "codecs", "encoders" or "store".
@@ -605,7 +680,11 @@ pub fn run_part(cfg: &OpsConfig, part: &str) -> String {
         f(xxh.median_us),
         f(cmp.median_us)
     );
-    let _ = writeln!(s, "Table 2 ops (median µs per op over {} rounds of {} pages; p10-p90):\n", cfg.rounds, cfg.pages);
+    let _ = writeln!(
+        s,
+        "Table 2 ops (median µs per op over {} rounds of {} pages; p10-p90):\n",
+        cfg.rounds, cfg.pages
+    );
     let _ = writeln!(
         s,
         "| op | page kind | median µs | p10-p90 | stored | mean bytes | DE µs | issue target (met) | strict target (met) |"
@@ -617,14 +696,22 @@ pub fn run_part(cfg: &OpsConfig, part: &str) -> String {
         let met = |t: Option<f64>| match t {
             _ if na => "n/a".to_string(),
             None => "device".to_string(),
-            Some(t) => format!("{} ({})", f(t), if r.timing.median_us <= t { "yes" } else { "NO" }),
+            Some(t) => format!(
+                "{} ({})",
+                f(t),
+                if r.timing.median_us <= t { "yes" } else { "NO" }
+            ),
         };
         let _ = writeln!(
             s,
             "| {} | {} | {} | {}-{} | {}/{} | {} | {} | {} | {} |",
             r.op,
             r.kind,
-            if na { "-".into() } else { f(r.timing.median_us) },
+            if na {
+                "-".into()
+            } else {
+                f(r.timing.median_us)
+            },
             f(r.timing.p10_us),
             f(r.timing.p90_us),
             r.stored,
@@ -642,7 +729,10 @@ fn run_rest(cfg: &OpsConfig, part: &str) -> String {
     let mut s = String::new();
     let table = |s: &mut String, title: &str, rows: &[CodecRow]| {
         let _ = writeln!(s, "\n{title}\n");
-        let _ = writeln!(s, "| page kind | codec | mean bytes | stored | encode µs | decode µs |");
+        let _ = writeln!(
+            s,
+            "| page kind | codec | mean bytes | stored | encode µs | decode µs |"
+        );
         let _ = writeln!(s, "|---|---|---|---|---|---|");
         for r in rows {
             let _ = writeln!(
@@ -659,10 +749,18 @@ fn run_rest(cfg: &OpsConfig, part: &str) -> String {
         }
     };
     if part == "codecs" {
-        table(&mut s, "Page codecs (codec alone; stored = at most 7/8 page):", &compare_codecs(cfg));
+        table(
+            &mut s,
+            "Page codecs (codec alone; stored = at most 7/8 page):",
+            &compare_codecs(cfg),
+        );
     }
     if part == "encoders" {
-        table(&mut s, "Delta encoders (encoder alone; stored = patch at most 2048 B):", &compare_encoders(cfg));
+        table(
+            &mut s,
+            "Delta encoders (encoder alone; stored = patch at most 2048 B):",
+            &compare_encoders(cfg),
+        );
     }
     if part != "store" {
         return s;

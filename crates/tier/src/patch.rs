@@ -65,7 +65,12 @@ pub enum Encoder {
 }
 
 impl Encoder {
-    pub const ALL: [Encoder; 4] = [Encoder::ZstdRef, Encoder::XorLz4, Encoder::XorZstd, Encoder::Runs];
+    pub const ALL: [Encoder; 4] = [
+        Encoder::ZstdRef,
+        Encoder::XorLz4,
+        Encoder::XorZstd,
+        Encoder::Runs,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -189,8 +194,10 @@ impl DeltaEncoder {
                 // `reference` is borrowed. If compress2 is not reached or
                 // fails, the context's dictionaries are cleared (reset of the
                 // parameters) before returning.
-                let prefix: &'static [u8] = unsafe { std::mem::transmute::<&[u8], &'static [u8]>(reference) };
-                let ok = self.cctx.ref_prefix(prefix).is_ok() && self.cctx.compress2(&mut self.out, page).is_ok();
+                let prefix: &'static [u8] =
+                    unsafe { std::mem::transmute::<&[u8], &'static [u8]>(reference) };
+                let ok = self.cctx.ref_prefix(prefix).is_ok()
+                    && self.cctx.compress2(&mut self.out, page).is_ok();
                 if !ok {
                     let _ = self.cctx.reset(ResetDirective::Parameters);
                     configure(&mut self.cctx);
@@ -201,22 +208,30 @@ impl DeltaEncoder {
                 self.xor.resize(page.len(), 0);
                 xor_into(&mut self.xor, page, reference);
                 if self.encoder == Encoder::XorLz4 {
-                    self.out.resize(lz4_flex::block::get_maximum_output_size(page.len()), 0);
+                    self.out
+                        .resize(lz4_flex::block::get_maximum_output_size(page.len()), 0);
                     let n = lz4_flex::block::compress_into(&self.xor, &mut self.out).ok()?;
                     self.out.truncate(n);
                 } else if self.cctx.compress2(&mut self.out, &self.xor).is_err() {
                     return None;
                 }
             }
-            Encoder::Runs => return runs_encode(page, reference, limit, &mut self.xor, &mut self.out),
+            Encoder::Runs => {
+                return runs_encode(page, reference, limit, &mut self.xor, &mut self.out)
+            }
         }
         (self.out.len() <= limit).then_some(())
     }
 }
 
 fn xor_into(x: &mut [u8], a: &[u8], b: &[u8]) {
-    for ((x, a), b) in x.chunks_exact_mut(8).zip(a.chunks_exact(8)).zip(b.chunks_exact(8)) {
-        let v = u64::from_ne_bytes(a.try_into().unwrap()) ^ u64::from_ne_bytes(b.try_into().unwrap());
+    for ((x, a), b) in x
+        .chunks_exact_mut(8)
+        .zip(a.chunks_exact(8))
+        .zip(b.chunks_exact(8))
+    {
+        let v =
+            u64::from_ne_bytes(a.try_into().unwrap()) ^ u64::from_ne_bytes(b.try_into().unwrap());
         x.copy_from_slice(&v.to_ne_bytes());
     }
     let done = a.len() / 8 * 8;
@@ -297,7 +312,13 @@ impl RunWriter<'_> {
 }
 
 /// The `runs` encoder: see the module documentation.
-fn runs_encode(page: &[u8], reference: &[u8], limit: usize, scratch: &mut Vec<u8>, out: &mut Vec<u8>) -> Option<()> {
+fn runs_encode(
+    page: &[u8],
+    reference: &[u8],
+    limit: usize,
+    scratch: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> Option<()> {
     // Every changed byte is in the output: more changed bytes than the
     // limit allows is a refusal after one cheap pass.
     if limit < page.len() && changed_bytes(page, reference) > limit {
@@ -320,8 +341,13 @@ fn runs_encode(page: &[u8], reference: &[u8], limit: usize, scratch: &mut Vec<u8
     };
     let words = page.len() / 8;
     let mut ok = true;
-    for (i, (a, b)) in page.chunks_exact(8).zip(reference.chunks_exact(8)).enumerate() {
-        let mut x = u64::from_le_bytes(a.try_into().unwrap()) ^ u64::from_le_bytes(b.try_into().unwrap());
+    for (i, (a, b)) in page
+        .chunks_exact(8)
+        .zip(reference.chunks_exact(8))
+        .enumerate()
+    {
+        let mut x =
+            u64::from_le_bytes(a.try_into().unwrap()) ^ u64::from_le_bytes(b.try_into().unwrap());
         while x != 0 {
             let j = (x.trailing_zeros() / 8) as usize;
             x &= !(0xffu64 << (j * 8));
@@ -350,13 +376,18 @@ fn changed_bytes(a: &[u8], b: &[u8]) -> usize {
     const HI: u64 = 0x8080_8080_8080_8080;
     let mut n = 0usize;
     for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
-        let d = u64::from_le_bytes(x.try_into().unwrap()) ^ u64::from_le_bytes(y.try_into().unwrap());
+        let d =
+            u64::from_le_bytes(x.try_into().unwrap()) ^ u64::from_le_bytes(y.try_into().unwrap());
         // High bit of each nonzero byte of d (exact).
         let nz = (((d & !HI) + !HI) | d) & HI;
         n += nz.count_ones() as usize;
     }
     let done = a.len() / 8 * 8;
-    n + a[done..].iter().zip(&b[done..]).filter(|(x, y)| x != y).count()
+    n + a[done..]
+        .iter()
+        .zip(&b[done..])
+        .filter(|(x, y)| x != y)
+        .count()
 }
 
 fn runs_apply(patch: &[u8], out: &mut [u8]) -> Result<(), Error> {
@@ -365,7 +396,9 @@ fn runs_apply(patch: &[u8], out: &mut [u8]) -> Result<(), Error> {
     while pos < patch.len() {
         let gap = get_varint(patch, &mut pos).ok_or(Error::Corrupt("runs: truncated gap"))?;
         let len = get_varint(patch, &mut pos).ok_or(Error::Corrupt("runs: truncated length"))? + 1;
-        at = at.checked_add(gap).ok_or(Error::Corrupt("runs: offset overflow"))?;
+        at = at
+            .checked_add(gap)
+            .ok_or(Error::Corrupt("runs: offset overflow"))?;
         if at + len > out.len() || pos + len > patch.len() {
             return Err(Error::Corrupt("runs: run outside the page or the patch"));
         }
@@ -389,12 +422,20 @@ impl Default for DeltaDecoder {
 
 impl DeltaDecoder {
     pub fn new() -> DeltaDecoder {
-        DeltaDecoder { dctx: DCtx::create() }
+        DeltaDecoder {
+            dctx: DCtx::create(),
+        }
     }
 
     /// Rebuilds into `out` (as long as `reference`) the page that `patch`
     /// (made by `encoder`) encodes against `reference`.
-    pub fn apply_into(&mut self, encoder: Encoder, patch: &[u8], reference: &[u8], out: &mut [u8]) -> Result<(), Error> {
+    pub fn apply_into(
+        &mut self,
+        encoder: Encoder,
+        patch: &[u8],
+        reference: &[u8],
+        out: &mut [u8],
+    ) -> Result<(), Error> {
         if out.len() != reference.len() {
             return Err(Error::Length);
         }
@@ -403,7 +444,8 @@ impl DeltaDecoder {
                 let n = if reference.starts_with(&ZSTD_DICT_MAGIC) {
                     // Rare: force "raw content" with a one-off context.
                     let mut d = DCtx::create();
-                    d.ref_prefix(reference).map_err(|_| Error::Corrupt("zstd-ref: prefix"))?;
+                    d.ref_prefix(reference)
+                        .map_err(|_| Error::Corrupt("zstd-ref: prefix"))?;
                     d.decompress(out, patch)
                 } else {
                     self.dctx.decompress_using_dict(out, patch, reference)
@@ -437,7 +479,8 @@ impl DeltaDecoder {
 
 fn xor_in_place(out: &mut [u8], reference: &[u8]) {
     for (o, r) in out.chunks_exact_mut(8).zip(reference.chunks_exact(8)) {
-        let v = u64::from_ne_bytes((&*o).try_into().unwrap()) ^ u64::from_ne_bytes(r.try_into().unwrap());
+        let v = u64::from_ne_bytes((&*o).try_into().unwrap())
+            ^ u64::from_ne_bytes(r.try_into().unwrap());
         o.copy_from_slice(&v.to_ne_bytes());
     }
     let done = out.len() / 8 * 8;
@@ -450,7 +493,9 @@ fn xor_in_place(out: &mut [u8], reference: &[u8]) {
 /// decoder; the engine keeps a [`DeltaDecoder`]).
 pub fn apply(encoder: Encoder, patch: &[u8], reference: &[u8]) -> Option<Vec<u8>> {
     let mut out = vec![0; reference.len()];
-    DeltaDecoder::new().apply_into(encoder, patch, reference, &mut out).ok()?;
+    DeltaDecoder::new()
+        .apply_into(encoder, patch, reference, &mut out)
+        .ok()?;
     Some(out)
 }
 
@@ -509,7 +554,11 @@ impl Patcher {
         }
         if let Some(f) = self.fallback.as_mut() {
             // The fallback must beat what we have.
-            let limit = if self.out.is_empty() { limit } else { self.out.len() - 2 };
+            let limit = if self.out.is_empty() {
+                limit
+            } else {
+                self.out.len() - 2
+            };
             let tag = f.encoder().tag();
             if let Some(p) = f.encode_within(page, reference, limit) {
                 self.out.clear();

@@ -114,7 +114,9 @@ impl SimilarityParams {
             return Err("similarity parameters k, s and c must be at least 1".into());
         }
         if self.k * self.s > MAX_BLOCKS {
-            return Err(format!("similarity detector: k*s must be at most {MAX_BLOCKS}"));
+            return Err(format!(
+                "similarity detector: k*s must be at most {MAX_BLOCKS}"
+            ));
         }
         if self.block == 0 || self.block > PAGE {
             return Err(format!("similarity block size must be 1..{PAGE}"));
@@ -225,7 +227,13 @@ impl Detector {
             }
         };
         self.keys[key_slot as usize * k..key_slot as usize * k + k].copy_from_slice(&keys[..k]);
-        self.members.insert(id, Member { key_slot, buckets: k as u32 });
+        self.members.insert(
+            id,
+            Member {
+                key_slot,
+                buckets: k as u32,
+            },
+        );
         for (i, &key) in keys.iter().enumerate().take(k) {
             let slot = match self.maps[i].get(&key) {
                 Some(&s) => s,
@@ -343,7 +351,10 @@ impl Detector {
     /// maps count one control byte per slot, as hashbrown has).
     pub fn metadata_bytes(&self) -> usize {
         let map = |cap: usize, entry: usize| cap * (entry + 1);
-        self.maps.iter().map(|m| map(m.capacity(), 12)).sum::<usize>()
+        self.maps
+            .iter()
+            .map(|m| map(m.capacity(), 12))
+            .sum::<usize>()
             + map(self.members.capacity(), 16)
             + self.slab.capacity() * 8
             + self.keys.capacity() * 8

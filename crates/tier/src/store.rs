@@ -187,7 +187,10 @@ impl Drop for Store {
     fn drop(&mut self) {
         // SAFETY: the mapping was created by `Store::new` with this size.
         unsafe {
-            libc::munmap(self.base as *mut libc::c_void, self.reserved_pages as usize * PAGE);
+            libc::munmap(
+                self.base as *mut libc::c_void,
+                self.reserved_pages as usize * PAGE,
+            );
         }
     }
 }
@@ -198,7 +201,11 @@ fn class_of(len: usize) -> usize {
 
 impl Store {
     pub fn new(cfg: StoreConfig) -> Result<Store, Error> {
-        let mut size = cfg.reserve_bytes.clamp(16 << 20, (u32::MAX as usize) * PAGE) / PAGE * PAGE;
+        let mut size = cfg
+            .reserve_bytes
+            .clamp(16 << 20, (u32::MAX as usize) * PAGE)
+            / PAGE
+            * PAGE;
         let base = loop {
             // SAFETY: a fresh anonymous mapping, no fixed address.
             let p = unsafe {
@@ -285,10 +292,22 @@ impl Store {
             + v(self.free_entries.capacity(), 4)
             + v(self.slabs.capacity(), size_of::<Slab>())
             + v(self.free_slabs.capacity(), 4)
-            + self.free_runs.iter().map(|r| v(r.capacity(), 4)).sum::<u64>()
-            + self.cached_runs.iter().map(|r| v(r.capacity(), 4)).sum::<u64>()
+            + self
+                .free_runs
+                .iter()
+                .map(|r| v(r.capacity(), 4))
+                .sum::<u64>()
+            + self
+                .cached_runs
+                .iter()
+                .map(|r| v(r.capacity(), 4))
+                .sum::<u64>()
             + v(self.classes.capacity(), size_of::<Class>())
-            + self.classes.iter().map(|c| v(c.partial.capacity(), 4)).sum::<u64>()
+            + self
+                .classes
+                .iter()
+                .map(|c| v(c.partial.capacity(), 4))
+                .sum::<u64>()
             + size_of::<Store>() as u64
     }
 
@@ -297,7 +316,10 @@ impl Store {
         let size = self.classes[slab.class as usize].size as usize;
         // SAFETY (for callers): slab pages lie inside the mapping and
         // slot < slots, so the slot lies inside the slab.
-        unsafe { self.base.add(slab.page as usize * PAGE + slot as usize * size) }
+        unsafe {
+            self.base
+                .add(slab.page as usize * PAGE + slot as usize * size)
+        }
     }
 
     fn new_slab(&mut self, class: usize) -> Result<u32, Error> {
@@ -467,7 +489,10 @@ impl Store {
         let index = match self.free_entries.pop() {
             Some(i) => {
                 let g = self.entries[i as usize].generation.wrapping_add(1);
-                self.entries[i as usize] = Entry { generation: g, ..entry };
+                self.entries[i as usize] = Entry {
+                    generation: g,
+                    ..entry
+                };
                 i
             }
             None => {
@@ -623,7 +648,11 @@ impl Store {
             }
             let s = &self.slabs[e.slab as usize];
             let class = &self.classes[s.class as usize];
-            if e.len as u32 > class.size || e.len == 0 || (e.slot as u32) >= class.slots || e.slot >= s.fresh {
+            if e.len as u32 > class.size
+                || e.len == 0
+                || (e.slot as u32) >= class.slots
+                || e.slot >= s.fresh
+            {
                 return Err(format!("entry {e:?} does not fit slab {s:?}"));
             }
             used[e.slab as usize] += 1;
@@ -641,9 +670,13 @@ impl Store {
             }
             let class = &self.classes[s.class as usize];
             if used[id] != s.used as u32 || s.used == 0 {
-                return Err(format!("slab {id}: used {} but {} objects", s.used, used[id]));
+                return Err(format!(
+                    "slab {id}: used {} but {} objects",
+                    s.used, used[id]
+                ));
             }
-            let in_partial = s.partial_pos != NONE && class.partial.get(s.partial_pos as usize) == Some(&(id as u32));
+            let in_partial = s.partial_pos != NONE
+                && class.partial.get(s.partial_pos as usize) == Some(&(id as u32));
             if in_partial != ((s.used as u32) < class.slots) {
                 return Err(format!("slab {id}: partial list membership wrong"));
             }
@@ -651,7 +684,12 @@ impl Store {
             st.slab_bytes += class.pages as u64 * PAGE as u64;
         }
         st.metadata_bytes = self.metadata_bytes();
-        let cached: usize = self.cached_runs.iter().enumerate().map(|(i, r)| r.len() * (i + 1)).sum();
+        let cached: usize = self
+            .cached_runs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| r.len() * (i + 1))
+            .sum();
         st.cached_bytes = (cached * PAGE) as u64;
         Ok(st)
     }
@@ -662,7 +700,11 @@ mod tests {
     use super::*;
 
     fn small() -> Store {
-        Store::new(StoreConfig { reserve_bytes: 64 << 20, ..StoreConfig::default() }).unwrap()
+        Store::new(StoreConfig {
+            reserve_bytes: 64 << 20,
+            ..StoreConfig::default()
+        })
+        .unwrap()
     }
 
     #[test]
@@ -672,7 +714,10 @@ mod tests {
             let (size, pages) = s.class_for(len).unwrap();
             assert!(size >= len && size - len < GRAIN, "{len}");
             let waste = (pages * PAGE) % size;
-            assert!(waste * 100 <= pages * PAGE * 13, "{len}: {waste} of {pages} pages");
+            assert!(
+                waste * 100 <= pages * PAGE * 13,
+                "{len}: {waste} of {pages} pages"
+            );
         }
         assert!(s.class_for(0).is_none() && s.class_for(4097).is_none());
     }
@@ -685,7 +730,10 @@ mod tests {
         assert_eq!(s.get(a).unwrap(), b"hello");
         assert_eq!(s.get(b).unwrap(), &[7u8; 1000][..]);
         let st = s.stats();
-        assert_eq!((st.objects, st.payload_bytes, st.slot_bytes), (2, 1005, 16 + 1008));
+        assert_eq!(
+            (st.objects, st.payload_bytes, st.slot_bytes),
+            (2, 1005, 16 + 1008)
+        );
         s.remove(a).unwrap();
         assert!(matches!(s.get(a), Err(Error::BadHandle)));
         assert!(matches!(s.remove(a), Err(Error::BadHandle)));
@@ -697,7 +745,10 @@ mod tests {
         s.remove(b).unwrap();
         s.remove(c).unwrap();
         let st = s.stats();
-        assert_eq!((st.objects, st.slabs, st.slab_bytes, st.payload_bytes), (0, 0, 0, 0));
+        assert_eq!(
+            (st.objects, st.slabs, st.slab_bytes, st.payload_bytes),
+            (0, 0, 0, 0)
+        );
         // The two empty slabs (1 page each) stay cached until trimmed.
         assert_eq!(st.cached_bytes, 2 * PAGE as u64);
         assert_eq!(s.audit().unwrap(), st);
@@ -731,7 +782,11 @@ mod compact_tests {
 
     #[test]
     fn compaction_reaches_the_fewest_slabs() {
-        let mut s = Store::new(StoreConfig { reserve_bytes: 256 << 20, ..StoreConfig::default() }).unwrap();
+        let mut s = Store::new(StoreConfig {
+            reserve_bytes: 256 << 20,
+            ..StoreConfig::default()
+        })
+        .unwrap();
         let mut rng = Rng::new(5);
         let mut hs = Vec::new();
         for i in 0..20_000u32 {
@@ -755,7 +810,11 @@ mod compact_tests {
             objs[class_of(*len)] += 1;
         }
         let ideal: u64 = (0..CLASSES)
-            .map(|c| objs[c].div_ceil(s.classes[c].slots as u64) * s.classes[c].pages as u64 * PAGE as u64)
+            .map(|c| {
+                objs[c].div_ceil(s.classes[c].slots as u64)
+                    * s.classes[c].pages as u64
+                    * PAGE as u64
+            })
             .sum();
         assert_eq!(s.stats().slab_bytes, ideal);
         for (h, len, b) in &hs {

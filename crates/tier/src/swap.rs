@@ -179,7 +179,11 @@ impl SwapFile {
             }
             Err(e) => return Err(e.into()),
         };
-        let aligned = if direct { Some(AlignedPage::new()?) } else { None };
+        let aligned = if direct {
+            Some(AlignedPage::new()?)
+        } else {
+            None
+        };
         Ok(SwapFile {
             file,
             path: cfg.path.clone(),
@@ -256,8 +260,10 @@ impl SwapFile {
             self.file.set_len((off + len) as u64)?;
         }
         self.allocated += add;
-        self.bitmap.resize((self.allocated as usize).div_ceil(64), 0);
-        self.meta.resize(self.allocated as usize, SlotMeta::default());
+        self.bitmap
+            .resize((self.allocated as usize).div_ceil(64), 0);
+        self.meta
+            .resize(self.allocated as usize, SlotMeta::default());
         Ok(())
     }
 
@@ -375,7 +381,9 @@ impl SwapFile {
             slot[..d.len()].copy_from_slice(d);
             slot[d.len()..].fill(0);
         }
-        let r = self.file.write_all_at(&buf[..items.len() * PAGE], first as u64 * PAGE as u64);
+        let r = self
+            .file
+            .write_all_at(&buf[..items.len() * PAGE], first as u64 * PAGE as u64);
         self.batch = Some(b);
         Ok(r?)
     }
@@ -446,7 +454,10 @@ impl SwapFile {
     /// Gives the disk blocks of free slots at the end of the file back
     /// (truncate to the last used slot, rounded up to a growth step).
     pub fn shrink(&mut self) -> Result<(), Error> {
-        let last = (0..self.allocated).rev().find(|&s| self.is_used(Slot(s))).map_or(0, |s| s + 1);
+        let last = (0..self.allocated)
+            .rev()
+            .find(|&s| self.is_used(Slot(s)))
+            .map_or(0, |s| s + 1);
         let keep = last.div_ceil(self.grow_slots) * self.grow_slots;
         if keep < self.allocated {
             self.file.set_len(keep as u64 * PAGE as u64)?;
@@ -557,7 +568,11 @@ mod tests {
         assert_eq!(w.pages_to_evict(95 * mb), 10);
         assert_eq!(w.pages_to_evict(95 * mb), 0, "hints are consumed");
         w.hint(u64::MAX / 2);
-        assert_eq!(w.pages_to_evict(0), (20 * mb / 4096) as usize, "hints are bounded");
+        assert_eq!(
+            w.pages_to_evict(0),
+            (20 * mb / 4096) as usize,
+            "hints are bounded"
+        );
         assert!(Watermarks::new(1, 2).is_err());
     }
 
@@ -568,7 +583,9 @@ mod tests {
         cfg.grow_slots = 4;
         let mut s = SwapFile::create(&cfg).unwrap();
         assert!(SwapFile::create(&cfg).is_err(), "never an existing file");
-        let pages: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; if i % 2 == 0 { PAGE } else { 100 + i as usize }]).collect();
+        let pages: Vec<Vec<u8>> = (0..10u8)
+            .map(|i| vec![i; if i % 2 == 0 { PAGE } else { 100 + i as usize }])
+            .collect();
         let slots: Vec<Slot> = pages.iter().map(|p| s.swap_out(p).unwrap()).collect();
         assert_eq!(s.stats().slots_allocated, 12);
         let mut out = vec![0u8; PAGE];
@@ -579,7 +596,11 @@ mod tests {
         s.free(slots[3]).unwrap();
         assert!(s.free(slots[3]).is_err());
         assert!(s.swap_in(slots[3], &mut out).is_err());
-        assert_eq!(s.swap_out(b"x").unwrap(), slots[3], "lowest free slot reused");
+        assert_eq!(
+            s.swap_out(b"x").unwrap(),
+            slots[3],
+            "lowest free slot reused"
+        );
         for &sl in &slots {
             let _ = s.free(sl);
         }
@@ -601,7 +622,10 @@ mod tests {
         assert_eq!(s.stats().slots_used, 1, "failed write released its slot");
         s.fail_next(FailOn::Read, libc::EIO);
         let mut out = vec![0u8; PAGE];
-        assert_eq!(s.swap_in(a, &mut out).unwrap_err().raw_os_error(), Some(libc::EIO));
+        assert_eq!(
+            s.swap_in(a, &mut out).unwrap_err().raw_os_error(),
+            Some(libc::EIO)
+        );
         // The slot is still there: retry works.
         s.swap_in(a, &mut out).unwrap();
         assert_eq!(out, vec![1u8; PAGE]);
@@ -613,7 +637,9 @@ mod tests {
         let mut cfg = SwapConfig::new(&path);
         cfg.grow_slots = 50;
         let mut s = SwapFile::create(&cfg).unwrap();
-        let pages: Vec<Vec<u8>> = (0..150u32).map(|i| vec![i as u8; 1 + (i as usize * 37) % PAGE]).collect();
+        let pages: Vec<Vec<u8>> = (0..150u32)
+            .map(|i| vec![i as u8; 1 + (i as usize * 37) % PAGE])
+            .collect();
         let refs: Vec<&[u8]> = pages.iter().map(|p| &p[..]).collect();
         let slots = s.swap_out_batch(&refs).unwrap();
         assert_eq!(slots.len(), 150);
@@ -633,7 +659,10 @@ mod tests {
         }
         let used = s.stats().slots_used;
         s.fail_next(FailOn::Write, libc::EIO);
-        assert_eq!(s.swap_out_batch(&refs).unwrap_err().raw_os_error(), Some(libc::EIO));
+        assert_eq!(
+            s.swap_out_batch(&refs).unwrap_err().raw_os_error(),
+            Some(libc::EIO)
+        );
         assert_eq!(s.stats().slots_used, used, "a failed batch keeps no slot");
         assert!(matches!(s.swap_out_batch(&[&[][..]]), Err(Error::Length)));
     }

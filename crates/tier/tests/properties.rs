@@ -5,7 +5,9 @@
 
 use pagefold_tier::compress::{CompressConfig, Compressor, ZstdPolicy};
 use pagefold_tier::kinds::{page, pair, Kind};
-use pagefold_tier::patch::{apply, DeltaDecoder, DeltaEncoder, Encoder, Patcher, References, PATCH_CUTOFF};
+use pagefold_tier::patch::{
+    apply, DeltaDecoder, DeltaEncoder, Encoder, Patcher, References, PATCH_CUTOFF,
+};
 use pagefold_tier::similar::{Detector, SimilarityParams};
 use pagefold_tier::store::{Handle, Store, StoreConfig};
 use pagefold_tier::PAGE;
@@ -17,14 +19,21 @@ fn any_page() -> impl Strategy<Value = Vec<u8>> {
     (
         0usize..Kind::ALL.len(),
         any::<u64>(),
-        prop::collection::vec((0usize..PAGE, 1usize..300, any::<u8>(), any::<bool>()), 0..12),
+        prop::collection::vec(
+            (0usize..PAGE, 1usize..300, any::<u8>(), any::<bool>()),
+            0..12,
+        ),
     )
         .prop_map(|(k, seed, edits)| {
             let mut p = page(Kind::ALL[k], seed);
             for (at, len, b, random) in edits {
                 let end = (at + len).min(PAGE);
                 for (i, x) in p[at..end].iter_mut().enumerate() {
-                    *x = if random { b.wrapping_mul(i as u8 | 1).rotate_left(i as u32) } else { b };
+                    *x = if random {
+                        b.wrapping_mul(i as u8 | 1).rotate_left(i as u32)
+                    } else {
+                        b
+                    };
                 }
             }
             p
@@ -32,13 +41,18 @@ fn any_page() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn policies() -> Vec<CompressConfig> {
-    [ZstdPolicy::Never, ZstdPolicy::Numeric, ZstdPolicy::Always, ZstdPolicy::Only]
-        .into_iter()
-        .map(|zstd| CompressConfig {
-            zstd,
-            ..CompressConfig::default()
-        })
-        .collect()
+    [
+        ZstdPolicy::Never,
+        ZstdPolicy::Numeric,
+        ZstdPolicy::Always,
+        ZstdPolicy::Only,
+    ]
+    .into_iter()
+    .map(|zstd| CompressConfig {
+        zstd,
+        ..CompressConfig::default()
+    })
+    .collect()
 }
 
 proptest! {
@@ -211,9 +225,20 @@ proptest! {
 fn patches_of_the_generator_kinds_are_small_and_refused_when_unrelated() {
     let mut pt = Patcher::new();
     let mut out = vec![0u8; PAGE];
-    for kind in [Kind::Identical, Kind::Write16, Kind::Similar95, Kind::Text, Kind::Doubles, Kind::IntDoubles, Kind::Heap] {
+    for kind in [
+        Kind::Identical,
+        Kind::Write16,
+        Kind::Similar95,
+        Kind::Text,
+        Kind::Doubles,
+        Kind::IntDoubles,
+        Kind::Heap,
+    ] {
         let (r, p) = pair(kind, 3);
-        let patch = pt.make(&p, &r).unwrap_or_else(|| panic!("{kind:?} not patched")).to_vec();
+        let patch = pt
+            .make(&p, &r)
+            .unwrap_or_else(|| panic!("{kind:?} not patched"))
+            .to_vec();
         assert!(patch.len() <= PATCH_CUTOFF);
         pt.apply(&patch, &r, &mut out).unwrap();
         assert_eq!(out, p);
@@ -227,7 +252,11 @@ fn reference_rule_follows_the_patches() {
     // The engine's sequence: patch a page against reference 1 (pin), the
     // reference may not change; the page is rebuilt (unpin), now it may.
     let refs = References::new();
-    let mut store = Store::new(StoreConfig { reserve_bytes: 16 << 20, ..StoreConfig::default() }).unwrap();
+    let mut store = Store::new(StoreConfig {
+        reserve_bytes: 16 << 20,
+        ..StoreConfig::default()
+    })
+    .unwrap();
     let mut pt = Patcher::new();
     let (r, p) = pair(Kind::Write16, 1);
     let h = store.insert(pt.make(&p, &r).unwrap()).unwrap();
@@ -250,7 +279,13 @@ fn reference_rule_follows_the_patches() {
 fn stores_are_shared_between_threads() {
     // Scanner inserts, fault handler reads and removes: Send + Sync.
     use std::sync::{mpsc, Arc, Mutex};
-    let store = Arc::new(Mutex::new(Store::new(StoreConfig { reserve_bytes: 16 << 20, ..StoreConfig::default() }).unwrap()));
+    let store = Arc::new(Mutex::new(
+        Store::new(StoreConfig {
+            reserve_bytes: 16 << 20,
+            ..StoreConfig::default()
+        })
+        .unwrap(),
+    ));
     let refs = Arc::new(References::new());
     let (tx, rx) = mpsc::channel::<(Handle, Vec<u8>)>();
     let s2 = store.clone();

@@ -33,11 +33,18 @@ fn full_disk(direct: bool, grow: u32) {
     let (e, _still_ours) = err.expect("a 256 KiB tmpfs fills up");
     assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
     assert!(!kept.is_empty() && kept.len() <= 64, "{} pages", kept.len());
-    assert_eq!(s.stats().slots_used as usize, kept.len(), "the failed write holds no slot");
+    assert_eq!(
+        s.stats().slots_used as usize,
+        kept.len(),
+        "the failed write holds no slot"
+    );
     // A batch on the full disk fails whole and holds nothing either.
     let batch: Vec<Vec<u8>> = (0..8u64).map(|i| page(Kind::Heap, i)).collect();
     let refs: Vec<&[u8]> = batch.iter().map(|p| &p[..]).collect();
-    assert_eq!(s.swap_out_batch(&refs).unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+    assert_eq!(
+        s.swap_out_batch(&refs).unwrap_err().raw_os_error(),
+        Some(libc::ENOSPC)
+    );
     assert_eq!(s.stats().slots_used as usize, kept.len());
     // Everything swapped before the disk filled comes back intact.
     let mut out = vec![0u8; PAGE];
@@ -78,7 +85,9 @@ fn o_direct_round_trip_on_the_temp_dir() {
     let mut s = SwapFile::create(&cfg).unwrap();
     eprintln!("O_DIRECT honoured: {}", s.is_direct());
     let mut out = vec![0u8; PAGE];
-    let objs: Vec<Vec<u8>> = (0..50).map(|i| page(Kind::Text, i)[..(i as usize * 81) % PAGE + 1].to_vec()).collect();
+    let objs: Vec<Vec<u8>> = (0..50)
+        .map(|i| page(Kind::Text, i)[..(i as usize * 81) % PAGE + 1].to_vec())
+        .collect();
     let slots: Vec<_> = objs.iter().map(|o| s.swap_out(o).unwrap()).collect();
     for (o, sl) in objs.iter().zip(&slots) {
         let n = s.swap_in(*sl, &mut out).unwrap();

@@ -4,7 +4,11 @@
 use clap::Parser;
 
 #[derive(Parser)]
-#[command(name = "pagefold-analyze", version, about = "What could sharing, patching and compression save on this process or image?")]
+#[command(
+    name = "pagefold-analyze",
+    version,
+    about = "What could sharing, patching and compression save on this process or image?"
+)]
 struct Cli {
     #[command(flatten)]
     args: pagefold_analyze::cli::Args,

@@ -96,7 +96,11 @@ pub fn read(path: &Path, filter: &Filter) -> Result<Image> {
         let mut used = false;
         for w in cuts.windows(2) {
             let (a, b) = (w[0], w[1]);
-            let kind = if files.iter().any(|f| f.0 <= a && a < f.1) { Kind::File } else { Kind::Anon };
+            let kind = if files.iter().any(|f| f.0 <= a && a < f.1) {
+                Kind::File
+            } else {
+                Kind::Anon
+            };
             if !filter.accepts_kind(kind) {
                 continue;
             }
@@ -154,7 +158,10 @@ type Parsed = (Vec<Segment>, Vec<(u64, u64)>);
 fn parse<H: FileHeader<Endian = Endianness>>(path: &Path, data: &[u8]) -> Result<Parsed> {
     let len = data.len() as u64;
     if (data.len()) < std::mem::size_of::<H>() {
-        return Err(truncated(path, format!("{len} bytes, shorter than an ELF header")));
+        return Err(truncated(
+            path,
+            format!("{len} bytes, shorter than an ELF header"),
+        ));
     }
     let header = H::parse(data).map_err(|e| bad(path, e.to_string()))?;
     let endian = header.endian().map_err(|e| bad(path, e.to_string()))?;
@@ -177,10 +184,15 @@ fn parse<H: FileHeader<Endian = Endianness>>(path: &Path, data: &[u8]) -> Result
     if phoff.saturating_add(phnum.saturating_mul(phentsize)) > len {
         return Err(truncated(
             path,
-            format!("program headers end at byte {}, file has {len}", phoff + phnum * phentsize),
+            format!(
+                "program headers end at byte {}, file has {len}",
+                phoff + phnum * phentsize
+            ),
         ));
     }
-    let headers = header.program_headers(endian, data).map_err(|e| bad(path, e.to_string()))?;
+    let headers = header
+        .program_headers(endian, data)
+        .map_err(|e| bad(path, e.to_string()))?;
     let mut segments = Vec::new();
     let mut files = Vec::new();
     for ph in headers {
@@ -193,7 +205,9 @@ fn parse<H: FileHeader<Endian = Endianness>>(path: &Path, data: &[u8]) -> Result
         if filesz == 0 {
             continue;
         }
-        let end = offset.checked_add(filesz).ok_or_else(|| bad(path, "segment size overflows"))?;
+        let end = offset
+            .checked_add(filesz)
+            .ok_or_else(|| bad(path, "segment size overflows"))?;
         if end > len {
             return Err(truncated(
                 path,

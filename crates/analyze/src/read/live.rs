@@ -46,13 +46,23 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
     let mut out = Vec::new();
     for line in text.lines() {
         let mut it = line.splitn(6, ' ');
-        let (Some(range), Some(perms)) = (it.next(), it.next()) else { continue };
+        let (Some(range), Some(perms)) = (it.next(), it.next()) else {
+            continue;
+        };
         let _offset = it.next();
         let _dev = it.next();
         let _inode = it.next();
-        let name = it.next().map(|s| s.trim_start()).filter(|s| !s.is_empty()).map(str::to_string);
-        let Some((a, b)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else { continue };
+        let name = it
+            .next()
+            .map(|s| s.trim_start())
+            .filter(|s| !s.is_empty())
+            .map(str::to_string);
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+            continue;
+        };
         if end <= start {
             continue;
         }
@@ -69,7 +79,9 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
 /// The kind of a mapping, or `None` for mappings that must not be read
 /// ([vvar], [vsyscall]: reading them fails or has side effects).
 pub fn kind_of(m: &Mapping) -> Option<Kind> {
-    let Some(name) = m.name.as_deref() else { return Some(Kind::Anon) };
+    let Some(name) = m.name.as_deref() else {
+        return Some(Kind::Anon);
+    };
     if name == "[heap]" {
         Some(Kind::Heap)
     } else if name == "[stack]" || name.starts_with("[stack:") {
@@ -80,7 +92,10 @@ pub fn kind_of(m: &Mapping) -> Option<Kind> {
         None
     } else if name.starts_with('[') {
         Some(Kind::Other)
-    } else if name.starts_with("/memfd:") || name.starts_with("/dev/zero") || name.starts_with("/SYSV") {
+    } else if name.starts_with("/memfd:")
+        || name.starts_with("/dev/zero")
+        || name.starts_with("/SYSV")
+    {
         Some(Kind::Anon)
     } else {
         Some(Kind::File)
@@ -132,7 +147,12 @@ struct Run {
 }
 
 /// Reads the populated pages of process `pid`.
-pub fn read_pid(pid: u32, filter: &Filter, progress: &Progress, hook: Option<Hook>) -> Result<Image> {
+pub fn read_pid(
+    pid: u32,
+    filter: &Filter,
+    progress: &Progress,
+    hook: Option<Hook>,
+) -> Result<Image> {
     let start = Instant::now();
     match std::fs::metadata(format!("/proc/{pid}")) {
         Ok(_) => {}
@@ -144,13 +164,19 @@ pub fn read_pid(pid: u32, filter: &Filter, progress: &Progress, hook: Option<Hoo
     }
     let comm = std::fs::read_to_string(proc_path(pid, "comm")).unwrap_or_default();
     let maps_path = proc_path(pid, "maps");
-    let maps = std::fs::read_to_string(&maps_path).map_err(|e| proc_error(pid, maps_path.clone(), e))?;
+    let maps =
+        std::fs::read_to_string(&maps_path).map_err(|e| proc_error(pid, maps_path.clone(), e))?;
     let mappings = parse_maps(&maps);
     if mappings.is_empty() {
-        return Err(if alive(pid) { Error::NoUserMemory(pid) } else { Error::ProcessExited(pid) });
+        return Err(if alive(pid) {
+            Error::NoUserMemory(pid)
+        } else {
+            Error::ProcessExited(pid)
+        });
     }
     let pagemap_path = proc_path(pid, "pagemap");
-    let pagemap = File::open(&pagemap_path).map_err(|e| proc_error(pid, pagemap_path.clone(), e))?;
+    let pagemap =
+        File::open(&pagemap_path).map_err(|e| proc_error(pid, pagemap_path.clone(), e))?;
     let mem_path = proc_path(pid, "mem");
     let mem = File::open(&mem_path).map_err(|e| proc_error(pid, mem_path.clone(), e))?;
 
@@ -255,7 +281,10 @@ pub fn read_pid(pid: u32, filter: &Filter, progress: &Progress, hook: Option<Hoo
         return Err(Error::ProcessExited(pid));
     }
     if let Some((_, true)) = failures.iter().find(|(_, denied)| *denied) {
-        return Err(Error::PermissionDenied { pid, path: mem_path });
+        return Err(Error::PermissionDenied {
+            pid,
+            path: mem_path,
+        });
     }
     let mut lost: Vec<u64> = failures.into_iter().flat_map(|(f, _)| f).collect();
     lost.sort_unstable();
@@ -288,7 +317,13 @@ pub fn read_pid(pid: u32, filter: &Filter, progress: &Progress, hook: Option<Hoo
                 perms: r.perms,
                 name: r.name.clone(),
             };
-            image.push_region(region, buf, off + (i * PAGE) as u64, j - i, Some(&r.frames[i..j]));
+            image.push_region(
+                region,
+                buf,
+                off + (i * PAGE) as u64,
+                j - i,
+                Some(&r.frames[i..j]),
+            );
             i = j;
         }
         off += (r.pages * PAGE) as u64;
@@ -348,7 +383,12 @@ fn read_piece(pid: u32, mem: &File, addr: u64, chunk: &mut [u8]) -> (Vec<u64>, b
     match read_full(mem, chunk, addr) {
         Ok(n) if n == chunk.len() => return (Vec::new(), false),
         Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) => {
-            return ((0..chunk.len() / PAGE).map(|i| addr + (i * PAGE) as u64).collect(), true)
+            return (
+                (0..chunk.len() / PAGE)
+                    .map(|i| addr + (i * PAGE) as u64)
+                    .collect(),
+                true,
+            )
         }
         _ => {}
     }
@@ -375,12 +415,20 @@ pub struct SnapshotInfo {
 
 /// Reads every PID, waits `interval`, reads them again; returns the second
 /// snapshots with every page's [`Change`] against the first.
-pub fn read_snapshots(pids: &[u32], filter: &Filter, interval: Duration, progress: &Progress) -> Result<Vec<Image>> {
+pub fn read_snapshots(
+    pids: &[u32],
+    filter: &Filter,
+    interval: Duration,
+    progress: &Progress,
+) -> Result<Vec<Image>> {
     let mut first = Vec::new();
     for &pid in pids {
         first.push(read_pid(pid, filter, progress, None)?);
     }
-    progress.note(&format!("waiting {:.1} s for the second snapshot", interval.as_secs_f64()));
+    progress.note(&format!(
+        "waiting {:.1} s for the second snapshot",
+        interval.as_secs_f64()
+    ));
     std::thread::sleep(interval);
     let mut out = Vec::new();
     for (&pid, before) in pids.iter().zip(first) {

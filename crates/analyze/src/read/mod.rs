@@ -102,7 +102,10 @@ impl Target {
 pub fn read_file(path: &Path, format: FileFormat, filter: &Filter) -> Result<Image> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if meta.is_dir() {
-        return Err(Error::Usage(format!("{} is a directory, not an image or core file", path.display())));
+        return Err(Error::Usage(format!(
+            "{} is a directory, not an image or core file",
+            path.display()
+        )));
     }
     let core = match format {
         FileFormat::Core => true,
@@ -126,7 +129,9 @@ pub fn read_targets(
     progress: &Progress,
 ) -> Result<Image> {
     if targets.is_empty() {
-        return Err(Error::Usage("no target (give a PID, an image file or a core file)".into()));
+        return Err(Error::Usage(
+            "no target (give a PID, an image file or a core file)".into(),
+        ));
     }
     let mut image = Image::new();
     match interval {

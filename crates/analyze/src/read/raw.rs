@@ -45,7 +45,10 @@ pub fn read(path: &Path, filter: &Filter) -> Result<Image> {
             first_page: 0,
             pages: 0,
             kind: Kind::Image,
-            perms: Perms { read: true, ..Perms::default() },
+            perms: Perms {
+                read: true,
+                ..Perms::default()
+            },
             name: None,
         };
         image.push_region(region, buf, a, ((b - a) / PAGE as u64) as usize, None);

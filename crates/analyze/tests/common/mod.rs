@@ -28,7 +28,10 @@ pub struct Composition {
 
 impl Composition {
     pub fn pages(&self) -> usize {
-        self.zero + self.groups.iter().sum::<usize>() + self.unique + self.families.iter().map(|v| v + 1).sum::<usize>()
+        self.zero
+            + self.groups.iter().sum::<usize>()
+            + self.unique
+            + self.families.iter().map(|v| v + 1).sum::<usize>()
     }
     pub fn variants(&self) -> usize {
         self.families.iter().sum()
@@ -51,7 +54,9 @@ pub fn random_page(rng: &mut StdRng) -> Vec<u8> {
 /// Byte offsets no variant may change: the default similarity blocks.
 pub fn protected(offset: usize) -> bool {
     let c = SimilarityConfig::default();
-    c.offsets().iter().any(|&o| offset >= o && offset < o + c.block)
+    c.offsets()
+        .iter()
+        .any(|&o| offset >= o && offset < o + c.block)
 }
 
 /// A copy of `reference` with `n` bytes changed outside the similarity blocks.
@@ -113,7 +118,10 @@ pub struct TempPath(pub PathBuf);
 impl TempPath {
     pub fn new(name: &str) -> TempPath {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        TempPath(std::env::temp_dir().join(format!("pagefold-analyze-test-{}-{n}-{name}", std::process::id())))
+        TempPath(std::env::temp_dir().join(format!(
+            "pagefold-analyze-test-{}-{n}-{name}",
+            std::process::id()
+        )))
     }
     pub fn write(name: &str, data: &[u8]) -> TempPath {
         let t = TempPath::new(name);
@@ -164,7 +172,10 @@ pub fn assert_fails(out: &Output, contains: &str) {
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "one line expected, got: {err}");
     assert!(lines[0].starts_with("pagefold analyze: "), "prefix: {err}");
-    assert!(lines[0].contains(contains), "expected {contains:?} in: {err}");
+    assert!(
+        lines[0].contains(contains),
+        "expected {contains:?} in: {err}"
+    );
     assert!(!err.contains("panicked"), "panic: {err}");
     assert!(out.stdout.is_empty(), "no report on failure");
 }
@@ -191,7 +202,9 @@ unsafe fn map_copy(data: &[u8], extra: usize) -> *mut u8 {
     let mut p = libc::MAP_FAILED;
     for _ in 0..64 {
         let slot = (SLOT.fetch_add(1, Ordering::Relaxed) % 64) as u64;
-        let hint = (0x2000_0000_0000u64 + (std::process::id() as u64 % 256) * (1 << 36) + slot * (1 << 30)) as *mut libc::c_void;
+        let hint = (0x2000_0000_0000u64
+            + (std::process::id() as u64 % 256) * (1 << 36)
+            + slot * (1 << 30)) as *mut libc::c_void;
         p = libc::mmap(
             hint,
             len,
@@ -217,7 +230,11 @@ impl Child {
     }
 
     pub fn spawn_full(data: &[u8], untouched: usize, changing: usize, ro: &[u8]) -> Child {
-        assert!(data.len().is_multiple_of(PAGE) && ro.len().is_multiple_of(PAGE) && changing * PAGE <= data.len());
+        assert!(
+            data.len().is_multiple_of(PAGE)
+                && ro.len().is_multiple_of(PAGE)
+                && changing * PAGE <= data.len()
+        );
         // SAFETY: fresh private mappings; after fork the child only writes
         // into its own copy of them and sleeps (async-signal-safe calls only).
         unsafe {
@@ -266,7 +283,11 @@ impl Child {
     }
 
     pub fn ro_range(&self) -> String {
-        format!("{:#x}-{:#x}", self.ro_addr, self.ro_addr + self.ro_len as u64)
+        format!(
+            "{:#x}-{:#x}",
+            self.ro_addr,
+            self.ro_addr + self.ro_len as u64
+        )
     }
 
     /// Kills and reaps the child now.

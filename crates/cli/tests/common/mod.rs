@@ -11,7 +11,11 @@ use serde_json::Value;
 /// test (see pagefold-testkit).
 pub fn pagefold() -> PathBuf {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_pagefold"));
-    pagefold_testkit::build_into(bin.parent().unwrap(), &["pagefold-preload", "pagefold-synth"], &["libpagefold_preload.so", "pagefold-synth"]);
+    pagefold_testkit::build_into(
+        bin.parent().unwrap(),
+        &["pagefold-preload", "pagefold-synth"],
+        &["libpagefold_preload.so", "pagefold-synth"],
+    );
     bin
 }
 
@@ -25,15 +29,29 @@ pub fn scratch(name: &str) -> PathBuf {
 
 /// The stats of `config` for `workload` in the suite's JSON.
 pub fn stats<'a>(suite: &'a Value, workload: &str, config: &str) -> &'a Value {
-    let w = suite["workloads"].as_array().unwrap().iter().find(|w| w["name"] == workload).unwrap_or_else(|| panic!("no workload {workload}"));
-    w["stats"].as_array().unwrap().iter().find(|s| s["config"] == config).unwrap_or_else(|| panic!("{workload}: no config {config}"))
+    let w = suite["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == workload)
+        .unwrap_or_else(|| panic!("no workload {workload}"));
+    w["stats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["config"] == config)
+        .unwrap_or_else(|| panic!("{workload}: no config {config}"))
 }
 
 pub fn average_ratio(suite: &Value, workload: &str, config: &str) -> f64 {
-    stats(suite, workload, config)["average_ratio"]["median"].as_f64().unwrap()
+    stats(suite, workload, config)["average_ratio"]["median"]
+        .as_f64()
+        .unwrap()
 }
 
 /// An engine counter (median over runs; 0 when absent).
 pub fn counter(suite: &Value, workload: &str, config: &str, name: &str) -> f64 {
-    stats(suite, workload, config)["engine"][name].as_f64().unwrap_or(0.0)
+    stats(suite, workload, config)["engine"][name]
+        .as_f64()
+        .unwrap_or(0.0)
 }

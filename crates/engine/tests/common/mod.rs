@@ -16,7 +16,17 @@ pub fn pipe() -> (i32, i32) {
 /// A connected pair of Unix stream sockets.
 pub fn socketpair() -> (i32, i32) {
     let mut fds = [0i32; 2];
-    assert_eq!(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) }, 0);
+    assert_eq!(
+        unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        },
+        0
+    );
     (fds[0], fds[1])
 }
 
@@ -37,7 +47,9 @@ pub fn with_deadline(name: &str, limit: Duration, body: impl FnOnce() + Send + '
                 std::panic::resume_unwind(p);
             }
         }
-        Err(_) => panic!("{name}: still running after {limit:?}: a touch of an evicted page was never answered"),
+        Err(_) => panic!(
+            "{name}: still running after {limit:?}: a touch of an evicted page was never answered"
+        ),
     }
 }
 
