@@ -16,6 +16,7 @@
 //! `PAGEFOLD_REPORT=PATH`: at exit write the engine's statistics as JSON to `PATH.PID`.
 
 use std::cell::Cell;
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -42,24 +43,29 @@ thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
 }
 
-fn env_usize(name: &std::ffi::CStr) -> Option<usize> {
-    // getenv, not std::env: no allocation, no lock we might already hold.
+/// Runs `f` on the value of the environment variable `name`, if set. getenv,
+/// not std::env: no allocation, no lock we might already hold.
+fn with_env<R>(name: &CStr, f: impl FnOnce(&CStr) -> R) -> Option<R> {
+    // SAFETY: `name` is NUL-terminated. getenv only reads the environment.
     let p = unsafe { libc::getenv(name.as_ptr()) };
     if p.is_null() {
         return None;
     }
-    unsafe { std::ffi::CStr::from_ptr(p) }
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    // SAFETY: a non-NULL getenv result points to the variable's
+    // NUL-terminated value inside the environment, which stays in place
+    // until the environment is changed; this library never changes it, and
+    // the borrow ends when `f` returns.
+    Some(f(unsafe { CStr::from_ptr(p) }))
+}
+
+fn env_usize(name: &CStr) -> Option<usize> {
+    with_env(name, |v| v.to_str().ok()?.trim().parse().ok()).flatten()
 }
 
 /// The engine, once started; starts it on first use.
 pub fn engine() -> Option<&'static Engine> {
     match STATE.load(Ordering::Acquire) {
-        READY => unsafe { (*std::ptr::addr_of!(ENGINE)).as_ref() },
+        READY => running(),
         UNINIT => start(),
         _ => None,
     }
@@ -67,9 +73,14 @@ pub fn engine() -> Option<&'static Engine> {
 
 /// The engine if it already runs (for free and realloc of our blocks).
 pub fn running() -> Option<&'static Engine> {
-    (STATE.load(Ordering::Acquire) == READY)
-        .then(|| unsafe { (*std::ptr::addr_of!(ENGINE)).as_ref() })
-        .flatten()
+    if STATE.load(Ordering::Acquire) != READY {
+        return None;
+    }
+    // SAFETY: `start` writes ENGINE once, before its Release store of READY
+    // (which the Acquire load above has seen), and READY is never left, so
+    // ENGINE is never written again: a shared reference to it is valid for
+    // the rest of the process.
+    unsafe { (*std::ptr::addr_of!(ENGINE)).as_ref() }
 }
 
 #[cold]
@@ -104,8 +115,13 @@ fn start() -> Option<&'static Engine> {
         }
         Engine::new(cfg)
     })?;
+    // SAFETY: only the thread that moved STATE from UNINIT to STARTING gets
+    // here, once; ENGINE is read only after STATE is READY, which is stored
+    // just below, so nothing reads it while it is written.
     unsafe { ENGINE = Some(engine) };
     STATE.store(READY, Ordering::Release);
+    // SAFETY: report_at_exit is a plain `extern "C" fn()` of this library,
+    // which stays loaded until the process exits.
     unsafe { libc::atexit(report_at_exit) };
     running()
 }
@@ -138,20 +154,16 @@ pub fn note_free(bytes: usize, e: &Engine) {
 
 extern "C" fn report_at_exit() {
     let Some(e) = running() else { return };
-    let path = unsafe { libc::getenv(c"PAGEFOLD_REPORT".as_ptr()) };
-    if path.is_null() {
-        return;
-    }
-    let _ = with_busy(|| {
-        let base = unsafe { std::ffi::CStr::from_ptr(path) }
-            .to_string_lossy()
-            .into_owned();
-        let file = format!("{base}.{}", std::process::id());
-        let json = serde_json::json!({
-            "pid": std::process::id(),
-            "threshold": THRESHOLD.load(Ordering::Relaxed),
-            "stats": e.stats(),
-        });
-        let _ = std::fs::write(file, json.to_string());
+    let _ = with_env(c"PAGEFOLD_REPORT", |path| {
+        with_busy(|| {
+            let base = path.to_string_lossy().into_owned();
+            let file = format!("{base}.{}", std::process::id());
+            let json = serde_json::json!({
+                "pid": std::process::id(),
+                "threshold": THRESHOLD.load(Ordering::Relaxed),
+                "stats": e.stats(),
+            });
+            let _ = std::fs::write(file, json.to_string());
+        })
     });
 }

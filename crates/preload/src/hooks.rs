@@ -1,5 +1,15 @@
 //! The exported symbols: malloc family, memcpy, memmove and their fortified
 //! variants. Each decides engine or glibc and never fails where glibc would not.
+//!
+//! Each is called by C code in place of glibc's function of the same name,
+//! so its `# Safety` section is that function's contract, which the C caller
+//! keeps. Recursion is excluded the same way everywhere: glibc is reached
+//! through its internal entry points (`__libc_malloc` and friends) or
+//! through the addresses dlsym gave for the next definition, never through
+//! these symbols; and every call into the engine goes through `with_busy`,
+//! so a copy or allocation the engine itself makes while it holds its lock
+//! (or one made on its scanner thread) finds the thread busy and goes
+//! straight to glibc instead of entering the engine again.
 
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
@@ -7,7 +17,7 @@ use std::sync::atomic::Ordering;
 use pagefold_engine::{Hint, PAGE};
 
 use crate::global::{engine, note_free, running, with_busy, COPY_MIN, THRESHOLD};
-use crate::real;
+use crate::real::{self, set_errno};
 
 fn large(n: usize) -> bool {
     n >= THRESHOLD.load(Ordering::Relaxed)
@@ -29,13 +39,15 @@ fn engine_alloc(n: usize, hint: Hint) -> *mut c_void {
 /// Length of the engine block at `p`, if `p` is one. Only page-aligned
 /// pointers can be, which spares glibc's pointers the engine's lock.
 fn engine_len(p: *mut c_void) -> Option<usize> {
-    if p as usize % PAGE != 0 {
+    if !(p as usize).is_multiple_of(PAGE) {
         return None;
     }
     let e = running()?;
     with_busy(|| e.block_len(p.cast())).flatten()
 }
 
+/// # Safety
+/// As for C malloc: none.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(n: usize) -> *mut c_void {
     if large(n) {
@@ -44,13 +56,17 @@ pub unsafe extern "C" fn malloc(n: usize) -> *mut c_void {
             return p;
         }
     }
-    real::__libc_malloc(n)
+    // SAFETY: glibc's malloc has no precondition; its internal entry point
+    // never comes back to this hook.
+    unsafe { real::__libc_malloc(n) }
 }
 
+/// # Safety
+/// As for C calloc: none.
 #[no_mangle]
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
     let Some(total) = n.checked_mul(size) else {
-        *libc::__errno_location() = libc::ENOMEM;
+        set_errno(libc::ENOMEM);
         return std::ptr::null_mut();
     };
     if large(total) {
@@ -60,17 +76,28 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
             return p;
         }
     }
-    real::__libc_calloc(n, size)
+    // SAFETY: glibc's calloc has no precondition; its internal entry point
+    // never comes back to this hook.
+    unsafe { real::__libc_calloc(n, size) }
 }
 
+/// # Safety
+/// As for C free: `p` is NULL or a live block from this library's malloc
+/// family (engine or glibc), not used after this call.
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
     if p.is_null() {
         return;
     }
-    if p as usize % PAGE == 0 {
+    if (p as usize).is_multiple_of(PAGE) {
         if let Some(e) = running() {
-            match with_busy(|| e.block_len(p.cast()).map(|len| (len, e.free(p.cast())))) {
+            // SAFETY: the engine frees p only if p is the start of one of its
+            // blocks, which the C caller gives up with this call.
+            let freed = with_busy(|| {
+                e.block_len(p.cast())
+                    .map(|len| (len, unsafe { e.free(p.cast()) }))
+            });
+            match freed {
                 Some(Some((len, _))) => return note_free(len, e),
                 Some(None) => {}
                 // Inside the engine (a signal handler interrupting it): an
@@ -79,16 +106,25 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
             }
         }
     }
-    real::__libc_free(p)
+    // SAFETY: p is a live block of our malloc family (the C caller's
+    // guarantee) and not an engine block (engine blocks are page-aligned,
+    // exist only while the engine runs, and the engine did not know this
+    // one), so it is glibc's chunk, given back to glibc.
+    unsafe { real::__libc_free(p) }
 }
 
+/// # Safety
+/// As for C realloc: `p` is NULL or a live block from this library's malloc
+/// family, not used after this call unless the result is NULL with `n` > 0.
 #[no_mangle]
 pub unsafe extern "C" fn realloc(p: *mut c_void, n: usize) -> *mut c_void {
     if p.is_null() {
-        return malloc(n);
+        // SAFETY: malloc has no precondition.
+        return unsafe { malloc(n) };
     }
     if n == 0 {
-        free(p);
+        // SAFETY: p is a live block, given up by the caller.
+        unsafe { free(p) };
         return std::ptr::null_mut();
     }
     if let Some(old) = engine_len(p) {
@@ -100,77 +136,114 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, n: usize) -> *mut c_void {
             }
             return p;
         }
-        let q = malloc(n);
+        // SAFETY: malloc has no precondition.
+        let q = unsafe { malloc(n) };
         if !q.is_null() {
-            // Between two engine blocks at equal page offsets: a virtual copy.
-            memcpy(q, p, old.min(n));
-            free(p);
+            // SAFETY: p is a live engine block of `old` bytes and q a fresh
+            // block of at least n bytes, so both hold old.min(n) bytes and do
+            // not overlap; p is freed once, after the copy, and the caller
+            // does not use it again. Between two engine blocks at equal page
+            // offsets the copy is a virtual one.
+            unsafe {
+                memcpy(q, p, old.min(n));
+                free(p);
+            }
         }
         return q;
     }
     if large(n) {
         let q = engine_alloc(n, Hint::Uninit);
         if !q.is_null() {
-            real::memcpy(q, p, real::malloc_usable_size(p).min(n));
-            real::__libc_free(p);
+            // SAFETY: p is not an engine block (see the last call below),
+            // so it is a live glibc chunk of malloc_usable_size(p) bytes; q is a fresh engine block of at
+            // least n bytes, disjoint from it. p goes back to glibc once,
+            // after the copy, and the caller does not use it again.
+            unsafe {
+                real::memcpy(q, p, real::malloc_usable_size(p).min(n));
+                real::__libc_free(p);
+            }
             return q;
         }
     }
-    real::__libc_realloc(p, n)
+    // SAFETY: p is a live block (the caller's guarantee) that engine_len
+    // did not know, so a glibc chunk: engine_len knows every engine block
+    // except on a thread inside the engine, which can reach realloc only
+    // from a signal handler, where realloc is not allowed (it is not
+    // async-signal-safe). glibc's internal realloc never comes back here.
+    unsafe { real::__libc_realloc(p, n) }
 }
 
+/// # Safety
+/// As for C malloc_usable_size: `p` is NULL or a live block from this
+/// library's malloc family.
 #[no_mangle]
 pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
     if p.is_null() {
         return 0;
     }
-    engine_len(p).unwrap_or_else(|| real::malloc_usable_size(p))
+    // SAFETY: p is live (the caller's guarantee) and, if engine_len does not
+    // know it, glibc's chunk (as in `realloc`: a thread inside the engine
+    // does not call this, which is not async-signal-safe).
+    engine_len(p).unwrap_or_else(|| unsafe { real::malloc_usable_size(p) })
 }
 
 /// Aligned allocation: the engine's blocks are page-aligned, so it serves any
 /// alignment up to a page.
-unsafe fn aligned(align: usize, n: usize) -> *mut c_void {
+fn aligned(align: usize, n: usize) -> *mut c_void {
     if large(n) && align <= PAGE {
         let p = engine_alloc(n, Hint::Uninit);
         if !p.is_null() {
             return p;
         }
     }
-    real::__libc_memalign(align, n)
+    // SAFETY: glibc's memalign has no memory-safety precondition (it rejects
+    // a bad alignment itself) and never comes back to these hooks.
+    unsafe { real::__libc_memalign(align, n) }
 }
 
+/// # Safety
+/// As for C posix_memalign: `out` is valid for writing one pointer.
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, n: usize) -> i32 {
-    if !align.is_power_of_two() || align % std::mem::size_of::<*mut c_void>() != 0 {
+    if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<*mut c_void>()) {
         return libc::EINVAL;
     }
     let p = aligned(align, n);
     if p.is_null() {
         return libc::ENOMEM;
     }
-    *out = p;
+    // SAFETY: the C caller guarantees `out` is writable.
+    unsafe { *out = p };
     0
 }
 
+/// # Safety
+/// As for C aligned_alloc: none.
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: usize, n: usize) -> *mut c_void {
     if !align.is_power_of_two() {
-        *libc::__errno_location() = libc::EINVAL;
+        set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     }
     aligned(align, n)
 }
 
+/// # Safety
+/// As for C memalign: none.
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: usize, n: usize) -> *mut c_void {
     aligned(align, n)
 }
 
+/// # Safety
+/// As for C valloc: none.
 #[no_mangle]
 pub unsafe extern "C" fn valloc(n: usize) -> *mut c_void {
     aligned(PAGE, n)
 }
 
+/// # Safety
+/// As for C pvalloc: none.
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(n: usize) -> *mut c_void {
     aligned(PAGE, n.div_ceil(PAGE).max(1) * PAGE)
@@ -180,30 +253,54 @@ pub unsafe extern "C" fn pvalloc(n: usize) -> *mut c_void {
 /// its blocks and copies everything else plainly. Below COPY_MIN a mapping
 /// change costs more than the copy it saves (and a row-by-row copy into an
 /// array would take the engine's lock for every row), so glibc copies.
+/// True if the engine made the copy.
+///
+/// # Safety
+/// As for memmove: `src` is valid for reading and `dst` for writing `n` bytes.
 unsafe fn engine_copy(dst: *mut c_void, src: *const c_void, n: usize) -> bool {
     if n < COPY_MIN.load(Ordering::Relaxed) {
         return false;
     }
     let Some(e) = running() else { return false };
-    with_busy(|| e.copy(dst.cast(), src.cast(), n)).is_some()
+    // SAFETY: the engine's copy has memmove's contract, which the caller
+    // keeps. The plain copies it makes inside call this library's memcpy,
+    // which finds the thread busy and hands them to glibc.
+    with_busy(|| unsafe { e.copy(dst.cast(), src.cast(), n) }).is_some()
 }
 
+/// # Safety
+/// As for C memcpy: `src` is valid for reading and `dst` for writing `n`
+/// bytes, and the ranges do not overlap.
 #[no_mangle]
 pub unsafe extern "C" fn memcpy(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
-    if !engine_copy(dst, src, n) {
-        real::memcpy(dst, src, n);
+    // SAFETY: the C caller's guarantee covers both copies (the engine's has
+    // memmove's weaker contract); real::memcpy is glibc's, never this hook.
+    unsafe {
+        if !engine_copy(dst, src, n) {
+            real::memcpy(dst, src, n);
+        }
     }
     dst
 }
 
+/// # Safety
+/// As for C memmove: `src` is valid for reading and `dst` for writing `n`
+/// bytes; they may overlap.
 #[no_mangle]
 pub unsafe extern "C" fn memmove(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
-    if !engine_copy(dst, src, n) {
-        real::memmove(dst, src, n);
+    // SAFETY: the C caller's guarantee is memmove's, as both copies need;
+    // real::memmove is glibc's, never this hook.
+    unsafe {
+        if !engine_copy(dst, src, n) {
+            real::memmove(dst, src, n);
+        }
     }
     dst
 }
 
+/// # Safety
+/// As for glibc's __memcpy_chk: as memcpy, and `dst_len` is at most the size
+/// of the object at `dst` (a compiler-computed bound).
 #[no_mangle]
 pub unsafe extern "C" fn __memcpy_chk(
     dst: *mut c_void,
@@ -212,11 +309,16 @@ pub unsafe extern "C" fn __memcpy_chk(
     dst_len: usize,
 ) -> *mut c_void {
     if dst_len < n {
-        real::__chk_fail();
+        // SAFETY: no precondition; glibc reports the overflow and aborts.
+        unsafe { real::__chk_fail() };
     }
-    memcpy(dst, src, n)
+    // SAFETY: memcpy's contract is the C caller's, and n fits in dst_len.
+    unsafe { memcpy(dst, src, n) }
 }
 
+/// # Safety
+/// As for glibc's __memmove_chk: as memmove, and `dst_len` is at most the
+/// size of the object at `dst` (a compiler-computed bound).
 #[no_mangle]
 pub unsafe extern "C" fn __memmove_chk(
     dst: *mut c_void,
@@ -225,7 +327,9 @@ pub unsafe extern "C" fn __memmove_chk(
     dst_len: usize,
 ) -> *mut c_void {
     if dst_len < n {
-        real::__chk_fail();
+        // SAFETY: no precondition; glibc reports the overflow and aborts.
+        unsafe { real::__chk_fail() };
     }
-    memmove(dst, src, n)
+    // SAFETY: memmove's contract is the C caller's, and n fits in dst_len.
+    unsafe { memmove(dst, src, n) }
 }

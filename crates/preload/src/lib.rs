@@ -26,6 +26,10 @@
 //! configuration, the exit report), `probe` (statistics and scans on demand,
 //! for tests).
 
+// The exported functions are `unsafe extern "C"`: each unsafe operation in
+// them still gets its own block and SAFETY argument.
+#![deny(unsafe_op_in_unsafe_fn)]
+
 mod global;
 mod hooks;
 mod probe;

@@ -9,13 +9,18 @@ use crate::global::{running, with_busy};
 /// The running engine's statistic `name` as in the exit report ("merged",
 /// "frames_resident", "fallbacks.mmap"; booleans are 0/1). u64::MAX if no
 /// engine runs or there is no such statistic.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string, readable during the call.
 #[no_mangle]
 pub unsafe extern "C" fn pagefold_stat(name: *const c_char) -> u64 {
     if name.is_null() {
         return u64::MAX;
     }
     let Some(e) = running() else { return u64::MAX };
-    let name = CStr::from_ptr(name).to_string_lossy();
+    // SAFETY: non-NULL, so a NUL-terminated string readable during this
+    // call (the caller's guarantee); it is copied or borrowed only here.
+    let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
     with_busy(|| {
         let stats = serde_json::to_value(e.stats()).ok()?;
         let v = name.split('.').try_fold(&stats, |v, key| v.get(key))?;

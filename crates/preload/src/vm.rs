@@ -19,22 +19,42 @@
 //!
 //! The kernel is reached with syscall(2), never through a symbol lookup that
 //! could find these hooks again. Calls from inside the engine (its scanner, or
-//! a handler interrupting it) go straight to the kernel.
+//! a handler interrupting it) go straight to the kernel: `with_busy` refuses
+//! them, so the engine is never re-entered.
+//!
+//! Each hook is called by C code in place of glibc's function of the same
+//! name; its `# Safety` section is that function's contract, which the C
+//! caller keeps: the range is the caller's to change as the call does.
 
 use std::ffi::{c_int, c_long, c_void};
 
 use crate::global::{running, with_busy};
+use crate::real::{errno, set_errno};
 
 /// Not yet in every libc crate version: guard regions (Linux 6.13).
 const MADV_GUARD_INSTALL: c_int = 102;
 const POSIX_MADV_DONTNEED: c_int = 4;
 
+/// The raw system call `nr` on `[a, a+len)`, bypassing every symbol (and so
+/// these hooks).
+///
+/// # Safety
+/// `nr` is madvise, mprotect, mlock or mlock2 and `x` its third argument, as
+/// a C caller of that call passed them: the caller may change the range as
+/// the call does (madvise may discard its contents, mprotect may make it
+/// inaccessible).
 unsafe fn sys(nr: c_long, a: *mut c_void, len: usize, x: c_long) -> c_int {
-    libc::syscall(nr, a, len, x) as c_int
+    // SAFETY: the caller's guarantee; the kernel checks the range itself.
+    unsafe { libc::syscall(nr, a, len, x) as c_int }
 }
 
+/// madvise(2) from the kernel.
+///
+/// # Safety
+/// As for C madvise: the caller may change `[addr, addr+len)` as `advice` does.
 unsafe fn kernel_madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
-    sys(libc::SYS_madvise, addr, len, advice as c_long)
+    // SAFETY: the caller's guarantee, for madvise.
+    unsafe { sys(libc::SYS_madvise, addr, len, advice as c_long) }
 }
 
 /// Moves engine blocks in the range onto plain memory before the kernel
@@ -54,48 +74,66 @@ fn overlaps_engine(addr: *const c_void, len: usize) -> bool {
         .unwrap_or(false)
 }
 
+/// # Safety
+/// As for C madvise: the caller may change `[addr, addr+len)` as `advice` does.
 #[no_mangle]
 pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
-    match advice {
-        libc::MADV_DONTNEED | libc::MADV_DONTNEED_LOCKED | libc::MADV_FREE => {
-            discard(addr, len, advice)
+    // SAFETY: every arm passes on the C caller's range and advice as they
+    // came, which is discard's and kernel_madvise's contract.
+    unsafe {
+        match advice {
+            libc::MADV_DONTNEED | libc::MADV_DONTNEED_LOCKED | libc::MADV_FREE => {
+                discard(addr, len, advice)
+            }
+            libc::MADV_REMOVE if overlaps_engine(addr, len) => {
+                set_errno(libc::EINVAL);
+                -1
+            }
+            libc::MADV_DONTFORK
+            | libc::MADV_WIPEONFORK
+            | libc::MADV_DONTDUMP
+            | MADV_GUARD_INSTALL => {
+                exempt(addr, len);
+                kernel_madvise(addr, len, advice)
+            }
+            _ => kernel_madvise(addr, len, advice),
         }
-        libc::MADV_REMOVE if overlaps_engine(addr, len) => {
-            *libc::__errno_location() = libc::EINVAL;
-            -1
-        }
-        libc::MADV_DONTFORK | libc::MADV_WIPEONFORK | libc::MADV_DONTDUMP | MADV_GUARD_INSTALL => {
-            exempt(addr, len);
-            kernel_madvise(addr, len, advice)
-        }
-        _ => kernel_madvise(addr, len, advice),
     }
 }
 
 /// The engine discards its pages; every other part of the range gets the
 /// program's advice from the kernel. Like the kernel, carries on past a failed
 /// part and reports the first failure.
+///
+/// # Safety
+/// As for C madvise with a discarding `advice`: the caller may lose the
+/// contents of `[addr, addr+len)`.
 unsafe fn discard(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
     // Misaligned, empty or wrapping ranges: the kernel gives its own answer.
     let Some(e) = running() else {
-        return kernel_madvise(addr, len, advice);
+        // SAFETY: the caller's range and advice.
+        return unsafe { kernel_madvise(addr, len, advice) };
     };
     let Some(rest) = with_busy(|| e.discard(addr.cast(), len)) else {
-        return kernel_madvise(addr, len, advice);
+        // SAFETY: the caller's range and advice.
+        return unsafe { kernel_madvise(addr, len, advice) };
     };
     if rest.len() == 1 && rest[0] == (addr as usize, len) {
-        return kernel_madvise(addr, len, advice);
+        // SAFETY: the caller's range and advice.
+        return unsafe { kernel_madvise(addr, len, advice) };
     }
     let mut ret = 0;
     let mut err = 0;
     for (start, n) in rest {
-        if kernel_madvise(start as *mut c_void, n, advice) != 0 && ret == 0 {
+        // SAFETY: the engine returns parts of the caller's range (those it
+        // left alone), which the caller may discard.
+        if unsafe { kernel_madvise(start as *mut c_void, n, advice) } != 0 && ret == 0 {
             ret = -1;
-            err = *libc::__errno_location();
+            err = errno();
         }
     }
     if ret != 0 {
-        *libc::__errno_location() = err;
+        set_errno(err);
     }
     ret
 }
@@ -103,28 +141,41 @@ unsafe fn discard(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
 /// glibc ignores POSIX_MADV_DONTNEED on Linux (MADV_DONTNEED would discard
 /// data, which POSIX does not allow); so do we. Returns an error number and
 /// leaves errno alone.
+///
+/// # Safety
+/// As for C posix_madvise: the caller may change `[addr, addr+len)` as
+/// `advice` does.
 #[no_mangle]
 pub unsafe extern "C" fn posix_madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
     if advice == POSIX_MADV_DONTNEED {
         return 0;
     }
-    let saved = *libc::__errno_location();
-    let r = match kernel_madvise(addr, len, advice) {
+    let saved = errno();
+    // SAFETY: the C caller's range and advice (the remaining POSIX_MADV_*
+    // values equal the MADV_* ones and only hint).
+    let r = match unsafe { kernel_madvise(addr, len, advice) } {
         0 => 0,
-        _ => *libc::__errno_location(),
+        _ => errno(),
     };
-    *libc::__errno_location() = saved;
+    set_errno(saved);
     r
 }
 
+/// # Safety
+/// As for C mprotect: the caller may change the protection of
+/// `[addr, addr+len)`.
 #[no_mangle]
 pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int {
     if prot != libc::PROT_READ | libc::PROT_WRITE {
         exempt(addr, len);
     }
-    sys(libc::SYS_mprotect, addr, len, prot as c_long)
+    // SAFETY: the C caller's range and protection, passed on.
+    unsafe { sys(libc::SYS_mprotect, addr, len, prot as c_long) }
 }
 
+/// # Safety
+/// As for C pkey_mprotect: the caller may change the protection of
+/// `[addr, addr+len)`.
 #[no_mangle]
 pub unsafe extern "C" fn pkey_mprotect(
     addr: *mut c_void,
@@ -134,24 +185,35 @@ pub unsafe extern "C" fn pkey_mprotect(
 ) -> c_int {
     // Any protection key, even with read-write, is a property of the mapping.
     exempt(addr, len);
-    libc::syscall(
-        libc::SYS_pkey_mprotect,
-        addr,
-        len,
-        prot as c_long,
-        pkey as c_long,
-    ) as c_int
+    // SAFETY: the C caller's range, protection and key, passed on.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pkey_mprotect,
+            addr,
+            len,
+            prot as c_long,
+            pkey as c_long,
+        ) as c_int
+    }
 }
 
 /// Locked pages must stay locked: the engine's remaps would unlock them.
+///
+/// # Safety
+/// As for C mlock: none beyond the kernel's own checks.
 #[no_mangle]
 pub unsafe extern "C" fn mlock(addr: *const c_void, len: usize) -> c_int {
     exempt(addr, len);
-    sys(libc::SYS_mlock, addr as *mut c_void, len, 0)
+    // SAFETY: the C caller's range, passed on; mlock changes no contents.
+    unsafe { sys(libc::SYS_mlock, addr as *mut c_void, len, 0) }
 }
 
+/// # Safety
+/// As for C mlock2: none beyond the kernel's own checks.
 #[no_mangle]
 pub unsafe extern "C" fn mlock2(addr: *const c_void, len: usize, flags: std::ffi::c_uint) -> c_int {
     exempt(addr, len);
-    sys(libc::SYS_mlock2, addr as *mut c_void, len, flags as c_long)
+    // SAFETY: the C caller's range and flags, passed on; mlock2 changes no
+    // contents.
+    unsafe { sys(libc::SYS_mlock2, addr as *mut c_void, len, flags as c_long) }
 }
