@@ -33,6 +33,10 @@
 //! size and offset with Rust's, and check that the header declares every
 //! exported function.
 
+// Several exported functions are `unsafe extern "C"`: each unsafe operation
+// in them still gets its own block and SAFETY argument.
+#![deny(unsafe_op_in_unsafe_fn)]
+
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -272,6 +276,8 @@ fn engine_of(h: *const pf_engine) -> Option<Engine> {
 }
 
 fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns the address of the calling thread's
+    // errno, valid for as long as the thread lives.
     unsafe { *libc::__errno_location() = e };
 }
 
@@ -323,7 +329,9 @@ pub unsafe extern "C" fn pf_config_default(out: *mut pf_config) -> c_int {
         if out.is_null() {
             return Err(libc::EINVAL);
         }
-        out.write(pf_config::from(&Config::default()));
+        // SAFETY: non-NULL, so valid for writing one pf_config (the
+        // caller's guarantee).
+        unsafe { out.write(pf_config::from(&Config::default())) };
         Ok(0)
     })
 }
@@ -345,8 +353,9 @@ pub extern "C" fn pf_engine_new() -> *mut pf_engine {
 #[no_mangle]
 pub unsafe extern "C" fn pf_engine_new_with(cfg: *const pf_config) -> *mut pf_engine {
     guarded(std::ptr::null_mut(), || {
-        let cfg = cfg
-            .as_ref()
+        // SAFETY: `cfg` is NULL (as_ref gives None) or points to a readable
+        // pf_config (the caller's guarantee), borrowed only during this call.
+        let cfg = unsafe { cfg.as_ref() }
             .ok_or(libc::EINVAL)?
             .config()
             .ok_or(libc::EINVAL)?;
@@ -406,7 +415,9 @@ pub extern "C" fn pf_alloc(h: *mut pf_engine, len: usize, flags: c_int) -> *mut 
 #[no_mangle]
 pub unsafe extern "C" fn pf_free(h: *mut pf_engine, ptr: *mut c_void) -> c_int {
     with_engine(h, -1, |e| {
-        if !ptr.is_null() && e.free(ptr.cast()) {
+        // SAFETY: the engine frees `ptr` only if it starts one of its blocks,
+        // and the caller does not use such a block after this call.
+        if !ptr.is_null() && unsafe { e.free(ptr.cast()) } {
             0
         } else {
             -1
@@ -452,9 +463,14 @@ pub unsafe extern "C" fn pf_copy(
         if len == 0 || dst.is_null() || src.is_null() {
             return Ok(());
         }
-        match engine_of(h) {
-            Some(e) => e.copy(dst.cast(), src.cast(), len),
-            None => std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), len),
+        // SAFETY: both are non-NULL here, so `src` is readable and `dst`
+        // writable for `len` bytes (the caller's guarantee, memmove's), which
+        // is the contract of the engine's copy and of ptr::copy.
+        unsafe {
+            match engine_of(h) {
+                Some(e) => e.copy(dst.cast(), src.cast(), len),
+                None => std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), len),
+            }
         }
         Ok(())
     })
@@ -470,7 +486,9 @@ pub unsafe extern "C" fn pf_scan(h: *mut pf_engine, out: *mut pf_scan_report) ->
     with_engine(h, -1, |e| {
         let rep = pf_scan_report::from(e.scan());
         if !out.is_null() {
-            out.write(rep);
+            // SAFETY: non-NULL, so valid for writing one pf_scan_report (the
+            // caller's guarantee).
+            unsafe { out.write(rep) };
         }
         0
     })
@@ -507,7 +525,9 @@ pub unsafe extern "C" fn pf_stats(h: *mut pf_engine, out: *mut pf_stats) -> c_in
         return -1;
     }
     with_engine(h, -1, |e| {
-        out.write(pf_stats::from(&e.stats()));
+        // SAFETY: checked non-NULL above, so valid for writing one pf_stats
+        // (the caller's guarantee).
+        unsafe { out.write(pf_stats::from(&e.stats())) };
         0
     })
 }
@@ -527,14 +547,20 @@ pub unsafe extern "C" fn pf_stats_json(h: *mut pf_engine, buf: *mut c_char, cap:
             return Err(libc::EINVAL);
         }
         if cap > 0 {
-            *buf = 0;
+            // SAFETY: cap > 0 and buf non-NULL (checked above), so buf[0] is
+            // writable (the caller's guarantee: `cap` writable bytes).
+            unsafe { *buf = 0 };
         }
         let engine = engine_of(h).ok_or(libc::EINVAL)?;
         let json = serde_json::to_string(&engine.stats()).map_err(|_| libc::EFAULT)?;
         if cap > 0 {
             let n = json.len().min(cap - 1);
-            std::ptr::copy_nonoverlapping(json.as_ptr(), buf.cast::<u8>(), n);
-            *buf.add(n) = 0;
+            // SAFETY: buf is writable for cap bytes and n + 1 <= cap; the
+            // source is our own string of at least n bytes, so no overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(json.as_ptr(), buf.cast::<u8>(), n);
+                *buf.add(n) = 0;
+            }
         }
         Ok(json.len())
     })
@@ -759,17 +785,23 @@ mod tests {
     #[test]
     fn config_roundtrip_and_defaults() {
         let mut c = std::mem::MaybeUninit::<pf_config>::uninit();
-        assert_eq!(unsafe { pf_config_default(c.as_mut_ptr()) }, 0);
+        // SAFETY: a local pf_config's worth of writable memory.
+        let ret = unsafe { pf_config_default(c.as_mut_ptr()) };
+        assert_eq!(ret, 0);
+        // SAFETY: pf_config_default returned 0, so it wrote the whole struct.
         let c = unsafe { c.assume_init() };
         let back = c.config().unwrap();
         let d = Config::default();
         assert_eq!(pf_config::from(&back), pf_config::from(&d));
         assert_eq!(c.inject_fail_mmap_after, -1);
-        assert_eq!(unsafe { pf_config_default(std::ptr::null_mut()) }, -1);
+        // SAFETY: NULL is allowed (and must be refused).
+        let ret = unsafe { pf_config_default(std::ptr::null_mut()) };
+        assert_eq!(ret, -1);
         let bad = pf_config {
             scan_cpu_budget: 0.0,
             ..c
         };
+        // SAFETY: points to a readable local pf_config.
         assert!(unsafe { pf_engine_new_with(&bad) }.is_null());
     }
 
@@ -778,18 +810,22 @@ mod tests {
     #[test]
     #[cfg(panic = "unwind")]
     fn panic_becomes_error() {
+        let errno = || std::io::Error::last_os_error().raw_os_error();
         let r: c_int = guarded(-1, || panic!("deliberate"));
         assert_eq!(r, -1);
-        assert_eq!(unsafe { *libc::__errno_location() }, libc::EFAULT);
+        assert_eq!(errno(), Some(libc::EFAULT));
         let p: *mut c_void = guarded(std::ptr::null_mut(), || Err(libc::ENOMEM));
         assert!(p.is_null());
-        assert_eq!(unsafe { *libc::__errno_location() }, libc::ENOMEM);
+        assert_eq!(errno(), Some(libc::ENOMEM));
     }
 
     #[test]
     fn bad_handles_are_errors() {
         let bogus = 0x1000 as *mut pf_engine;
         for h in [std::ptr::null_mut(), bogus] {
+            // SAFETY: 0x2000 is no engine's block, so pf_free frees nothing;
+            // pf_scan gets a NULL `out`, pf_stats a local pf_stats and
+            // pf_stats_json a local buffer of buf.len() bytes.
             unsafe {
                 assert!(pf_alloc(h, 4096, 0).is_null());
                 assert_eq!(pf_free(h, 0x2000 as *mut c_void), -1);
@@ -810,6 +846,10 @@ mod tests {
 
     #[test]
     fn handle_lifecycle_and_double_free() {
+        // SAFETY: pf_stats_json gets NULL with cap 0, then `buf` with its
+        // length, and so NUL-terminates `buf` for CStr::from_ptr; `p` is
+        // not used after the pf_free that frees it (the second pf_free only
+        // looks it up, finds no block and frees nothing).
         unsafe {
             let h = pf_engine_new();
             assert!(!h.is_null());
