@@ -125,13 +125,19 @@ mod tests {
     /// memfd unaccounted while another mapping of it still exists.
     #[test]
     fn a_vanished_first_mapping_does_not_unaccount_the_memfd() {
+        // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             eprintln!("skipped: map_files needs root");
             return;
         }
+        // SAFETY: a NUL-terminated name and no flags.
         let fd = unsafe { libc::memfd_create(c"pf-measure-test".as_ptr(), 0) };
         assert!(fd >= 0);
-        assert_eq!(unsafe { libc::ftruncate(fd, 1 << 20) }, 0);
+        // SAFETY: fd is the memfd just created, owned by this test.
+        let sized = unsafe { libc::ftruncate(fd, 1 << 20) };
+        assert_eq!(sized, 0);
+        // SAFETY: a new shared read-only mapping of the memfd at an address
+        // the kernel picks; it replaces nothing.
         let map = || unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -151,6 +157,8 @@ mod tests {
             .collect();
         ours.sort_by_key(|m| m.start != gone as u64);
         assert_eq!(ours.len(), 2);
+        // SAFETY: both mappings were found in maps, so `gone` is the live
+        // 64 KiB mapping made above; nothing refers into it.
         unsafe { libc::munmap(gone, 1 << 16) };
         let mut memfds = Memfds::default();
         add_mapped(pid, &ours, &mut memfds);
@@ -158,7 +166,11 @@ mod tests {
             memfds.accounts(&ours[1]),
             "the second mapping of the inode was not tried"
         );
-        unsafe { libc::munmap(live, 1 << 16) };
-        unsafe { libc::close(fd) };
+        // SAFETY: `live` is the other 64 KiB mapping made above, unused from
+        // here on, and fd the memfd this test created and still owns.
+        unsafe {
+            libc::munmap(live, 1 << 16);
+            libc::close(fd);
+        }
     }
 }

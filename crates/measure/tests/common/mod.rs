@@ -92,7 +92,9 @@ fn map(len: u64, flags: i32, fd: i32) -> *mut u8 {
 fn touch(base: *mut u8, len: u64, write: bool) {
     let seed = (std::process::id() as u64) << 32;
     for page in 0..len as usize / page_size() {
-        // SAFETY: `page` is inside the mapping of `len` bytes at `base`.
+        // SAFETY: every caller passes a mapping made by `map` (and still
+        // mapped) with at least `len` bytes from `base` on, and this word
+        // lies in page `page` < len / page_size of it.
         unsafe {
             let at = base.add(page * page_size()) as *mut u64;
             if write {
@@ -145,7 +147,8 @@ fn memfd_private(len: u64, written: u64) {
     let private = map(len, libc::MAP_PRIVATE, fd);
     close(fd);
     touch(private, written, true);
-    // SAFETY: the range [written, len) lies inside the private mapping.
+    // SAFETY: written <= len (the test's command), so [written, len) lies
+    // inside the private mapping of `len` bytes.
     touch(
         unsafe { private.add(written as usize) },
         len - written,
@@ -171,20 +174,22 @@ fn fork_shared(len: u64) -> i32 {
     touch(base, len, true);
     let parent = std::process::id() as i32;
     let mut done = [0i32; 2];
-    // SAFETY: plain pipe creation into a local array.
-    assert_eq!(
-        unsafe { libc::pipe2(done.as_mut_ptr(), libc::O_CLOEXEC) },
-        0
-    );
-    // SAFETY: the child only reads memory and makes async-signal-safe calls,
+    // SAFETY: pipe2 writes two descriptors into `done`, a local array of two.
+    let piped = unsafe { libc::pipe2(done.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(piped, 0);
+    // SAFETY: the child runs only `shared_child`, which reads memory and makes
+    // async-signal-safe calls (all a child of a threaded process may make),
     // and never returns.
     let child = unsafe { libc::fork() };
     if child == 0 {
+        // SAFETY: `base` is the shared mapping of `len` bytes made above,
+        // inherited by this child; done[1] is the pipe's write end.
         unsafe { shared_child(base, len as usize, parent, done[1]) }
     }
     assert!(child > 0, "fork failed");
     let mut byte = 0u8;
-    // SAFETY: reading one byte from the pipe made above, then closing it.
+    // SAFETY: `byte` is a local one-byte buffer for the read; both ends of
+    // the pipe made above are this process's own and closed once.
     unsafe {
         assert_eq!(
             libc::read(done[0], &mut byte as *mut u8 as *mut libc::c_void, 1),
@@ -197,18 +202,27 @@ fn fork_shared(len: u64) -> i32 {
 }
 
 /// The forked child: fault in every shared page, say so, wait to be killed.
+///
+/// # Safety
+/// Runs in a child just forked: `base` is a mapping of `len` bytes readable
+/// in it, `done` a descriptor open for writing, and nothing runs after it.
 unsafe fn shared_child(base: *mut u8, len: usize, parent: i32, done: i32) -> ! {
-    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-    if libc::getppid() != parent {
-        libc::_exit(0);
-    }
-    let page = libc::sysconf(libc::_SC_PAGESIZE) as usize;
-    for offset in (0..len).step_by(page) {
-        base.add(offset).read_volatile();
-    }
-    libc::write(done, b"x".as_ptr() as *const libc::c_void, 1);
-    loop {
-        libc::pause();
+    // SAFETY: plain system calls (async-signal-safe, as the forked child of
+    // a threaded process needs); the reads stay below `len` bytes of the
+    // mapping at `base`, and the one byte written comes from a literal.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        if libc::getppid() != parent {
+            libc::_exit(0);
+        }
+        let page = libc::sysconf(libc::_SC_PAGESIZE) as usize;
+        for offset in (0..len).step_by(page) {
+            base.add(offset).read_volatile();
+        }
+        libc::write(done, b"x".as_ptr() as *const libc::c_void, 1);
+        loop {
+            libc::pause();
+        }
     }
 }
 
