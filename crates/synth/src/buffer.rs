@@ -15,6 +15,11 @@ pub const WORDS_PER_PAGE: usize = PAGE / 8;
 const MIB: usize = 1 << 20;
 
 /// `words` u64 values in one glibc allocation, freed on drop.
+///
+/// Invariant: `ptr` is the start of a live allocation from glibc's malloc or
+/// calloc of `words * 8` bytes, owned by this buffer alone, and every word
+/// of it is initialised (a buffer from `uninit` is written in full before
+/// its public constructor returns it).
 pub struct Buffer {
     ptr: NonNull<u64>,
     words: usize,
@@ -25,6 +30,7 @@ impl Buffer {
     /// touched until written).
     pub fn calloc(bytes: usize) -> Result<Buffer, String> {
         let words = word_count(bytes)?;
+        // SAFETY: calloc has no precondition; NULL is turned into an error.
         let p = unsafe { libc::calloc(words, 8) };
         Buffer::from_raw(p, words)
     }
@@ -39,6 +45,9 @@ impl Buffer {
     /// malloc then memcpy from `src`.
     pub fn copy_of(src: &Buffer) -> Result<Buffer, String> {
         let b = Buffer::uninit(src.bytes())?;
+        // SAFETY: `b` is a new allocation of src.bytes() bytes and `src` a
+        // live, initialised one of the same size; two live allocations do
+        // not overlap. Afterwards every word of `b` is initialised.
         unsafe { libc::memcpy(b.ptr.as_ptr().cast(), src.ptr.as_ptr().cast(), src.bytes()) };
         Ok(b)
     }
@@ -48,6 +57,8 @@ impl Buffer {
     pub fn generated(bytes: usize, rng: &mut Rng) -> Result<Buffer, String> {
         let b = Buffer::uninit(bytes)?;
         for i in 0..b.words {
+            // SAFETY: i < b.words, so the word lies in b's allocation; `write`
+            // does not read the uninitialised value it replaces.
             unsafe { b.ptr.as_ptr().add(i).write(rng.next_u64()) };
         }
         Ok(b)
@@ -56,6 +67,7 @@ impl Buffer {
     /// Not public: its words must be written before any slice is made.
     fn uninit(bytes: usize) -> Result<Buffer, String> {
         let words = word_count(bytes)?;
+        // SAFETY: malloc has no precondition; NULL is turned into an error.
         let p = words
             .checked_mul(8)
             .map_or(std::ptr::null_mut(), |n| unsafe { libc::malloc(n) });
@@ -71,14 +83,21 @@ impl Buffer {
 
     /// memset 0 over the whole buffer.
     pub fn clear(&mut self) {
+        // SAFETY: the allocation holds self.bytes() bytes (the invariant),
+        // and `&mut self` means no slice of it is borrowed meanwhile.
         unsafe { libc::memset(self.ptr.as_ptr().cast(), 0, self.bytes()) };
     }
 
     pub fn words(&self) -> &[u64] {
+        // SAFETY: `words` initialised u64s at `ptr` (the invariant), shared
+        // for as long as `self` is borrowed, which no `&mut self` method can
+        // overlap.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.words) }
     }
 
     pub fn words_mut(&mut self) -> &mut [u64] {
+        // SAFETY: `words` initialised u64s at `ptr` (the invariant), borrowed
+        // exclusively through `&mut self`.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.words) }
     }
 
@@ -101,6 +120,9 @@ impl Buffer {
     pub fn page_bytes_mut(&mut self, i: usize) -> &mut [u8] {
         let start = i * PAGE;
         let end = (start + PAGE).min(self.bytes());
+        // SAFETY: the allocation holds self.bytes() initialised bytes (the
+        // invariant), borrowed exclusively through `&mut self`; any byte
+        // value is a valid u64 byte.
         let all =
             unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<u8>(), self.bytes()) };
         &mut all[start..end]
@@ -109,6 +131,8 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
+        // SAFETY: `ptr` came from glibc's malloc or calloc (the invariant)
+        // and is freed once, here; no borrow of it outlives `self`.
         unsafe { libc::free(self.ptr.as_ptr().cast()) };
     }
 }
