@@ -178,9 +178,13 @@ pub struct Store {
     stats: StoreStats,
 }
 
-// SAFETY: the mapping is owned by the store; mutation needs `&mut self`,
-// and `&self` methods only read it.
+// SAFETY: `base` is the store's own anonymous mapping: no other value
+// points into it, it is valid from any thread, and the store unmaps it only
+// when dropped. The other fields are plain owned data.
 unsafe impl Send for Store {}
+// SAFETY: every write into the mapping goes through a `&mut self` method;
+// `&self` methods (get, stats, audit, ...) only read it, so threads sharing
+// a `&Store` only read.
 unsafe impl Sync for Store {}
 
 impl Drop for Store {
@@ -314,8 +318,10 @@ impl Store {
     #[inline]
     fn slot_ptr(&self, slab: &Slab, slot: u16) -> *mut u8 {
         let size = self.classes[slab.class as usize].size as usize;
-        // SAFETY (for callers): slab pages lie inside the mapping and
-        // slot < slots, so the slot lies inside the slab.
+        // SAFETY: a slab's pages lie inside the mapping (new_slab hands out
+        // only pages below reserved_pages) and every slot passed here is
+        // below the class's slot count, so page * PAGE + slot * size stays
+        // inside the slab, and so inside the mapping.
         unsafe {
             self.base
                 .add(slab.page as usize * PAGE + slot as usize * size)

@@ -247,7 +247,8 @@ impl SwapFile {
         self.injected(FailOn::Grow)?;
         let off = self.allocated as i64 * PAGE as i64;
         let len = add as i64 * PAGE as i64;
-        // SAFETY: plain syscall on our fd.
+        // SAFETY: fallocate takes no pointer; it only extends the swap file
+        // behind our own open descriptor.
         let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, off, len) };
         if r != 0 {
             let e = io::Error::last_os_error();
