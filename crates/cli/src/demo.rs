@@ -219,6 +219,7 @@ struct VariantResult {
 
 fn pipe() -> Result<(i32, i32), String> {
     let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`, a local array of two.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(format!("pipe: {}", std::io::Error::last_os_error()));
     }
@@ -236,30 +237,45 @@ fn run_variant(v: Variant, a: &Args) -> Result<VariantResult, String> {
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
     let ksmd0 = (v == Variant::Ksm).then(ksmd_cpu).flatten();
+    // SAFETY: no other thread runs here (the previous variant's sampler
+    // has been joined, this one's starts after the fork), so the child may
+    // allocate and run the workload; it leaves through _exit below and never
+    // returns into this function.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(format!("fork: {}", std::io::Error::last_os_error()));
     }
     if pid == 0 {
+        // SAFETY: the parent's ends of the two pipes, inherited by this
+        // child, which never uses them; each is closed once.
         unsafe {
             libc::close(report_r);
             libc::close(release_w);
         }
         let code = child_main(v, a, report_w, release_r);
+        // SAFETY: _exit has no precondition; it ends the child without
+        // running the parent's exit handlers.
         unsafe { libc::_exit(code) };
     }
+    // SAFETY: the child's ends of the two pipes, which the parent never
+    // uses; each is closed once.
     unsafe {
         libc::close(report_w);
         libc::close(release_r);
     }
     let sampler = Sampler::spawn(pid as u32, Duration::from_millis(a.sample_ms), false);
     let mut line = String::new();
+    // SAFETY: report_r is the open read end of the report pipe, used by
+    // nothing else in the parent; the File owns it from here and closes it.
     let read = BufReader::new(unsafe { File::from_raw_fd(report_r) }).read_line(&mut line);
     // The child waits for the release pipe: it is still alive, with its data, until now.
     let series = sampler.stop();
     let ksmd1 = (v == Variant::Ksm).then(ksmd_cpu).flatten();
+    // SAFETY: the parent's write end of the release pipe, closed once (the
+    // child then sees end of file and exits).
     unsafe { libc::close(release_w) };
     let mut status = 0;
+    // SAFETY: `status` is a local int for waitpid to fill.
     unsafe { libc::waitpid(pid, &mut status, 0) };
 
     let child: ChildReport = match read {
@@ -316,6 +332,8 @@ fn child_main(v: Variant, a: &Args, report_fd: i32, release_fd: i32) -> i32 {
             r
         }
         Variant::Ksm => {
+            // SAFETY: PR_SET_MEMORY_MERGE takes integers only and changes
+            // nothing but this child's KSM setting.
             let prctl_ok = unsafe { libc::prctl(PR_SET_MEMORY_MERGE, 1, 0, 0, 0) } == 0;
             let mut r = run_workload(
                 &mut Plain {
@@ -330,6 +348,8 @@ fn child_main(v: Variant, a: &Args, report_fd: i32, release_fd: i32) -> i32 {
     if report.checksum.is_empty() && report.error.is_none() {
         report.error = Some("workload produced no checksum".into());
     }
+    // SAFETY: report_fd is the open write end of the report pipe, owned by
+    // this child alone; the File owns it from here and closes it.
     let mut out = unsafe { File::from_raw_fd(report_fd) };
     let mut text = serde_json::to_string(&report).unwrap_or_default();
     text.push('\n');
@@ -338,6 +358,7 @@ fn child_main(v: Variant, a: &Args, report_fd: i32, release_fd: i32) -> i32 {
     }
     // Stay alive, memory intact, until the parent has stopped sampling.
     let mut buf = [0u8; 1];
+    // SAFETY: reads at most one byte into `buf`, a local one-byte buffer.
     while unsafe { libc::read(release_fd, buf.as_mut_ptr().cast(), 1) } > 0 {}
     0
 }
@@ -364,6 +385,8 @@ struct Plain {
 
 impl Mem for Plain {
     fn alloc(&mut self, bytes: usize, _full_write: bool) -> Option<*mut u8> {
+        // SAFETY: a new private anonymous mapping at an address the kernel
+        // picks; it replaces nothing.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -378,15 +401,24 @@ impl Mem for Plain {
             return None;
         }
         if self.madvise_mergeable {
+            // SAFETY: p is the mapping of `bytes` just made; MADV_MERGEABLE
+            // changes no contents.
             unsafe { libc::madvise(p, bytes, libc::MADV_MERGEABLE) };
         }
         Some(p.cast())
     }
+    /// # Safety
+    /// As for [`Mem::copy`].
     unsafe fn copy(&mut self, dst: *mut u8, src: *const u8, bytes: usize) {
-        std::ptr::copy_nonoverlapping(src, dst, bytes);
+        // SAFETY: the caller's guarantee: both ranges valid, no overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
     }
+    /// # Safety
+    /// As for [`Mem::free`].
     unsafe fn free(&mut self, p: *mut u8, bytes: usize) {
-        libc::munmap(p.cast(), bytes);
+        // SAFETY: p is a mapping of `bytes` made by `alloc`, not used again
+        // (the caller's guarantee).
+        unsafe { libc::munmap(p.cast(), bytes) };
     }
 }
 
@@ -406,11 +438,19 @@ impl Mem for EngineMem {
         );
         (!p.is_null()).then_some(p)
     }
+    /// # Safety
+    /// As for [`Mem::copy`].
     unsafe fn copy(&mut self, dst: *mut u8, src: *const u8, bytes: usize) {
-        self.engine.copy(dst, src, bytes);
+        // SAFETY: both ranges valid for `bytes` (the caller's guarantee),
+        // which is the engine copy's contract.
+        unsafe { self.engine.copy(dst, src, bytes) };
     }
+    /// # Safety
+    /// As for [`Mem::free`].
     unsafe fn free(&mut self, p: *mut u8, _bytes: usize) {
-        self.engine.free(p);
+        // SAFETY: p is a block from `alloc`, not used again (the caller's
+        // guarantee).
+        unsafe { self.engine.free(p) };
     }
     fn after_gc(&mut self) {
         self.engine.scan();
@@ -437,6 +477,10 @@ impl Rng {
 }
 
 /// One interpreter vector: `n` doubles at `p`.
+///
+/// Invariant: `p` is a live allocation of the workload's `Mem` holding `n`
+/// initialised doubles (`alloc` zero-fills), freed only by `Interp::gc`,
+/// which consumes the vector.
 struct Vector {
     p: *mut f64,
     n: usize,
@@ -447,10 +491,14 @@ impl Vector {
         self.n * 8
     }
     fn slice(&self) -> &[f64] {
+        // SAFETY: `n` initialised doubles at `p` (the invariant), live while
+        // `self` is; no mutable slice of them exists meanwhile, as
+        // `slice_mut` needs `&mut self`.
         unsafe { std::slice::from_raw_parts(self.p, self.n) }
     }
-    #[allow(clippy::mut_from_ref)]
-    fn slice_mut(&self) -> &mut [f64] {
+    fn slice_mut(&mut self) -> &mut [f64] {
+        // SAFETY: `n` initialised doubles at `p` (the invariant), borrowed
+        // exclusively through `&mut self`.
         unsafe { std::slice::from_raw_parts_mut(self.p, self.n) }
     }
 }
@@ -499,7 +547,7 @@ impl<M: Mem> Interp<'_, M> {
     fn load_data_set(&mut self) -> Result<(), String> {
         for k in 0..8 {
             let n = LENGTHS[self.rng.below(LENGTHS.len() as u64) as usize];
-            let v = self.new_vector(n, true)?;
+            let mut v = self.new_vector(n, true)?;
             let s = v.slice_mut();
             match k % 4 {
                 // Measurements: every page different.
@@ -537,7 +585,10 @@ impl<M: Mem> Interp<'_, M> {
                 let x = self.pick();
                 (x.p, x.n)
             };
-            let y = self.new_vector(n, false)?;
+            let mut y = self.new_vector(n, false)?;
+            // SAFETY: `src` belongs to a live vector of n doubles (picked
+            // above) and `y` is a new one of the same length, a different
+            // allocation: both valid for n * 8 bytes, not overlapping.
             unsafe { self.mem.copy(y.p.cast(), src.cast(), n * 8) };
             let s = y.slice_mut();
             for _ in 0..1 + self.rng.below(8) {
@@ -548,7 +599,8 @@ impl<M: Mem> Interp<'_, M> {
         } else if r < 65 {
             // y <- numeric(n); y[i] <- v for a few i. The interpreter zero-fills.
             let n = LENGTHS[self.rng.below(LENGTHS.len() as u64) as usize];
-            let y = self.new_vector(n, false)?;
+            let mut y = self.new_vector(n, false)?;
+            // SAFETY: `y` is a new vector of n doubles, not yet borrowed.
             unsafe { std::ptr::write_bytes(y.p, 0, n) };
             let s = y.slice_mut();
             for _ in 0..1 + self.rng.below(4) {
@@ -564,7 +616,11 @@ impl<M: Mem> Interp<'_, M> {
             };
             let op = self.rng.below(3);
             let (m, b) = (self.rng.unit() * 2.0, (self.rng.below(3) as f64) - 1.0);
-            let y = self.new_vector(n, true)?;
+            let mut y = self.new_vector(n, true)?;
+            // SAFETY: `src` belongs to a live vector of n initialised doubles
+            // (picked above; only gc frees, and it runs after this slice's
+            // last use). `y` is a new allocation, so the mutable slice of it
+            // below does not alias this one.
             let x = unsafe { std::slice::from_raw_parts(src as *const f64, n) };
             let out = y.slice_mut();
             match op {
@@ -609,6 +665,8 @@ impl<M: Mem> Interp<'_, M> {
                 break;
             };
             self.live_bytes -= v.bytes();
+            // SAFETY: `v` was allocated by this Mem with v.bytes() bytes and is
+            // consumed here (popped from the temporaries), so never used again.
             unsafe { self.mem.free(v.p.cast(), v.bytes()) };
         }
         self.gcs += 1;

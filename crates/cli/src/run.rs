@@ -8,7 +8,7 @@
 //! report puts all runs side by side. The report goes to stderr (or
 //! `--report FILE`) so the program's stdout stays its own.
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -100,6 +100,7 @@ fn run_checked(a: &Args) -> Result<i32, String> {
     if use_preload {
         results.push(program::run(&inv, &config("pagefold"), None)?);
     }
+    // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         match KsmGuard::acquire().and_then(|g| program::run(&inv, &config("ksm-1000"), Some(&g))) {
             Ok(r) => results.push(r),
@@ -143,7 +144,7 @@ fn plot(a: &Args, runs: &[Outcome]) -> Result<(), String> {
 
 fn read_stdin_if_piped() -> Vec<u8> {
     let mut buf = Vec::new();
-    if unsafe { libc::isatty(0) } == 0 {
+    if !std::io::stdin().is_terminal() {
         let _ = std::io::stdin().read_to_end(&mut buf);
     }
     buf

@@ -33,7 +33,9 @@ const NUMPY_SUBSET: &[&str] = &[
     "numpy.lib.tests.test_function_base",
     "numpy.lib.tests.test_shape_base",
     // Forks (ProcessPoolExecutor). R's parallel examples are the sharper
-    // fork check: they deadlocked before ffe0fe4, this module did not here.
+    // fork check: other atfork handlers copy through the preload while the
+    // engine's prepare handler holds its lock, which must not deadlock.
+    // This module covers forks from Python.
     "numpy._core.tests.test_multiprocessing",
 ];
 
