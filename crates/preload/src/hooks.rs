@@ -91,11 +91,13 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     }
     if (p as usize).is_multiple_of(PAGE) {
         if let Some(e) = running() {
-            // SAFETY: the engine frees p only if p is the start of one of its
-            // blocks, which the C caller gives up with this call.
             let freed = with_busy(|| {
-                e.block_len(p.cast())
-                    .map(|len| (len, unsafe { e.free(p.cast()) }))
+                e.block_len(p.cast()).map(|len| {
+                    // SAFETY: p is the start of one of the engine's blocks
+                    // (block_len knows it), which the C caller gives up with
+                    // this call.
+                    (len, unsafe { e.free(p.cast()) })
+                })
             });
             match freed {
                 Some(Some((len, _))) => return note_free(len, e),
