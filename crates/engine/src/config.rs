@@ -11,6 +11,12 @@ use std::time::Duration;
 pub struct Config {
     /// Serve allocations from memfd frames. Off: every block is plain anonymous memory.
     pub frames: bool,
+    /// Where a fresh block starts when frames are on: always on frames, always
+    /// anonymous, or anonymous unless blocks of its size are often copied (fresh.rs).
+    pub fresh: crate::fresh::Fresh,
+    /// A copy from anonymous source pages writes them into fresh frames and
+    /// maps the destination there, so copies of the copy are virtual.
+    pub copy_through: bool,
     /// Turn copies of whole pages into copy-on-write views (mmapcopy).
     pub copy: bool,
     /// Fold all-zero pages during a scan.
@@ -109,6 +115,8 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             frames: true,
+            fresh: crate::fresh::Fresh::Frames,
+            copy_through: true,
             copy: true,
             zero: true,
             merge: true,
@@ -143,7 +151,7 @@ impl Default for Config {
 
 impl Config {
     /// Defaults overridden by `PAGEFOLD_*` variables:
-    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_COPY`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN` (0/1),
+    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction),
     /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
@@ -164,6 +172,13 @@ impl Config {
         };
         flag("PAGEFOLD_FRAMES", &mut c.frames);
         flag("PAGEFOLD_COPY", &mut c.copy);
+        flag("PAGEFOLD_COPY_THROUGH", &mut c.copy_through);
+        if let Some(f) = std::env::var("PAGEFOLD_FRESH")
+            .ok()
+            .and_then(|s| crate::fresh::Fresh::parse(&s))
+        {
+            c.fresh = f;
+        }
         flag("PAGEFOLD_ZERO", &mut c.zero);
         flag("PAGEFOLD_MERGE", &mut c.merge);
         flag("PAGEFOLD_VOLATILE_CHECK", &mut c.volatile_check);

@@ -211,3 +211,24 @@ where
     }
     out
 }
+
+/// Maximal runs `[start, end)` within `range` where `want(page)` holds.
+pub fn unit_runs<F>(range: std::ops::Range<usize>, want: F) -> Vec<(usize, usize)>
+where
+    F: Fn(usize) -> Option<()>,
+{
+    let mut out = Vec::new();
+    let mut i = range.start;
+    while i < range.end {
+        if want(i).is_none() {
+            i += 1;
+            continue;
+        }
+        let j = (i + 1..range.end)
+            .find(|&j| want(j).is_none())
+            .unwrap_or(range.end);
+        out.push((i, j));
+        i = j;
+    }
+    out
+}
