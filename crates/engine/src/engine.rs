@@ -396,6 +396,11 @@ impl State {
     }
 
     pub fn free(&mut self, ptr: *mut u8) -> bool {
+        if self.blocks.get(&(ptr as usize)).is_some_and(|b| b.copy_shared > 0) {
+            // What the program wrote of a copy decides how its next copies are made.
+            let n = self.blocks[&(ptr as usize)].pages.len();
+            self.refresh_divergence(ptr as usize, 0, n);
+        }
         let Some(block) = self.blocks.remove(&(ptr as usize)) else {
             return false;
         };
@@ -568,6 +573,12 @@ impl State {
             }
         }
         let n_released = released.len() as u64;
+        if block.copy_shared > 0 {
+            let written = block.copy_shared.min(released.len());
+            block.copy_shared -= written;
+            let npages = block.pages.len();
+            self.placement.written_after_copy(npages, written);
+        }
         let punch: Vec<FrameId> = released
             .into_iter()
             .filter(|f| self.pools[f.pool()].diverge(f.slot()))
@@ -623,6 +634,12 @@ impl State {
         if whole * 2 >= src_block_pages {
             self.placement.copied_from(src_block_pages);
         }
+        let dst_block_pages = self.blocks[&db].pages.len();
+        if !self.placement.copy_pays(dst_block_pages) {
+            self.stats.copies_made_plain += 1;
+            self.copy_plain_pages(s0, d0, whole);
+            return true;
+        }
         // Evicted source pages come back first (from this thread, no fault),
         // so the copy can share them instead of copying them plainly.
         self.restore_evicted(sb, si, whole);
@@ -655,11 +672,25 @@ impl State {
                 }
             }
         }
+        let shared = plain.iter().filter(|p| !**p).count();
+        if let Some(b) = self.blocks.get_mut(&db) {
+            b.copy_shared += shared;
+        }
+        self.placement.shared_by_copy(dst_block_pages, shared);
         for (k, _) in plain.iter().enumerate().filter(|(_, p)| **p) {
             std::ptr::copy_nonoverlapping(s0.add(k * PAGE), d0.add(k * PAGE), PAGE);
             self.stats.bytes_copied_plain += PAGE as u64;
         }
         true
+    }
+
+    /// Copies `whole` pages plainly (a copy judged not to pay).
+    ///
+    /// # Safety
+    /// Both ranges valid for `whole` pages, not overlapping.
+    unsafe fn copy_plain_pages(&mut self, s0: *const u8, d0: *mut u8, whole: usize) {
+        std::ptr::copy_nonoverlapping(s0, d0, whole * PAGE);
+        self.stats.bytes_copied_plain += (whole * PAGE) as u64;
     }
 
     /// Copies `n` pages of anonymous memory at `src` into fresh frames and

@@ -106,6 +106,8 @@ pub struct Block {
     pub exempt: bool,
     /// Pages in state `Evicted` (a quick "nothing to reconcile" test).
     pub evicted: usize,
+    /// Pages a copy shared into this block and not yet found written (fresh.rs learns from them).
+    pub copy_shared: usize,
 }
 
 unsafe impl Send for Block {}
@@ -121,6 +123,7 @@ impl Block {
             seen,
             exempt: false,
             evicted,
+            copy_shared: 0,
         };
         b.vmas = b.count_vmas();
         b

@@ -36,6 +36,8 @@ pub struct Stats {
     pub pages_shared_by_copy: u64,
     /// Total pages a copy wrote from anonymous memory into fresh frames it then shared.
     pub pages_copied_through: u64,
+    /// Copies made plainly because copies into blocks of that size were mostly written (fresh.rs).
+    pub copies_made_plain: u64,
     /// Total bytes copied plainly by `copy` (partial pages, non-engine memory, fallbacks).
     pub bytes_copied_plain: u64,
     /// Total pages freed because they were all zero.

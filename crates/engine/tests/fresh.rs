@@ -265,3 +265,39 @@ fn anon_huge_kb(start: usize, len: usize) -> u64 {
     }
     kb
 }
+
+#[test]
+fn copies_the_program_writes_in_full_are_made_plainly_after_a_few() {
+    let e = engine(Fresh::Frames);
+    let n = 32 * PAGE;
+    let a = filled(&e, n, 8);
+    let want = bytes(a, n);
+    // Copies into 32-page blocks, each written in full and freed: after
+    // 64 shared pages the class is judged, later copies are plain.
+    for round in 0..12u8 {
+        let b = e.alloc(n, Hint::None);
+        copy(&e, b, a, n);
+        assert_eq!(bytes(b, n), want, "round {round}");
+        // SAFETY: b is a live block of n bytes.
+        unsafe { std::ptr::write_bytes(b, round, n) };
+        assert!(bytes(b, n).iter().all(|&x| x == round));
+        free(&e, b);
+    }
+    let s = e.stats();
+    assert!(s.copies_made_plain >= 8, "{s:?}");
+    assert_eq!(bytes(a, n), want);
+    // Copies into another size that stay unwritten keep being virtual.
+    let m = 40 * PAGE;
+    let c = filled(&e, m, 9);
+    let before = e.stats().copies_made_plain;
+    for _ in 0..6 {
+        let d = e.alloc(m, Hint::None);
+        copy(&e, d, c, m);
+        assert_eq!(bytes(d, m), bytes(c, m));
+        free(&e, d);
+    }
+    assert_eq!(e.stats().copies_made_plain, before);
+    free(&e, a);
+    free(&e, c);
+    no_frames_left(e.stats());
+}
