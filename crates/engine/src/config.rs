@@ -33,6 +33,11 @@ pub struct Config {
     pub scan_interval: Option<Duration>,
     /// Fraction of one core the background scanner may use (0 < f <= 1).
     pub scan_cpu_budget: f64,
+    /// Scan in proportion to profit (budget.rs): the background scanner may
+    /// spend this fraction of the program's own CPU time, plus what the memory
+    /// it was handed and the pages it saved earn it, and backs off while
+    /// scans find nothing. None: only `scan_cpu_budget` limits it.
+    pub scan_share: Option<f64>,
     /// Fold or merge a page only if the previous scan saw the same content
     /// (kernel KSM's volatility check; DE's policy of leaving recently
     /// written pages alone). Off: one scan folds everything it finds, but a
@@ -125,6 +130,7 @@ impl Default for Config {
             scan_chunk_pages: 512,
             scan_interval: None,
             scan_cpu_budget: 0.10,
+            scan_share: None,
             volatile_check: true,
             smart_scan: true,
             pin_grace: Duration::from_micros(1000),
@@ -153,7 +159,7 @@ impl Config {
     /// Defaults overridden by `PAGEFOLD_*` variables:
     /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
-    /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction),
+    /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction), `PAGEFOLD_SCAN_SHARE` (fraction of the program's CPU; 0 = off),
     /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
     /// `PAGEFOLD_EVICT_STORE_MB`, `PAGEFOLD_SWAP_FILE` (path prefix), `PAGEFOLD_SWAP_MB`;
     /// tiering: `PAGEFOLD_TIER`, `PAGEFOLD_TIER_PATCH`, `PAGEFOLD_TIER_COMPRESS` (0/1),
@@ -245,6 +251,12 @@ impl Config {
             c.low_water = v;
         }
         c.inject = Inject::from_env();
+        if let Some(f) = std::env::var("PAGEFOLD_SCAN_SHARE")
+            .ok()
+            .and_then(|s| s.trim().parse::<f64>().ok())
+        {
+            c.scan_share = (f > 0.0 && f <= 1.0).then_some(f);
+        }
         if let Some(f) = std::env::var("PAGEFOLD_SCAN_CPU")
             .ok()
             .and_then(|s| s.parse::<f64>().ok())

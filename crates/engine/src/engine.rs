@@ -342,6 +342,7 @@ impl State {
             let _ = sys::madvise(ptr, npages * PAGE, libc::MADV_POPULATE_WRITE);
         }
         let block = Block::new(ptr, pages);
+        self.stats.fresh_pages += npages as u64;
         self.vmas += block.vmas;
         self.blocks.insert(ptr as usize, block);
         ptr

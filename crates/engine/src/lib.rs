@@ -62,6 +62,7 @@
 //! (they retire the pool and start a fresh one).
 
 mod advice;
+mod budget;
 mod clock;
 mod config;
 mod engine;

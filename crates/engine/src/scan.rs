@@ -51,6 +51,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
+use crate::budget::Budget;
 use crate::clock::Pass;
 use crate::engine::{Inner, ScanReport, State};
 use crate::frames::FrameId;
@@ -123,20 +124,33 @@ pub fn scan(inner: &Inner) -> ScanReport {
 /// The background scanner: scans every `interval` (with tiering, at least
 /// every clock interval), or earlier when woken (`Engine::request_scan`),
 /// but after a scan that took CPU time c it waits at least
-/// c * (1/budget - 1), so it averages at most `budget` of one core.
+/// c * (1/budget - 1), so it averages at most `budget` of one core. With a
+/// scan share configured it also keeps to the account in budget.rs: scans
+/// only while the program's CPU time, its fresh memory and the pages saved
+/// pay for them, and backs off while scans find nothing.
 pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
     // Process signals go to the program's threads, never to the scanner.
     let _ = sys::block_signals();
-    let interval = match weak.upgrade() {
-        Some(inner) if inner.cfg.tier => {
-            interval.min(inner.cfg.clock_interval.max(Duration::from_millis(10)))
-        }
-        _ => interval,
+    let (interval, share) = match weak.upgrade() {
+        Some(inner) if inner.cfg.tier => (
+            interval.min(inner.cfg.clock_interval.max(Duration::from_millis(10))),
+            inner.cfg.scan_share,
+        ),
+        Some(inner) => (interval, inner.cfg.scan_share),
+        None => return,
     };
     crate::ENGINE_THREAD.with(|t| t.set(true));
+    let mut account = share.map(Budget::new);
     let mut earliest = Instant::now();
     loop {
-        std::thread::park_timeout(interval);
+        let wait = account.as_ref().map_or(interval, |a| a.interval(interval));
+        let parked = Instant::now();
+        std::thread::park_timeout(wait);
+        if parked.elapsed() < wait {
+            if let Some(a) = account.as_mut() {
+                a.woken();
+            }
+        }
         let now = Instant::now();
         if now < earliest {
             std::thread::sleep(earliest - now);
@@ -145,8 +159,18 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
         if inner.bg_stop.load(Ordering::SeqCst) {
             return;
         }
+        if let Some(a) = &account {
+            let fresh = inner.lock().stats.fresh_pages;
+            if !a.may_scan(sys::process_cpu_ns(), fresh) {
+                inner.lock().stats.scans_deferred += 1;
+                continue;
+            }
+        }
         let rep = scan(&inner);
         drop(inner);
+        if let Some(a) = account.as_mut() {
+            a.record(rep.cpu_ns, rep.merged + rep.zero_folded, rep.volatile > 0);
+        }
         earliest = Instant::now() + Duration::from_nanos(rep.cpu_ns).mul_f64(1.0 / budget - 1.0);
     }
 }

@@ -58,6 +58,10 @@ pub struct Stats {
     pub recycled_bytes: u64,
     /// Completed scans.
     pub scans: u64,
+    /// Background scans not started because the scan budget was spent (budget.rs).
+    pub scans_deferred: u64,
+    /// Pages of fresh blocks handed out (not recycled ones).
+    pub fresh_pages: u64,
     /// CPU time spent scanning, in nanoseconds.
     pub scan_cpu_ns: u64,
     /// Page looks the scans saved: pages skipped because earlier looks found nothing to do.

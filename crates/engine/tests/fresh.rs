@@ -1,8 +1,19 @@
 //! Where fresh blocks start (anonymous memory or frames), copies out of
 //! anonymous memory (written through into frames), and what the adaptive
 //! placement learns from copies: byte for byte and by the engine's counters.
+//!
+//! `fail_mmap_after` is process-global, so every test here takes one lock
+//! and the test that sets it resets it before letting go.
+
+use std::sync::{Mutex, MutexGuard};
 
 use pagefold_engine::{Config, Engine, Fresh, Hint, Inject, Stats, PAGE};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn engine(fresh: Fresh) -> Engine {
     Engine::new(Config {
@@ -49,6 +60,7 @@ fn no_frames_left(s: Stats) {
 
 #[test]
 fn anonymous_blocks_use_no_frames() {
+    let _g = serial();
     let e = engine(Fresh::Anon);
     let n = 32 * PAGE;
     let a = filled(&e, n, 1);
@@ -61,6 +73,7 @@ fn anonymous_blocks_use_no_frames() {
 
 #[test]
 fn a_copy_of_anonymous_memory_is_written_through_and_its_copies_are_virtual() {
+    let _g = serial();
     let e = engine(Fresh::Anon);
     let n = 64 * PAGE;
     let a = filled(&e, n, 3);
@@ -99,6 +112,7 @@ fn a_copy_of_anonymous_memory_is_written_through_and_its_copies_are_virtual() {
 
 #[test]
 fn the_scan_folds_the_source_of_a_written_through_copy_onto_its_frames() {
+    let _g = serial();
     let e = engine(Fresh::Anon);
     let n = 128 * PAGE;
     let a = filled(&e, n, 5);
@@ -123,6 +137,7 @@ fn the_scan_folds_the_source_of_a_written_through_copy_onto_its_frames() {
 
 #[test]
 fn adaptive_placement_puts_blocks_of_a_copied_size_on_frames() {
+    let _g = serial();
     let e = engine(Fresh::Adaptive);
     let n = 48 * PAGE;
     // Unknown size: anonymous; its copy is written through.
@@ -153,6 +168,7 @@ fn adaptive_placement_puts_blocks_of_a_copied_size_on_frames() {
 
 #[test]
 fn copies_fall_back_to_plain_without_frames() {
+    let _g = serial();
     // memfd refused: no pool, so nothing can be written through.
     let e = Engine::new(Config {
         fresh: Fresh::Anon,
@@ -176,6 +192,7 @@ fn copies_fall_back_to_plain_without_frames() {
 
 #[test]
 fn copies_fall_back_to_plain_when_mapping_fails() {
+    let _g = serial();
     // Two mmaps succeed (both blocks); the copy's remap is refused, so its
     // frames are given back and the pages copied plainly.
     let e = Engine::new(Config {
@@ -198,10 +215,13 @@ fn copies_fall_back_to_plain_when_mapping_fails() {
     assert_eq!(s.frames_in_use, 0, "frames of the failed copy leaked: {s:?}");
     free(&e, a);
     free(&e, b);
+    // A fresh engine lifts the injected failure for the next test.
+    drop(Engine::new(Config::default()));
 }
 
 #[test]
 fn copy_through_can_be_switched_off() {
+    let _g = serial();
     let e = Engine::new(Config {
         fresh: Fresh::Anon,
         copy_through: false,
@@ -222,6 +242,7 @@ fn copy_through_can_be_switched_off() {
 /// plain memory does (frames, on shmem, get none where shmem THP is off).
 #[test]
 fn anonymous_blocks_get_huge_pages_when_asked() {
+    let _g = serial();
     let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
         .unwrap_or_default();
     if thp.is_empty() || thp.contains("[never]") {
@@ -268,6 +289,7 @@ fn anon_huge_kb(start: usize, len: usize) -> u64 {
 
 #[test]
 fn copies_the_program_writes_in_full_are_made_plainly_after_a_few() {
+    let _g = serial();
     let e = engine(Fresh::Frames);
     let n = 32 * PAGE;
     let a = filled(&e, n, 8);
