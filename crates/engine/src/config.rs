@@ -17,6 +17,9 @@ pub struct Config {
     /// A copy from anonymous source pages writes them into fresh frames and
     /// maps the destination there, so copies of the copy are virtual.
     pub copy_through: bool,
+    /// Copies into a size class whose copies were mostly written are made
+    /// plainly (fresh.rs). Off: every eligible copy is virtual.
+    pub copy_learn: bool,
     /// Turn copies of whole pages into copy-on-write views (mmapcopy).
     pub copy: bool,
     /// Fold all-zero pages during a scan.
@@ -122,6 +125,7 @@ impl Default for Config {
             frames: true,
             fresh: crate::fresh::Fresh::Frames,
             copy_through: true,
+            copy_learn: true,
             copy: true,
             zero: true,
             merge: true,
@@ -157,7 +161,7 @@ impl Default for Config {
 
 impl Config {
     /// Defaults overridden by `PAGEFOLD_*` variables:
-    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN` (0/1),
+    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_COPY_LEARN`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction), `PAGEFOLD_SCAN_SHARE` (fraction of the program's CPU; 0 = off),
     /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
@@ -179,6 +183,7 @@ impl Config {
         flag("PAGEFOLD_FRAMES", &mut c.frames);
         flag("PAGEFOLD_COPY", &mut c.copy);
         flag("PAGEFOLD_COPY_THROUGH", &mut c.copy_through);
+        flag("PAGEFOLD_COPY_LEARN", &mut c.copy_learn);
         if let Some(f) = std::env::var("PAGEFOLD_FRESH")
             .ok()
             .and_then(|s| crate::fresh::Fresh::parse(&s))

@@ -397,7 +397,11 @@ impl State {
     }
 
     pub fn free(&mut self, ptr: *mut u8) -> bool {
-        if self.blocks.get(&(ptr as usize)).is_some_and(|b| b.copy_shared > 0) {
+        if self
+            .blocks
+            .get(&(ptr as usize))
+            .is_some_and(|b| b.copy_shared > 0)
+        {
             // What the program wrote of a copy decides how its next copies are made.
             let n = self.blocks[&(ptr as usize)].pages.len();
             self.refresh_divergence(ptr as usize, 0, n);
@@ -636,7 +640,7 @@ impl State {
             self.placement.copied_from(src_block_pages);
         }
         let dst_block_pages = self.blocks[&db].pages.len();
-        if !self.placement.copy_pays(dst_block_pages) {
+        if self.cfg.copy_learn && !self.placement.copy_pays(dst_block_pages) {
             self.stats.copies_made_plain += 1;
             self.copy_plain_pages(s0, d0, whole);
             return true;

@@ -190,7 +190,10 @@ mod tests {
         p.written_after_copy(10, 20);
         let decisions: Vec<bool> = (0..2 * PROBE_EVERY).map(|_| p.copy_pays(10)).collect();
         let virtual_copies = decisions.iter().filter(|&&v| v).count();
-        assert_eq!(virtual_copies, 2, "one probe per {PROBE_EVERY}: {decisions:?}");
+        assert_eq!(
+            virtual_copies, 2,
+            "one probe per {PROBE_EVERY}: {decisions:?}"
+        );
         // Probes that stay unwritten bring the class back.
         p.shared_by_copy(10, 200);
         assert!(p.copy_pays(10));

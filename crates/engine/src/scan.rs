@@ -736,7 +736,9 @@ impl State {
                 .collect();
             let mut t = 0;
             while t < len {
-                let end = (t..len).find(|&e| unchanged[e] != unchanged[t]).unwrap_or(len);
+                let end = (t..len)
+                    .find(|&e| unchanged[e] != unchanged[t])
+                    .unwrap_or(len);
                 let (first, cnt) = (slot + t as u64, (end - t) as u64);
                 let f = FrameId::new(pi, first);
                 if unchanged[t] && self.remap(qb, qi + j0 + t, end - t, Some(f)) {

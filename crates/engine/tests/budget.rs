@@ -34,7 +34,11 @@ fn scans_once_folded(share: Option<f64>, d: Duration) -> (u64, u64) {
     let p = duplicates(&e, n);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while e.stats().merged < (n - 8) as u64 {
-        assert!(std::time::Instant::now() < deadline, "not folded: {:?}", e.stats());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not folded: {:?}",
+            e.stats()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let before = e.stats().scans;

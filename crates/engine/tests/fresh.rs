@@ -129,7 +129,11 @@ fn the_scan_folds_the_source_of_a_written_through_copy_onto_its_frames() {
     assert_eq!(bytes(a, n), want);
     assert_eq!(bytes(b, n), want);
     write(a, 9, 0x55);
-    assert_eq!(bytes(b, n), want, "a write to the folded source reached the copy");
+    assert_eq!(
+        bytes(b, n),
+        want,
+        "a write to the folded source reached the copy"
+    );
     free(&e, a);
     free(&e, b);
     no_frames_left(e.stats());
@@ -212,7 +216,10 @@ fn copies_fall_back_to_plain_when_mapping_fails() {
     let s = e.stats();
     assert_eq!(s.pages_copied_through, 0, "{s:?}");
     assert!(s.fallbacks.mmap > 0, "{s:?}");
-    assert_eq!(s.frames_in_use, 0, "frames of the failed copy leaked: {s:?}");
+    assert_eq!(
+        s.frames_in_use, 0,
+        "frames of the failed copy leaked: {s:?}"
+    );
     free(&e, a);
     free(&e, b);
     // A fresh engine lifts the injected failure for the next test.
@@ -243,8 +250,8 @@ fn copy_through_can_be_switched_off() {
 #[test]
 fn anonymous_blocks_get_huge_pages_when_asked() {
     let _g = serial();
-    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-        .unwrap_or_default();
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
     if thp.is_empty() || thp.contains("[never]") {
         eprintln!("skipped: transparent huge pages are off on this machine ({thp:?})");
         return;
@@ -258,7 +265,10 @@ fn anonymous_blocks_get_huge_pages_when_asked() {
     // SAFETY: p is a live block of len bytes.
     unsafe { std::ptr::write_bytes(p, 1, len) };
     let huge = anon_huge_kb(p as usize, len);
-    assert!(huge >= 2048, "no huge page in an 8 MiB anonymous block: {huge} kB");
+    assert!(
+        huge >= 2048,
+        "no huge page in an 8 MiB anonymous block: {huge} kB"
+    );
     free(&e, p);
 }
 
@@ -270,17 +280,20 @@ fn anon_huge_kb(start: usize, len: usize) -> u64 {
     for line in smaps.lines() {
         let first = line.split_whitespace().next().unwrap_or("");
         if let Some((lo, hi)) = first.split_once('-') {
-            if let (Ok(lo), Ok(hi)) = (
-                usize::from_str_radix(lo, 16),
-                usize::from_str_radix(hi, 16),
-            ) {
+            if let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+            {
                 inside = lo < start + len && start < hi;
                 continue;
             }
         }
         if inside {
             if let Some(v) = line.strip_prefix("AnonHugePages:") {
-                kb += v.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap_or(0);
+                kb += v
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or(0);
             }
         }
     }
@@ -322,4 +335,29 @@ fn copies_the_program_writes_in_full_are_made_plainly_after_a_few() {
     free(&e, a);
     free(&e, c);
     no_frames_left(e.stats());
+}
+
+#[test]
+fn copy_learning_can_be_switched_off() {
+    let _g = serial();
+    let e = Engine::new(Config {
+        copy_learn: false,
+        ..Config::default()
+    });
+    let n = 32 * PAGE;
+    let a = filled(&e, n, 8);
+    for round in 0..12u8 {
+        let b = e.alloc(n, Hint::None);
+        copy(&e, b, a, n);
+        // SAFETY: b is a live block of n bytes.
+        unsafe { std::ptr::write_bytes(b, round, n) };
+        free(&e, b);
+    }
+    let s = e.stats();
+    assert_eq!(
+        (s.copies_made_plain, s.pages_shared_by_copy),
+        (0, 12 * 32),
+        "{s:?}"
+    );
+    free(&e, a);
 }
