@@ -11,6 +11,15 @@ use std::time::Duration;
 pub struct Config {
     /// Serve allocations from memfd frames. Off: every block is plain anonymous memory.
     pub frames: bool,
+    /// Where a fresh block starts when frames are on: always on frames, always
+    /// anonymous, or anonymous unless blocks of its size are often copied (fresh.rs).
+    pub fresh: crate::fresh::Fresh,
+    /// A copy from anonymous source pages writes them into fresh frames and
+    /// maps the destination there, so copies of the copy are virtual.
+    pub copy_through: bool,
+    /// Copies into a size class whose copies were mostly written are made
+    /// plainly (fresh.rs). Off: every eligible copy is virtual.
+    pub copy_learn: bool,
     /// Turn copies of whole pages into copy-on-write views (mmapcopy).
     pub copy: bool,
     /// Fold all-zero pages during a scan.
@@ -27,6 +36,11 @@ pub struct Config {
     pub scan_interval: Option<Duration>,
     /// Fraction of one core the background scanner may use (0 < f <= 1).
     pub scan_cpu_budget: f64,
+    /// Scan in proportion to profit (budget.rs): the background scanner may
+    /// spend this fraction of the program's own CPU time, plus what the memory
+    /// it was handed and the pages it saved earn it, and backs off while
+    /// scans find nothing. None: only `scan_cpu_budget` limits it.
+    pub scan_share: Option<f64>,
     /// Fold or merge a page only if the previous scan saw the same content
     /// (kernel KSM's volatility check; DE's policy of leaving recently
     /// written pages alone). Off: one scan folds everything it finds, but a
@@ -109,6 +123,9 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             frames: true,
+            fresh: crate::fresh::Fresh::Frames,
+            copy_through: true,
+            copy_learn: true,
             copy: true,
             zero: true,
             merge: true,
@@ -117,6 +134,7 @@ impl Default for Config {
             scan_chunk_pages: 512,
             scan_interval: None,
             scan_cpu_budget: 0.10,
+            scan_share: None,
             volatile_check: true,
             smart_scan: true,
             pin_grace: Duration::from_micros(1000),
@@ -143,9 +161,9 @@ impl Default for Config {
 
 impl Config {
     /// Defaults overridden by `PAGEFOLD_*` variables:
-    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_COPY`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN` (0/1),
+    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_COPY_LEARN`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
-    /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction),
+    /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction), `PAGEFOLD_SCAN_SHARE` (fraction of the program's CPU; 0 = off),
     /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
     /// `PAGEFOLD_EVICT_STORE_MB`, `PAGEFOLD_SWAP_FILE` (path prefix), `PAGEFOLD_SWAP_MB`;
     /// tiering: `PAGEFOLD_TIER`, `PAGEFOLD_TIER_PATCH`, `PAGEFOLD_TIER_COMPRESS` (0/1),
@@ -164,6 +182,14 @@ impl Config {
         };
         flag("PAGEFOLD_FRAMES", &mut c.frames);
         flag("PAGEFOLD_COPY", &mut c.copy);
+        flag("PAGEFOLD_COPY_THROUGH", &mut c.copy_through);
+        flag("PAGEFOLD_COPY_LEARN", &mut c.copy_learn);
+        if let Some(f) = std::env::var("PAGEFOLD_FRESH")
+            .ok()
+            .and_then(|s| crate::fresh::Fresh::parse(&s))
+        {
+            c.fresh = f;
+        }
         flag("PAGEFOLD_ZERO", &mut c.zero);
         flag("PAGEFOLD_MERGE", &mut c.merge);
         flag("PAGEFOLD_VOLATILE_CHECK", &mut c.volatile_check);
@@ -230,6 +256,12 @@ impl Config {
             c.low_water = v;
         }
         c.inject = Inject::from_env();
+        if let Some(f) = std::env::var("PAGEFOLD_SCAN_SHARE")
+            .ok()
+            .and_then(|s| s.trim().parse::<f64>().ok())
+        {
+            c.scan_share = (f > 0.0 && f <= 1.0).then_some(f);
+        }
         if let Some(f) = std::env::var("PAGEFOLD_SCAN_CPU")
             .ok()
             .and_then(|s| s.parse::<f64>().ok())

@@ -15,7 +15,7 @@ use crate::fault::Evictions;
 use crate::frames::{FrameId, Pool};
 use crate::index::ContentIndex;
 use crate::protect::Protector;
-use crate::space::{runs, Block, Page, Restores};
+use crate::space::{runs, unit_runs, Block, Page, Restores};
 use crate::stats::Stats;
 use crate::{fork, sys, PAGE};
 
@@ -94,6 +94,8 @@ pub(crate) struct State {
     pub scanning: bool,
     /// The tiering clock's state between passes.
     pub clock: crate::clock::Clock,
+    /// What copies taught about where fresh blocks should start (fresh.rs).
+    pub placement: crate::fresh::Placement,
     pub stats: Stats,
     pub cfg: Config,
 }
@@ -278,6 +280,7 @@ impl State {
             remaps_since_count: 0,
             scanning: false,
             clock: Default::default(),
+            placement: Default::default(),
             stats,
             cfg,
         }
@@ -304,7 +307,7 @@ impl State {
     }
 
     /// The pool taking new allocations, if any.
-    fn current_pool(&self) -> Option<usize> {
+    pub(crate) fn current_pool(&self) -> Option<usize> {
         self.pools
             .last()
             .filter(|p| !p.retired)
@@ -327,7 +330,8 @@ impl State {
                 return ptr;
             }
         }
-        let (ptr, pages) = match self.alloc_frames(npages) {
+        let on_frames = self.placement.on_frames(self.cfg.fresh, npages);
+        let (ptr, pages) = match on_frames.then(|| self.alloc_frames(npages)).flatten() {
             Some(x) => x,
             None => match sys::map(std::ptr::null_mut(), npages * PAGE, -1, 0, false, false) {
                 Ok(p) => (p, vec![Page::Anon; npages]),
@@ -338,6 +342,7 @@ impl State {
             let _ = sys::madvise(ptr, npages * PAGE, libc::MADV_POPULATE_WRITE);
         }
         let block = Block::new(ptr, pages);
+        self.stats.fresh_pages += npages as u64;
         self.vmas += block.vmas;
         self.blocks.insert(ptr as usize, block);
         ptr
@@ -392,6 +397,15 @@ impl State {
     }
 
     pub fn free(&mut self, ptr: *mut u8) -> bool {
+        if self
+            .blocks
+            .get(&(ptr as usize))
+            .is_some_and(|b| b.copy_shared > 0)
+        {
+            // What the program wrote of a copy decides how its next copies are made.
+            let n = self.blocks[&(ptr as usize)].pages.len();
+            self.refresh_divergence(ptr as usize, 0, n);
+        }
         let Some(block) = self.blocks.remove(&(ptr as usize)) else {
             return false;
         };
@@ -564,6 +578,12 @@ impl State {
             }
         }
         let n_released = released.len() as u64;
+        if block.copy_shared > 0 {
+            let written = block.copy_shared.min(released.len());
+            block.copy_shared -= written;
+            let npages = block.pages.len();
+            self.placement.written_after_copy(npages, written);
+        }
         let punch: Vec<FrameId> = released
             .into_iter()
             .filter(|f| self.pools[f.pool()].diverge(f.slot()))
@@ -615,6 +635,16 @@ impl State {
 
         let si = (s0 as usize - sb) / PAGE;
         let di = (d0 as usize - db) / PAGE;
+        let src_block_pages = self.blocks[&sb].pages.len();
+        if whole * 2 >= src_block_pages {
+            self.placement.copied_from(src_block_pages);
+        }
+        let dst_block_pages = self.blocks[&db].pages.len();
+        if self.cfg.copy_learn && !self.placement.copy_pays(dst_block_pages) {
+            self.stats.copies_made_plain += 1;
+            self.copy_plain_pages(s0, d0, whole);
+            return true;
+        }
         // Evicted source pages come back first (from this thread, no fault),
         // so the copy can share them instead of copying them plainly.
         self.restore_evicted(sb, si, whole);
@@ -636,10 +666,65 @@ impl State {
                 plain[a..b].iter_mut().for_each(|p| *p = false);
             }
         }
+        if self.cfg.copy_through {
+            let in_anon = |k: usize| match src_pages[k] {
+                Page::Anon | Page::Diverged(_) => plain[k].then_some(()),
+                _ => None,
+            };
+            for (a, b) in unit_runs(0..whole, in_anon) {
+                if self.copy_through(db, di + a, b - a, s0.add(a * PAGE)) {
+                    plain[a..b].iter_mut().for_each(|p| *p = false);
+                }
+            }
+        }
+        let shared = plain.iter().filter(|p| !**p).count();
+        if let Some(b) = self.blocks.get_mut(&db) {
+            b.copy_shared += shared;
+        }
+        self.placement.shared_by_copy(dst_block_pages, shared);
         for (k, _) in plain.iter().enumerate().filter(|(_, p)| **p) {
             std::ptr::copy_nonoverlapping(s0.add(k * PAGE), d0.add(k * PAGE), PAGE);
             self.stats.bytes_copied_plain += PAGE as u64;
         }
+        true
+    }
+
+    /// Copies `whole` pages plainly (a copy judged not to pay).
+    ///
+    /// # Safety
+    /// Both ranges valid for `whole` pages, not overlapping.
+    unsafe fn copy_plain_pages(&mut self, s0: *const u8, d0: *mut u8, whole: usize) {
+        std::ptr::copy_nonoverlapping(s0, d0, whole * PAGE);
+        self.stats.bytes_copied_plain += (whole * PAGE) as u64;
+    }
+
+    /// Copies `n` pages of anonymous memory at `src` into fresh frames and
+    /// maps dst pages `[i, i+n)` privately onto them, frozen: the copy costs
+    /// about what a plain one does, and further copies of the destination are
+    /// virtual. The source is left as it is (a scan may fold it onto the same
+    /// frames later). False (nothing changed) if frames or mappings run out.
+    ///
+    /// # Safety
+    /// `src` is valid for reading `n` pages.
+    unsafe fn copy_through(&mut self, db: usize, i: usize, n: usize, src: *const u8) -> bool {
+        let Some(pi) = self.current_pool() else {
+            return false;
+        };
+        let Some(slot) = self.pools[pi].alloc(n as u64) else {
+            self.stats.fallbacks.frames += 1;
+            return false;
+        };
+        let fd = self.pools[pi].fd;
+        if sys::pwrite_all(fd, src, n * PAGE, slot * PAGE as u64).is_err()
+            || !self.remap(db, i, n, Some(FrameId::new(pi, slot)))
+        {
+            self.pools[pi].abandon(slot, n as u64);
+            return false;
+        }
+        for k in 0..n as u64 {
+            self.pools[pi].freeze(slot + k);
+        }
+        self.stats.pages_copied_through += n as u64;
         true
     }
 
@@ -696,6 +781,6 @@ impl State {
     pub fn metadata_bytes(&self) -> usize {
         let blocks: usize = self.blocks.values().map(|b| b.metadata_bytes() + 48).sum();
         let pools: usize = self.pools.iter().map(|p| p.metadata_bytes()).sum();
-        blocks + pools + self.stable.bytes() + std::mem::size_of::<State>()
+        blocks + pools + self.stable.bytes() + self.placement.bytes() + std::mem::size_of::<State>()
     }
 }

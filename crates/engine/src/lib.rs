@@ -62,6 +62,7 @@
 //! (they retire the pool and start a fresh one).
 
 mod advice;
+mod budget;
 mod clock;
 mod config;
 mod engine;
@@ -69,6 +70,7 @@ mod evict;
 mod fault;
 mod fork;
 mod frames;
+mod fresh;
 mod idle;
 mod index;
 mod patching;
@@ -87,6 +89,7 @@ pub use config::{Config, Inject};
 pub use engine::{Engine, Hint, ScanReport};
 pub use evict::{Allow, EvictReport};
 pub use fault::LIFETIME_BUCKETS;
+pub use fresh::Fresh;
 pub use stats::{Fallbacks, Stats};
 pub use store::{Handle, PageStore, StoreBytes, StoreError};
 pub use tier_store::{SwapSettings, TierConfig, TierCounts, TierStore};

@@ -51,6 +51,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
+use crate::budget::Budget;
 use crate::clock::Pass;
 use crate::engine::{Inner, ScanReport, State};
 use crate::frames::FrameId;
@@ -123,20 +124,33 @@ pub fn scan(inner: &Inner) -> ScanReport {
 /// The background scanner: scans every `interval` (with tiering, at least
 /// every clock interval), or earlier when woken (`Engine::request_scan`),
 /// but after a scan that took CPU time c it waits at least
-/// c * (1/budget - 1), so it averages at most `budget` of one core.
+/// c * (1/budget - 1), so it averages at most `budget` of one core. With a
+/// scan share configured it also keeps to the account in budget.rs: scans
+/// only while the program's CPU time, its fresh memory and the pages saved
+/// pay for them, and backs off while scans find nothing.
 pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
     // Process signals go to the program's threads, never to the scanner.
     let _ = sys::block_signals();
-    let interval = match weak.upgrade() {
-        Some(inner) if inner.cfg.tier => {
-            interval.min(inner.cfg.clock_interval.max(Duration::from_millis(10)))
-        }
-        _ => interval,
+    let (interval, share) = match weak.upgrade() {
+        Some(inner) if inner.cfg.tier => (
+            interval.min(inner.cfg.clock_interval.max(Duration::from_millis(10))),
+            inner.cfg.scan_share,
+        ),
+        Some(inner) => (interval, inner.cfg.scan_share),
+        None => return,
     };
     crate::ENGINE_THREAD.with(|t| t.set(true));
+    let mut account = share.map(Budget::new);
     let mut earliest = Instant::now();
     loop {
-        std::thread::park_timeout(interval);
+        let wait = account.as_ref().map_or(interval, |a| a.interval(interval));
+        let parked = Instant::now();
+        std::thread::park_timeout(wait);
+        if parked.elapsed() < wait {
+            if let Some(a) = account.as_mut() {
+                a.woken();
+            }
+        }
         let now = Instant::now();
         if now < earliest {
             std::thread::sleep(earliest - now);
@@ -145,8 +159,18 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
         if inner.bg_stop.load(Ordering::SeqCst) {
             return;
         }
+        if let Some(a) = &account {
+            let fresh = inner.lock().stats.fresh_pages;
+            if !a.may_scan(sys::process_cpu_ns(), fresh) {
+                inner.lock().stats.scans_deferred += 1;
+                continue;
+            }
+        }
         let rep = scan(&inner);
         drop(inner);
+        if let Some(a) = account.as_mut() {
+            a.record(rep.cpu_ns, rep.merged + rep.zero_folded, rep.volatile > 0);
+        }
         earliest = Instant::now() + Duration::from_nanos(rep.cpu_ns).mul_f64(1.0 / budget - 1.0);
     }
 }
@@ -556,7 +580,7 @@ impl State {
         while n < m {
             let ours = block.pages[k + n];
             let fits = resident[n] & 1 != 0
-                && matches!(q.pages[qi + n], Page::Owned(_) | Page::Shared(_))
+                && !q.pages[qi + n].is_evicted()
                 && !matches!(ours, Page::Shared(_) | Page::Evicted(_))
                 && !(qb == base && plan.contains_key(&(qi + n)))
                 && stable
@@ -643,6 +667,11 @@ impl State {
             }
             j = end + 1;
         }
+        let anon = |st: &State, j: usize| {
+            equal[j] && matches!(st.blocks[&qb].pages[qi + j], Page::Anon | Page::Diverged(_))
+        };
+        let wanted: Vec<usize> = (0..n).filter(|&j| anon(self, j)).collect();
+        let mut materialized = self.materialize(qb, qi, &wanted);
         (0..n)
             .map(|j| {
                 if !equal[j] {
@@ -650,40 +679,80 @@ impl State {
                 }
                 match self.blocks[&qb].pages[qi + j] {
                     // The frame is what the partner will map: compare that, not the page.
+                    Page::Shared(_) if materialized.contains_key(&j) => materialized.remove(&j),
                     Page::Shared(f) => {
                         page_eq(self.pools[f.pool()].frame_ptr(f.slot()), ours(self, j))
                             .then_some(f)
                     }
-                    Page::Anon | Page::Diverged(_) => self.materialize(qb, qi + j),
-                    Page::Owned(_) | Page::Evicted(_) => None,
+                    Page::Anon | Page::Diverged(_) | Page::Owned(_) | Page::Evicted(_) => None,
                 }
             })
             .collect()
     }
 
-    /// Copies a protected anonymous page into a new frame and maps it there.
-    fn materialize(&mut self, qb: usize, qi: usize) -> Option<FrameId> {
-        let pi = self
-            .pools
-            .len()
-            .checked_sub(1)
-            .filter(|&p| !self.pools[p].retired)?;
-        let slot = self.pools[pi].alloc(1)?;
-        let qaddr = self.blocks[&qb].page_addr(qi);
-        let f = FrameId::new(pi, slot);
-        let copied = sys::pwrite_all(self.pools[pi].fd, qaddr, PAGE, slot * PAGE as u64).is_ok();
-        // The remap discards the anonymous page: give a pinned write to it
-        // the grace to land first, and take the page only if it did not change.
+    /// Copies protected anonymous pages `qi + j` (for each j in `js`, sorted)
+    /// of block `qb` into new frames, consecutive pages into consecutive
+    /// frames, and maps them there as runs: j -> frame for those that did.
+    /// The remap discards the anonymous pages, so a write through a pin taken
+    /// before the protection is given one grace (for all pages together) to
+    /// land first, and a page is taken only if it did not change meanwhile.
+    fn materialize(&mut self, qb: usize, qi: usize, js: &[usize]) -> HashMap<usize, FrameId> {
+        let mut out = HashMap::new();
+        let Some(pi) = self.current_pool() else {
+            return out;
+        };
+        // Runs of consecutive j, each written into a run of fresh frames.
+        let mut written: Vec<(usize, usize, u64)> = Vec::new();
+        let fd = self.pools[pi].fd;
+        let mut a = 0;
+        while a < js.len() {
+            let mut b = a + 1;
+            while b < js.len() && js[b] == js[b - 1] + 1 {
+                b += 1;
+            }
+            let (j0, len) = (js[a], b - a);
+            if let Some(slot) = self.pools[pi].alloc(len as u64) {
+                let addr = self.blocks[&qb].page_addr(qi + j0);
+                if sys::pwrite_all(fd, addr, len * PAGE, slot * PAGE as u64).is_ok() {
+                    written.push((j0, len, slot));
+                } else {
+                    self.pools[pi].abandon(slot, len as u64);
+                }
+            }
+            a = b;
+        }
+        if written.is_empty() {
+            return out;
+        }
         if !self.cfg.pin_grace.is_zero() {
             std::thread::sleep(self.cfg.pin_grace);
         }
-        let unchanged = copied && page_eq(qaddr, self.pools[pi].frame_ptr(slot));
-        if !unchanged || !self.remap(qb, qi, 1, Some(f)) {
-            self.pools[pi].abandon(slot, 1);
-            return None;
+        for (j0, len, slot) in written {
+            let unchanged: Vec<bool> = (0..len)
+                .map(|t| {
+                    let addr = self.blocks[&qb].page_addr(qi + j0 + t);
+                    page_eq(addr, self.pools[pi].frame_ptr(slot + t as u64))
+                })
+                .collect();
+            let mut t = 0;
+            while t < len {
+                let end = (t..len)
+                    .find(|&e| unchanged[e] != unchanged[t])
+                    .unwrap_or(len);
+                let (first, cnt) = (slot + t as u64, (end - t) as u64);
+                let f = FrameId::new(pi, first);
+                if unchanged[t] && self.remap(qb, qi + j0 + t, end - t, Some(f)) {
+                    for u in 0..cnt {
+                        self.pools[pi].freeze(first + u);
+                        out.insert(j0 + t + u as usize, f.offset(u));
+                    }
+                } else {
+                    self.pools[pi].abandon(first, cnt);
+                }
+                t = end;
+            }
         }
-        self.pools[pi].freeze(slot);
-        Some(f)
+        out
     }
 
     /// Remaps planned pages onto their frames, consecutive ones as runs.

@@ -106,6 +106,8 @@ pub struct Block {
     pub exempt: bool,
     /// Pages in state `Evicted` (a quick "nothing to reconcile" test).
     pub evicted: usize,
+    /// Pages a copy shared into this block and not yet found written (fresh.rs learns from them).
+    pub copy_shared: usize,
 }
 
 unsafe impl Send for Block {}
@@ -121,6 +123,7 @@ impl Block {
             seen,
             exempt: false,
             evicted,
+            copy_shared: 0,
         };
         b.vmas = b.count_vmas();
         b
@@ -206,6 +209,27 @@ where
         {
             j += 1;
         }
+        out.push((i, j));
+        i = j;
+    }
+    out
+}
+
+/// Maximal runs `[start, end)` within `range` where `want(page)` holds.
+pub fn unit_runs<F>(range: std::ops::Range<usize>, want: F) -> Vec<(usize, usize)>
+where
+    F: Fn(usize) -> Option<()>,
+{
+    let mut out = Vec::new();
+    let mut i = range.start;
+    while i < range.end {
+        if want(i).is_none() {
+            i += 1;
+            continue;
+        }
+        let j = (i + 1..range.end)
+            .find(|&j| want(j).is_none())
+            .unwrap_or(range.end);
         out.push((i, j));
         i = j;
     }

@@ -34,6 +34,10 @@ pub struct Stats {
     pub pages_sharing: u64,
     /// Total pages turned into copy-on-write views by `copy`.
     pub pages_shared_by_copy: u64,
+    /// Total pages a copy wrote from anonymous memory into fresh frames it then shared.
+    pub pages_copied_through: u64,
+    /// Copies made plainly because copies into blocks of that size were mostly written (fresh.rs).
+    pub copies_made_plain: u64,
     /// Total bytes copied plainly by `copy` (partial pages, non-engine memory, fallbacks).
     pub bytes_copied_plain: u64,
     /// Total pages freed because they were all zero.
@@ -54,6 +58,10 @@ pub struct Stats {
     pub recycled_bytes: u64,
     /// Completed scans.
     pub scans: u64,
+    /// Background scans not started because the scan budget was spent (budget.rs).
+    pub scans_deferred: u64,
+    /// Pages of fresh blocks handed out (not recycled ones).
+    pub fresh_pages: u64,
     /// CPU time spent scanning, in nanoseconds.
     pub scan_cpu_ns: u64,
     /// Page looks the scans saved: pages skipped because earlier looks found nothing to do.

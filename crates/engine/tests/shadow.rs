@@ -1354,3 +1354,26 @@ fn near_duplicates_merge_only_with_exact_duplicates() {
     }
     assert_eq!(e.stats().frames_in_use, 0);
 }
+
+#[test]
+fn shadow_fresh_anonymous() {
+    // Every block starts anonymous: copies are written through into frames,
+    // merges materialize anonymous partners as runs.
+    let cfg = Config {
+        fresh: pagefold_engine::Fresh::Anon,
+        ..Config::default()
+    };
+    let (_, s) = run(cfg, Opts::new("fresh_anon"));
+    exercised(&s, "fresh_anon");
+    assert!(s.pages_copied_through > 0, "{s:?}");
+}
+
+#[test]
+fn shadow_fresh_adaptive() {
+    let cfg = Config {
+        fresh: pagefold_engine::Fresh::Adaptive,
+        ..Config::default()
+    };
+    let (_, s) = run(cfg, Opts::new("fresh_adaptive"));
+    exercised(&s, "fresh_adaptive");
+}

@@ -1,0 +1,363 @@
+//! Where fresh blocks start (anonymous memory or frames), copies out of
+//! anonymous memory (written through into frames), and what the adaptive
+//! placement learns from copies: byte for byte and by the engine's counters.
+//!
+//! `fail_mmap_after` is process-global, so every test here takes one lock
+//! and the test that sets it resets it before letting go.
+
+use std::sync::{Mutex, MutexGuard};
+
+use pagefold_engine::{Config, Engine, Fresh, Hint, Inject, Stats, PAGE};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn engine(fresh: Fresh) -> Engine {
+    Engine::new(Config {
+        fresh,
+        ..Config::default()
+    })
+}
+
+/// A block of `len` bytes from `e`, filled with a pattern from `seed`.
+fn filled(e: &Engine, len: usize, seed: u8) -> *mut u8 {
+    let p = e.alloc(len, Hint::None);
+    assert!(!p.is_null());
+    let data: Vec<u8> = (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ ((i / PAGE) as u8))
+        .collect();
+    // SAFETY: p is a live block of at least len bytes returned just above.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, len) };
+    p
+}
+
+fn bytes(p: *const u8, len: usize) -> Vec<u8> {
+    // SAFETY: every caller passes a live engine block of at least len bytes.
+    unsafe { std::slice::from_raw_parts(p, len) }.to_vec()
+}
+
+fn copy(e: &Engine, dst: *mut u8, src: *const u8, len: usize) {
+    // SAFETY: both are live, distinct engine blocks of at least len bytes.
+    unsafe { e.copy(dst, src, len) }
+}
+
+fn free(e: &Engine, p: *mut u8) {
+    // SAFETY: p is a block of e that the test no longer uses.
+    assert!(unsafe { e.free(p) });
+}
+
+fn write(p: *mut u8, off: usize, v: u8) {
+    // SAFETY: callers stay inside a live block.
+    unsafe { *p.add(off) = v };
+}
+
+fn no_frames_left(s: Stats) {
+    assert_eq!((s.blocks, s.frames_in_use), (0, 0), "{s:?}");
+}
+
+#[test]
+fn anonymous_blocks_use_no_frames() {
+    let _g = serial();
+    let e = engine(Fresh::Anon);
+    let n = 32 * PAGE;
+    let a = filled(&e, n, 1);
+    let s = e.stats();
+    assert_eq!(s.frames_in_use, 0, "{s:?}");
+    assert!(bytes(a, n).iter().any(|&b| b != 0));
+    free(&e, a);
+    no_frames_left(e.stats());
+}
+
+#[test]
+fn a_copy_of_anonymous_memory_is_written_through_and_its_copies_are_virtual() {
+    let _g = serial();
+    let e = engine(Fresh::Anon);
+    let n = 64 * PAGE;
+    let a = filled(&e, n, 3);
+    let want = bytes(a, n);
+    let b = e.alloc(n, Hint::None);
+    copy(&e, b, a, n);
+    assert_eq!(bytes(b, n), want);
+    let s = e.stats();
+    assert_eq!(s.pages_copied_through, 64, "{s:?}");
+    assert_eq!(s.frames_in_use, 64, "the copy lives in frames: {s:?}");
+    // Copy of the copy: virtual, no new frame.
+    let c = e.alloc(n, Hint::None);
+    copy(&e, c, b, n);
+    assert_eq!(bytes(c, n), want);
+    let s = e.stats();
+    assert_eq!(s.pages_shared_by_copy, 64, "{s:?}");
+    assert_eq!(s.frames_in_use, 64, "{s:?}");
+    // Writes stay on their side.
+    write(a, 3 * PAGE + 1, 0xA1);
+    write(b, 5 * PAGE + 2, 0xB2);
+    write(c, 7 * PAGE + 3, 0xC3);
+    let mut wa = want.clone();
+    wa[3 * PAGE + 1] = 0xA1;
+    let mut wb = want.clone();
+    wb[5 * PAGE + 2] = 0xB2;
+    let mut wc = want.clone();
+    wc[7 * PAGE + 3] = 0xC3;
+    assert_eq!(bytes(a, n), wa);
+    assert_eq!(bytes(b, n), wb);
+    assert_eq!(bytes(c, n), wc);
+    for p in [a, b, c] {
+        free(&e, p);
+    }
+    no_frames_left(e.stats());
+}
+
+#[test]
+fn the_scan_folds_the_source_of_a_written_through_copy_onto_its_frames() {
+    let _g = serial();
+    let e = engine(Fresh::Anon);
+    let n = 128 * PAGE;
+    let a = filled(&e, n, 5);
+    let want = bytes(a, n);
+    let b = e.alloc(n, Hint::None);
+    copy(&e, b, a, n);
+    // The first scans only look (volatility check); a later one merges.
+    for _ in 0..4 {
+        e.scan();
+    }
+    let s = e.stats();
+    assert!(s.merged >= 128, "the source was not folded: {s:?}");
+    assert_eq!(s.frames_in_use, 128, "source and copy share: {s:?}");
+    assert_eq!(bytes(a, n), want);
+    assert_eq!(bytes(b, n), want);
+    write(a, 9, 0x55);
+    assert_eq!(
+        bytes(b, n),
+        want,
+        "a write to the folded source reached the copy"
+    );
+    free(&e, a);
+    free(&e, b);
+    no_frames_left(e.stats());
+}
+
+#[test]
+fn adaptive_placement_puts_blocks_of_a_copied_size_on_frames() {
+    let _g = serial();
+    let e = engine(Fresh::Adaptive);
+    let n = 48 * PAGE;
+    // Unknown size: anonymous; its copy is written through.
+    let a = filled(&e, n, 7);
+    assert_eq!(e.stats().frames_in_use, 0);
+    let b = e.alloc(n, Hint::None);
+    copy(&e, b, a, n);
+    assert_eq!(e.stats().pages_copied_through, 48);
+    // Blocks of that size were copied: the next one starts on frames, and
+    // its copy is virtual at once (frozen in place, nothing written through).
+    let c = filled(&e, n, 9);
+    let want = bytes(c, n);
+    let s = e.stats();
+    assert_eq!(s.frames_in_use, 48 + 48, "{s:?}");
+    let d = e.alloc(n, Hint::None);
+    copy(&e, d, c, n);
+    let s = e.stats();
+    assert_eq!(s.pages_copied_through, 48, "{s:?}");
+    assert_eq!(bytes(d, n), want);
+    // Another size is unaffected.
+    let other = filled(&e, n + PAGE, 1);
+    assert_eq!(e.stats().frames_in_use, s.frames_in_use);
+    for p in [a, b, c, d, other] {
+        free(&e, p);
+    }
+    no_frames_left(e.stats());
+}
+
+#[test]
+fn copies_fall_back_to_plain_without_frames() {
+    let _g = serial();
+    // memfd refused: no pool, so nothing can be written through.
+    let e = Engine::new(Config {
+        fresh: Fresh::Anon,
+        inject: Inject {
+            fail_memfd: true,
+            ..Inject::default()
+        },
+        ..Config::default()
+    });
+    let n = 16 * PAGE;
+    let a = filled(&e, n, 2);
+    let b = e.alloc(n, Hint::None);
+    copy(&e, b, a, n);
+    assert_eq!(bytes(b, n), bytes(a, n));
+    let s = e.stats();
+    assert_eq!(s.pages_copied_through, 0, "{s:?}");
+    assert!(s.bytes_copied_plain >= n as u64, "{s:?}");
+    free(&e, a);
+    free(&e, b);
+}
+
+#[test]
+fn copies_fall_back_to_plain_when_mapping_fails() {
+    let _g = serial();
+    // Two mmaps succeed (both blocks); the copy's remap is refused, so its
+    // frames are given back and the pages copied plainly.
+    let e = Engine::new(Config {
+        fresh: Fresh::Anon,
+        inject: Inject {
+            fail_mmap_after: Some(2),
+            ..Inject::default()
+        },
+        ..Config::default()
+    });
+    let n = 16 * PAGE;
+    let a = filled(&e, n, 4);
+    let b = e.alloc(n, Hint::None);
+    assert!(!b.is_null());
+    copy(&e, b, a, n);
+    assert_eq!(bytes(b, n), bytes(a, n));
+    let s = e.stats();
+    assert_eq!(s.pages_copied_through, 0, "{s:?}");
+    assert!(s.fallbacks.mmap > 0, "{s:?}");
+    assert_eq!(
+        s.frames_in_use, 0,
+        "frames of the failed copy leaked: {s:?}"
+    );
+    free(&e, a);
+    free(&e, b);
+    // A fresh engine lifts the injected failure for the next test.
+    drop(Engine::new(Config::default()));
+}
+
+#[test]
+fn copy_through_can_be_switched_off() {
+    let _g = serial();
+    let e = Engine::new(Config {
+        fresh: Fresh::Anon,
+        copy_through: false,
+        ..Config::default()
+    });
+    let n = 16 * PAGE;
+    let a = filled(&e, n, 6);
+    let b = e.alloc(n, Hint::None);
+    copy(&e, b, a, n);
+    assert_eq!(bytes(b, n), bytes(a, n));
+    let s = e.stats();
+    assert_eq!((s.pages_copied_through, s.frames_in_use), (0, 0), "{s:?}");
+    free(&e, a);
+    free(&e, b);
+}
+
+/// Anonymous blocks get the transparent huge pages a program asks for, as
+/// plain memory does (frames, on shmem, get none where shmem THP is off).
+#[test]
+fn anonymous_blocks_get_huge_pages_when_asked() {
+    let _g = serial();
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if thp.is_empty() || thp.contains("[never]") {
+        eprintln!("skipped: transparent huge pages are off on this machine ({thp:?})");
+        return;
+    }
+    let e = engine(Fresh::Anon);
+    let len = 8 << 20;
+    let p = e.alloc(len, Hint::None);
+    // SAFETY: p is a live block of len bytes; advice changes no content.
+    let r = unsafe { libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE) };
+    assert_eq!(r, 0);
+    // SAFETY: p is a live block of len bytes.
+    unsafe { std::ptr::write_bytes(p, 1, len) };
+    let huge = anon_huge_kb(p as usize, len);
+    assert!(
+        huge >= 2048,
+        "no huge page in an 8 MiB anonymous block: {huge} kB"
+    );
+    free(&e, p);
+}
+
+/// AnonHugePages (kB) of the mappings overlapping `[start, start+len)`.
+fn anon_huge_kb(start: usize, len: usize) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut inside = false;
+    let mut kb = 0;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((lo, hi)) = first.split_once('-') {
+            if let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+            {
+                inside = lo < start + len && start < hi;
+                continue;
+            }
+        }
+        if inside {
+            if let Some(v) = line.strip_prefix("AnonHugePages:") {
+                kb += v
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or(0);
+            }
+        }
+    }
+    kb
+}
+
+#[test]
+fn copies_the_program_writes_in_full_are_made_plainly_after_a_few() {
+    let _g = serial();
+    let e = engine(Fresh::Frames);
+    let n = 32 * PAGE;
+    let a = filled(&e, n, 8);
+    let want = bytes(a, n);
+    // Copies into 32-page blocks, each written in full and freed: after
+    // 64 shared pages the class is judged, later copies are plain.
+    for round in 0..12u8 {
+        let b = e.alloc(n, Hint::None);
+        copy(&e, b, a, n);
+        assert_eq!(bytes(b, n), want, "round {round}");
+        // SAFETY: b is a live block of n bytes.
+        unsafe { std::ptr::write_bytes(b, round, n) };
+        assert!(bytes(b, n).iter().all(|&x| x == round));
+        free(&e, b);
+    }
+    let s = e.stats();
+    assert!(s.copies_made_plain >= 8, "{s:?}");
+    assert_eq!(bytes(a, n), want);
+    // Copies into another size that stay unwritten keep being virtual.
+    let m = 40 * PAGE;
+    let c = filled(&e, m, 9);
+    let before = e.stats().copies_made_plain;
+    for _ in 0..6 {
+        let d = e.alloc(m, Hint::None);
+        copy(&e, d, c, m);
+        assert_eq!(bytes(d, m), bytes(c, m));
+        free(&e, d);
+    }
+    assert_eq!(e.stats().copies_made_plain, before);
+    free(&e, a);
+    free(&e, c);
+    no_frames_left(e.stats());
+}
+
+#[test]
+fn copy_learning_can_be_switched_off() {
+    let _g = serial();
+    let e = Engine::new(Config {
+        copy_learn: false,
+        ..Config::default()
+    });
+    let n = 32 * PAGE;
+    let a = filled(&e, n, 8);
+    for round in 0..12u8 {
+        let b = e.alloc(n, Hint::None);
+        copy(&e, b, a, n);
+        // SAFETY: b is a live block of n bytes.
+        unsafe { std::ptr::write_bytes(b, round, n) };
+        free(&e, b);
+    }
+    let s = e.stats();
+    assert_eq!(
+        (s.copies_made_plain, s.pages_shared_by_copy),
+        (0, 12 * 32),
+        "{s:?}"
+    );
+    free(&e, a);
+}
