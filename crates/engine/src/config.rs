@@ -18,7 +18,7 @@ pub struct Config {
     /// maps the destination there, so copies of the copy are virtual.
     pub copy_through: bool,
     /// Copies into a size class whose copies were mostly written are made
-    /// plainly (fresh.rs). Off: every eligible copy is virtual.
+    /// plainly (fresh.rs). Off (default): every eligible copy is virtual.
     pub copy_learn: bool,
     /// Turn copies of whole pages into copy-on-write views (mmapcopy).
     pub copy: bool,
@@ -125,7 +125,7 @@ impl Default for Config {
             frames: true,
             fresh: crate::fresh::Fresh::Frames,
             copy_through: true,
-            copy_learn: true,
+            copy_learn: false,
             copy: true,
             zero: true,
             merge: true,

@@ -303,7 +303,10 @@ fn anon_huge_kb(start: usize, len: usize) -> u64 {
 #[test]
 fn copies_the_program_writes_in_full_are_made_plainly_after_a_few() {
     let _g = serial();
-    let e = engine(Fresh::Frames);
+    let e = Engine::new(Config {
+        copy_learn: true,
+        ..Config::default()
+    });
     let n = 32 * PAGE;
     let a = filled(&e, n, 8);
     let want = bytes(a, n);

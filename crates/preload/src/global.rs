@@ -20,7 +20,7 @@ use std::ffi::CStr;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use pagefold_engine::{Config, Engine, Fresh};
+use pagefold_engine::{Config, Engine};
 
 const UNINIT: u8 = 0;
 const STARTING: u8 = 1;
@@ -36,9 +36,6 @@ static FREED: AtomicUsize = AtomicUsize::new(0);
 static SCAN_AFTER_FREE: AtomicUsize = AtomicUsize::new(64 << 20);
 /// Freed engine memory kept for reuse, as glibc keeps freed heap chunks.
 const RECYCLE_DEFAULT: usize = 256 << 20;
-/// Fraction of the program's CPU time its background scans may cost, beyond what
-/// its fresh memory and the pages they save earn them (the engine's budget.rs).
-const SCAN_SHARE_DEFAULT: f64 = 0.02;
 
 thread_local! {
     /// Set while this thread is inside the engine: its own copies and
@@ -115,14 +112,6 @@ fn start() -> Option<&'static Engine> {
         }
         if env_usize(c"PAGEFOLD_RECYCLE_MB").is_none() {
             cfg.recycle_bytes = RECYCLE_DEFAULT;
-        }
-        // An unmodified program's blocks start anonymous unless blocks of
-        // their size are copied, and it pays for scans in proportion to profit.
-        if std::env::var_os("PAGEFOLD_FRESH").is_none() {
-            cfg.fresh = Fresh::Adaptive;
-        }
-        if std::env::var_os("PAGEFOLD_SCAN_SHARE").is_none() {
-            cfg.scan_share = Some(SCAN_SHARE_DEFAULT);
         }
         Engine::new(cfg)
     })?;

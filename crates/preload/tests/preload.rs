@@ -79,7 +79,7 @@ fn plain(program: &[&str]) -> String {
 /// Output and exit reports of `program` run with the preload and `env` (on
 /// top of a 2 ms background scan at a full core, a short pin grace, and every
 /// block on frames with no scan share and every copy virtual, so each
-/// mechanism acts on every block whatever the engine learns; `preloaded_with_defaults` runs the preload's own defaults).
+/// mechanism acts on every block whatever the engine learns).
 fn preloaded(program: &[&str], env: &[(&str, &str)]) -> (String, Vec<Value>) {
     let mut all = vec![
         ("PAGEFOLD_FRESH", "frames"),
@@ -87,11 +87,11 @@ fn preloaded(program: &[&str], env: &[(&str, &str)]) -> (String, Vec<Value>) {
         ("PAGEFOLD_COPY_LEARN", "0"),
     ];
     all.extend_from_slice(env);
-    preloaded_with_defaults(program, &all)
+    preloaded_as_set(program, &all)
 }
 
-/// As `preloaded`, with the preload's own placement and scan share.
-fn preloaded_with_defaults(program: &[&str], env: &[(&str, &str)]) -> (String, Vec<Value>) {
+/// As `preloaded`, with only `env` on top of the scan settings.
+fn preloaded_as_set(program: &[&str], env: &[(&str, &str)]) -> (String, Vec<Value>) {
     static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = RUN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let dir = scratch(&format!("run{n}"));
@@ -472,16 +472,22 @@ fn fork_with_large_blocks_does_not_deadlock() {
 
 /// numpy copies (copy, np.array, astype, assignment, concatenate), zero and
 /// duplicate pages, and numpy's own MADV_HUGEPAGE on large arrays.
-/// The preload's defaults (adaptive placement, scan share): blocks start
-/// anonymous, copies out of them are written through or learnt, and every
-/// output is the plain one.
+/// Adaptive placement, copy learning and a scan share together: blocks
+/// start anonymous, copies out of them are written through or learnt, scans
+/// keep to their account, and every output is the plain one.
+const ADAPTIVE: [(&str, &str); 3] = [
+    ("PAGEFOLD_FRESH", "adaptive"),
+    ("PAGEFOLD_COPY_LEARN", "1"),
+    ("PAGEFOLD_SCAN_SHARE", "0.02"),
+];
+
 #[test]
-fn preload_defaults_keep_every_output() {
+fn adaptive_placement_and_scan_share_keep_every_output() {
     for name in ["alloc_copy", "kernel_io"] {
         let exe = c_program(name);
         let exe = exe.to_str().unwrap();
-        let (got, r) = preloaded_with_defaults(&[exe], &[]);
-        assert_eq!(plain(&[exe]), got, "{name} under the preload's defaults");
+        let (got, r) = preloaded_as_set(&[exe], &ADAPTIVE);
+        assert_eq!(plain(&[exe]), got, "{name} with adaptive placement");
         assert!(!r.is_empty(), "{name}: no exit report");
     }
     if !python()
@@ -495,7 +501,9 @@ fn preload_defaults_keep_every_output() {
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/numpy_copies.py");
     let cmd = ["python3", script.to_str().unwrap()];
-    let (got, r) = preloaded_with_defaults(&cmd, &[("PAGEFOLD_SCAN_INTERVAL_MS", "5")]);
+    let mut env = ADAPTIVE.to_vec();
+    env.push(("PAGEFOLD_SCAN_INTERVAL_MS", "5"));
+    let (got, r) = preloaded_as_set(&cmd, &env);
     assert_eq!(plain(&cmd), got);
     assert!(
         stat(&r, "pages_copied_through") + stat(&r, "pages_shared_by_copy") >= 5 * 3900,
