@@ -15,7 +15,8 @@ pub struct Config {
     /// anonymous, or anonymous unless blocks of its size are often copied (fresh.rs).
     pub fresh: crate::fresh::Fresh,
     /// A copy from anonymous source pages writes them into fresh frames and
-    /// maps the destination there, so copies of the copy are virtual.
+    /// maps the destination there, so copies of the copy are virtual. Off by
+    /// default: such copies are plain.
     pub copy_through: bool,
     /// Copies into a size class whose copies were mostly written are made
     /// plainly (fresh.rs). Off (default): every eligible copy is virtual.
@@ -124,7 +125,7 @@ impl Default for Config {
         Config {
             frames: true,
             fresh: crate::fresh::Fresh::Frames,
-            copy_through: true,
+            copy_through: false,
             copy_learn: false,
             copy: true,
             zero: true,

@@ -18,6 +18,7 @@ fn serial() -> MutexGuard<'static, ()> {
 fn engine(fresh: Fresh) -> Engine {
     Engine::new(Config {
         fresh,
+        copy_through: true,
         ..Config::default()
     })
 }
@@ -176,6 +177,7 @@ fn copies_fall_back_to_plain_without_frames() {
     // memfd refused: no pool, so nothing can be written through.
     let e = Engine::new(Config {
         fresh: Fresh::Anon,
+        copy_through: true,
         inject: Inject {
             fail_memfd: true,
             ..Inject::default()
@@ -201,6 +203,7 @@ fn copies_fall_back_to_plain_when_mapping_fails() {
     // frames are given back and the pages copied plainly.
     let e = Engine::new(Config {
         fresh: Fresh::Anon,
+        copy_through: true,
         inject: Inject {
             fail_mmap_after: Some(2),
             ..Inject::default()

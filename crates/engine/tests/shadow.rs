@@ -1361,6 +1361,7 @@ fn shadow_fresh_anonymous() {
     // merges materialize anonymous partners as runs.
     let cfg = Config {
         fresh: pagefold_engine::Fresh::Anon,
+        copy_through: true,
         ..Config::default()
     };
     let (_, s) = run(cfg, Opts::new("fresh_anon"));
@@ -1372,6 +1373,8 @@ fn shadow_fresh_anonymous() {
 fn shadow_fresh_adaptive() {
     let cfg = Config {
         fresh: pagefold_engine::Fresh::Adaptive,
+        copy_through: true,
+        copy_learn: true,
         ..Config::default()
     };
     let (_, s) = run(cfg, Opts::new("fresh_adaptive"));

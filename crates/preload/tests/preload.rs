@@ -475,8 +475,9 @@ fn fork_with_large_blocks_does_not_deadlock() {
 /// Adaptive placement, copy learning and a scan share together: blocks
 /// start anonymous, copies out of them are written through or learnt, scans
 /// keep to their account, and every output is the plain one.
-const ADAPTIVE: [(&str, &str); 3] = [
+const ADAPTIVE: [(&str, &str); 4] = [
     ("PAGEFOLD_FRESH", "adaptive"),
+    ("PAGEFOLD_COPY_THROUGH", "1"),
     ("PAGEFOLD_COPY_LEARN", "1"),
     ("PAGEFOLD_SCAN_SHARE", "0.02"),
 ];
