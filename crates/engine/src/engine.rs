@@ -677,11 +677,13 @@ impl State {
                 }
             }
         }
-        let shared = plain.iter().filter(|p| !**p).count();
-        if let Some(b) = self.blocks.get_mut(&db) {
-            b.copy_shared += shared;
+        if self.cfg.copy_learn {
+            let shared = plain.iter().filter(|p| !**p).count();
+            if let Some(b) = self.blocks.get_mut(&db) {
+                b.copy_shared += shared;
+            }
+            self.placement.shared_by_copy(dst_block_pages, shared);
         }
-        self.placement.shared_by_copy(dst_block_pages, shared);
         for (k, _) in plain.iter().enumerate().filter(|(_, p)| **p) {
             std::ptr::copy_nonoverlapping(s0.add(k * PAGE), d0.add(k * PAGE), PAGE);
             self.stats.bytes_copied_plain += PAGE as u64;
