@@ -28,8 +28,8 @@ enum Kind {
     SoleDiverged,
 }
 
-/// Text-like content (words from a small vocabulary), as compressible as the
-/// "text" row of KERNEL-NOTES (LZ4 ~1.7 KB per page).
+/// Text-like content (words from a small vocabulary), compressible like
+/// ordinary text: LZ4 makes a page about 1.7 KB (see docs/MECHANISMS.md).
 fn text_page(k: usize) -> Vec<u8> {
     const WORDS: [&str; 16] = [
         "the ",

@@ -234,7 +234,7 @@ fn drop_swap_cache(prefix: &std::path::Path) {
     }
 }
 
-/// Issue 6's targets as it states them (about a fifth of DE's Table 2);
+/// Per-operation cost targets (about a fifth of DE's Table 2);
 /// swap_in has none: bounded by the device.
 const TARGETS: [(&str, f64); 7] = [
     ("share", 1.2),
@@ -290,10 +290,10 @@ fn main() {
     let grace = Config::default().pin_grace;
     println!("{n} pages per round, medians of {rounds} rounds, us per page\n");
     println!(
-        "Calibration (idle machine, KERNEL-NOTES: 0.21 us): XXH3 of a page {:.2} us\n",
+        "Calibration (idle machine: 0.21 us, see docs/MECHANISMS.md): XXH3 of a page {:.2} us\n",
         xxh3_us()
     );
-    println!("| op | what is measured | median us | DE us | target us (issue 6) |");
+    println!("| op | what is measured | median us | DE us | target us |");
     println!("|---|---|---:|---:|---|");
 
     for (label, g) in [
