@@ -91,7 +91,7 @@ impl Engine {
 /// End of `[start, start+len)` rounded up to a page, as the kernel's madvise
 /// does; None if `start` is not page-aligned, `len` is 0 or the range wraps.
 fn page_range(start: usize, len: usize) -> Option<usize> {
-    if start % PAGE != 0 || len == 0 {
+    if !start.is_multiple_of(PAGE) || len == 0 {
         return None;
     }
     let rounded = len.checked_add(PAGE - 1)? & !(PAGE - 1);
