@@ -347,6 +347,8 @@ impl State {
                 rep.zero += 1;
                 continue;
             }
+            // SAFETY: page is page k of the live block at base, readable for PAGE bytes while
+            // the engine lock is held; buf is a local array of PAGE bytes, distinct from it.
             unsafe { std::ptr::copy_nonoverlapping(page, buf.as_mut_ptr(), PAGE) };
             let punch = match self.blocks[&base].pages[k] {
                 Page::Owned(f) | Page::Shared(f) => Some(f),

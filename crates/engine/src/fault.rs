@@ -293,6 +293,8 @@ impl Table {
             return;
         }
         let msg = b"pagefold: the stored copy of an evicted page is lost; aborting\n";
+        // SAFETY: msg is a live static byte string of msg.len() bytes; write to fd 2 and abort
+        // take no Rust-visible state.
         unsafe {
             libc::write(2, msg.as_ptr().cast(), msg.len());
             libc::abort();
