@@ -74,8 +74,9 @@ extern "C" fn prepare() {
             let guard = inner.lock();
             // The guard borrows from `inner`, which `Held` keeps alive beside it.
             // SAFETY: only the lifetime is changed: the guard borrows the Mutex inside `inner`,
-            // and `Held` keeps that Arc beside the guard until the guard is dropped in
-            // parent/child.
+            // and `Held` stores that Arc next to the guard until parent/child drops both.
+            // The tuple `(inner, guard)` drops `inner` first, so this holds only while some
+            // other strong reference (the program's Engine) outlives release_locks.
             let guard: MutexGuard<'static, State> = unsafe { std::mem::transmute(guard) };
             (inner, guard)
         })

@@ -31,8 +31,8 @@ pub fn sample_hash(page: *const u8) -> u64 {
 }
 
 pub fn full_hash(page: *const u8) -> u64 {
-    // SAFETY: callers pass the start of a readable page of PAGE bytes that nobody writes during
-    // the hash (engine lock held or frame frozen).
+    // SAFETY: callers pass the start of a mapped, readable page of PAGE bytes (a page of an
+    // engine block or a frame of a pool window); it is only read.
     xxh3_64(unsafe { std::slice::from_raw_parts(page, PAGE) })
 }
 
