@@ -56,7 +56,7 @@ fn text_page(k: usize) -> Vec<u8> {
         x ^= x >> 7;
         x ^= x << 17;
         v.extend_from_slice(WORDS[(x % 16) as usize].as_bytes());
-        if x % 7 == 0 {
+        if x.is_multiple_of(7) {
             v.extend_from_slice(format!("{} ", x % 1000).as_bytes());
         }
     }
