@@ -23,6 +23,9 @@ fn fill(p: *mut u8, random: bool) {
             } else {
                 (k as u64) << 20 | (i as u64 / 64)
             };
+            // SAFETY: p is the block of PAGES * PAGE bytes from e.alloc in main (page-aligned,
+            // so 8-byte aligned at every i, a multiple of 8); k < PAGES and i < PAGE keep the
+            // word inside it.
             unsafe { (p.add(k * PAGE + i) as *mut u64).write(v) };
         }
     }
@@ -45,6 +48,7 @@ fn main() {
                 "tier={tier} {what}: scan CPU ms {cpu_ms:?}; evicted {}, refused {}",
                 s.evicted, s.evict_refused
             );
+            // SAFETY: p came from e.alloc above and is not used after this.
             unsafe { e.free(p) };
         }
     }

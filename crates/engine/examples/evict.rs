@@ -28,8 +28,8 @@ enum Kind {
     SoleDiverged,
 }
 
-/// Text-like content (words from a small vocabulary), as compressible as the
-/// "text" row of KERNEL-NOTES (LZ4 ~1.7 KB per page).
+/// Text-like content (words from a small vocabulary), compressible like
+/// ordinary text: LZ4 makes a page about 1.7 KB (see docs/MECHANISMS.md).
 fn text_page(k: usize) -> Vec<u8> {
     const WORDS: [&str; 16] = [
         "the ",
@@ -56,7 +56,7 @@ fn text_page(k: usize) -> Vec<u8> {
         x ^= x >> 7;
         x ^= x << 17;
         v.extend_from_slice(WORDS[(x % 16) as usize].as_bytes());
-        if x % 7 == 0 {
+        if x.is_multiple_of(7) {
             v.extend_from_slice(format!("{} ", x % 1000).as_bytes());
         }
     }
@@ -66,6 +66,8 @@ fn text_page(k: usize) -> Vec<u8> {
 
 fn resident(p: *const u8, n: usize) -> usize {
     let mut v = vec![0u8; n];
+    // SAFETY: p is a block of n pages from the engine and v has one byte per page, as mincore
+    // writes.
     unsafe { libc::mincore(p as *mut _, n * PAGE, v.as_mut_ptr()) };
     v.iter().filter(|&&b| b & 1 != 0).count()
 }
@@ -76,11 +78,16 @@ fn block(e: &Engine, kind: Kind, n: usize, content: &[u8]) -> *mut u8 {
     match kind {
         Kind::Anon | Kind::Owned => {
             let p = fresh();
+            // SAFETY: p is a fresh block of n * PAGE bytes from e.alloc and content is the
+            // caller's text of n * PAGE bytes, in separate memory.
             unsafe { std::ptr::copy_nonoverlapping(content.as_ptr(), p, content.len()) };
             p
         }
         Kind::SoleShared | Kind::SoleDiverged => {
             let (src, dst) = (fresh(), fresh());
+            // SAFETY: src and dst are fresh, distinct blocks of n * PAGE bytes from e.alloc and
+            // content is n * PAGE bytes; k < n keeps q inside dst; src is freed once and not
+            // used after.
             unsafe {
                 std::ptr::copy_nonoverlapping(content.as_ptr(), src, content.len());
                 e.copy(dst, src, n * PAGE);
@@ -128,14 +135,17 @@ fn one(kind: Kind, n: usize, content: &[u8], grace: Duration) -> Run {
     let t = Instant::now();
     let mut sum = 0u64;
     for k in 0..n {
+        // SAFETY: k < n, so p + k * PAGE + 8 lies in the live n-page block p.
         sum = sum.wrapping_add(unsafe { p.add(k * PAGE + 8).read_volatile() } as u64);
     }
     let restore_us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
     std::hint::black_box(sum);
     assert!(
+        // SAFETY: p is the live n-page block; it is only read here.
         unsafe { std::slice::from_raw_parts(p, n * PAGE) } == content,
         "{kind:?}: wrong bytes after restore"
     );
+    // SAFETY: p came from e.alloc (via block) and is not used after this.
     unsafe { e.free(p) };
     Run {
         evict_us,
@@ -164,12 +174,38 @@ fn maps_in(lo: usize, hi: usize) -> usize {
         .count()
 }
 
+/// A memfd named "probe" of `len` bytes (its result unchecked, as a probe).
+fn memfd(len: usize) -> i32 {
+    // SAFETY: the name is a NUL-terminated C string literal; ftruncate takes
+    // plain integers and reports a bad descriptor as an error.
+    unsafe {
+        let fd = libc::memfd_create(c"probe".as_ptr(), libc::MFD_CLOEXEC);
+        libc::ftruncate(fd, len as i64);
+        fd
+    }
+}
+
+/// Closes a descriptor this program opened and no longer uses.
+fn close(fd: i32) {
+    // SAFETY: every caller passes a descriptor it created itself (memfd,
+    // userfaultfd, pipe or socket) and uses it no more; close only ends it.
+    unsafe { libc::close(fd) };
+}
+
+/// Unmaps a mapping made by `map` that nothing uses any more.
+fn unmap(p: *mut u8, len: usize) {
+    // SAFETY: every caller passes the whole mapping it got from `map` with
+    // its length, after its last access; no reference into it survives.
+    unsafe { libc::munmap(p.cast(), len) };
+}
+
 fn map(len: usize, fd: i32, shared: bool) -> *mut u8 {
     let flags = match (fd < 0, shared) {
         (true, _) => libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
         (false, true) => libc::MAP_SHARED,
         (false, false) => libc::MAP_PRIVATE,
     };
+    // SAFETY: a fresh mapping at an address the kernel picks; it touches no existing memory.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -190,8 +226,7 @@ fn map(len: usize, fd: i32, shared: bool) -> *mut u8 {
 fn probe_registration() {
     use pagefold_engine::protect::Protector;
     let uffd = Protector::open().expect("userfaultfd");
-    let fd = unsafe { libc::memfd_create(c"probe".as_ptr(), libc::MFD_CLOEXEC) };
-    unsafe { libc::ftruncate(fd, 64 * PAGE as i64) };
+    let fd = memfd(64 * PAGE);
     println!("| mapping | 64 pages | + run registered MISSING+WP | + whole range WP | run unregistered | all unregistered |");
     println!("|---|---:|---:|---:|---:|---:|");
     for (name, fd, shared) in [
@@ -201,6 +236,7 @@ fn probe_registration() {
     ] {
         let p = map(64 * PAGE, fd, shared);
         let (lo, hi) = (p as usize, p as usize + 64 * PAGE);
+        // SAFETY: p maps 64 pages, so page 20 is inside it.
         let run = unsafe { p.add(20 * PAGE) };
         let a = maps_in(lo, hi);
         uffd.register_missing(run, 10 * PAGE).unwrap();
@@ -212,9 +248,9 @@ fn probe_registration() {
         uffd.unregister(p, 64 * PAGE).unwrap();
         let e = maps_in(lo, hi);
         println!("| {name} | {a} | {b} | {c} | {d} | {e} |");
-        unsafe { libc::munmap(p.cast(), 64 * PAGE) };
+        unmap(p, 64 * PAGE);
     }
-    unsafe { libc::close(fd) };
+    close(fd);
     println!();
 }
 
@@ -241,8 +277,7 @@ fn probe_fault_paths(n: usize) {
             }
         })
     };
-    let fd = unsafe { libc::memfd_create(c"probe".as_ptr(), libc::MFD_CLOEXEC) };
-    unsafe { libc::ftruncate(fd, (n * PAGE) as i64) };
+    let fd = memfd(n * PAGE);
     println!("| MISSING fault + UFFDIO_COPY from another thread | read us/page | write us/page |");
     println!("|---|---:|---:|");
     for (name, fd, shared) in [
@@ -256,6 +291,8 @@ fn probe_fault_paths(n: usize) {
             uffd.register_missing(p, n * PAGE).unwrap();
             let t = Instant::now();
             for k in 0..n {
+                // SAFETY: k < n and p maps n pages (registered MISSING, served by the thread
+                // above), so q is inside it.
                 unsafe {
                     let q = p.add(k * PAGE);
                     if write {
@@ -267,15 +304,16 @@ fn probe_fault_paths(n: usize) {
             }
             cost[i] = t.elapsed().as_secs_f64() * 1e6 / n as f64;
             uffd.unregister(p, n * PAGE).unwrap();
-            unsafe { libc::munmap(p.cast(), n * PAGE) };
+            unmap(p, n * PAGE);
             let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+            // SAFETY: fd is the probe memfd made above; fallocate takes plain integers.
             unsafe { libc::fallocate(fd, punch, 0, (n * PAGE) as i64) };
         }
         println!("| {name} | {:.2} | {:.2} |", cost[0], cost[1]);
     }
     stop.store(true, Ordering::Relaxed);
     server.join().unwrap();
-    unsafe { libc::close(fd) };
+    close(fd);
     println!();
 }
 
@@ -297,6 +335,7 @@ fn probe_sigbus_mode() {
     }
     const FEATURE_SIGBUS: u64 = 1 << 7;
     let ioc = |nr: u64, size: u64| (3u64 << 30) | (size << 16) | (0xAA << 8) | nr;
+    // SAFETY: the userfaultfd system call takes only integer flags.
     let fd =
         unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) } as i32;
     let mut api = Api {
@@ -304,6 +343,8 @@ fn probe_sigbus_mode() {
         features: FEATURE_SIGBUS,
         ioctls: 0,
     };
+    // SAFETY: api is a live, exclusively borrowed #[repr(C)] uffdio_api (24 bytes, the size
+    // encoded in the request).
     if fd < 0 || unsafe { libc::ioctl(fd, ioc(0x3F, 24) as _, &mut api) } != 0 {
         println!("SIGBUS mode unavailable\n");
         return;
@@ -315,8 +356,11 @@ fn probe_sigbus_mode() {
         mode: 1,
         ioctls: 0,
     };
+    // SAFETY: reg is a live, exclusively borrowed #[repr(C)] uffdio_register (32 bytes, the
+    // size encoded in the request) over the 4 pages of p.
     assert_eq!(unsafe { libc::ioctl(fd, ioc(0x00, 32) as _, &mut reg) }, 0);
     let mut fds = [0i32; 2];
+    // SAFETY: fds is a live array of two ints, as pipe writes.
     unsafe { libc::pipe(fds.as_mut_ptr()) };
     let buf = [1u8; PAGE];
     let outcome = |r: isize| {
@@ -326,11 +370,19 @@ fn probe_sigbus_mode() {
             format!("{r} bytes")
         }
     };
+    // SAFETY: buf is a local array of PAGE bytes.
     unsafe { libc::write(fds[1], buf.as_ptr().cast(), PAGE) };
+    // SAFETY: p maps 4 pages, so pages 0..3 are inside it; the kernel reports a missing page as
+    // EFAULT, which is what this probe measures.
     let read = outcome(unsafe { libc::read(fds[0], p.cast(), PAGE) });
+    // SAFETY: page 1 of the 4-page mapping p; a missing page gives EFAULT, which is what is
+    // measured.
     let write = outcome(unsafe { libc::write(fds[1], p.add(PAGE).cast(), PAGE) });
     let mut s = [0i32; 2];
+    // SAFETY: s is a live array of two ints, as socketpair writes.
     unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, s.as_mut_ptr()) };
+    // SAFETY: page 2 of the 4-page mapping p; a missing page gives EFAULT, which is what is
+    // measured.
     let send = outcome(unsafe { libc::send(s[0], p.add(2 * PAGE).cast(), PAGE, 0) });
     let mut out = [0u8; PAGE];
     let local = libc::iovec {
@@ -338,24 +390,21 @@ fn probe_sigbus_mode() {
         iov_len: PAGE,
     };
     let remote = libc::iovec {
+        // SAFETY: p maps 4 pages, so page 3 is inside it.
         iov_base: unsafe { p.add(3 * PAGE) }.cast(),
         iov_len: PAGE,
     };
+    // SAFETY: local describes the live array out of PAGE bytes; remote is page 3 of p, which
+    // the kernel reads (or reports EFAULT).
     let vm = outcome(unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) });
     println!(
         "userfaultfd SIGBUS mode, missing anonymous pages: read(2) into one: {read}; write(2) from one: {write}; \
          send(2) from one: {send}; process_vm_readv from one: {vm}\n"
     );
-    unsafe {
-        libc::close(s[0]);
-        libc::close(s[1]);
+    for fd in [s[0], s[1], fds[0], fds[1], fd] {
+        close(fd);
     }
-    unsafe {
-        libc::close(fds[0]);
-        libc::close(fds[1]);
-        libc::close(fd);
-        libc::munmap(p.cast(), 4 * PAGE);
-    }
+    unmap(p, 4 * PAGE);
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -35,8 +35,10 @@ fn per_page(
 }
 
 fn memfd(pages: usize) -> i32 {
+    // SAFETY: the name is a NUL-terminated C string literal.
     let fd = unsafe { libc::memfd_create(c"probe".as_ptr(), libc::MFD_CLOEXEC) };
     assert!(fd >= 0);
+    // SAFETY: fd is the memfd just created; ftruncate takes plain integers.
     assert_eq!(unsafe { libc::ftruncate(fd, (pages * PAGE) as i64) }, 0);
     fd
 }
@@ -53,6 +55,9 @@ fn map(addr: *mut u8, pages: usize, fd: i32, shared: bool) -> *mut u8 {
     if !addr.is_null() {
         flags |= libc::MAP_FIXED;
     }
+    // SAFETY: a null addr lets the kernel pick a fresh place; a non-null addr is always a
+    // mapping this program made with `map` and still owns, which MAP_FIXED replaces while no
+    // reference points into it.
     let p = unsafe {
         libc::mmap(
             addr.cast(),
@@ -69,13 +74,28 @@ fn map(addr: *mut u8, pages: usize, fd: i32, shared: bool) -> *mut u8 {
 
 fn fill(p: *mut u8, pages: usize) {
     for i in 0..pages {
+        // SAFETY: callers pass a read-write mapping from `map` of at least `pages` pages; i <
+        // pages keeps the page inside it.
         unsafe { std::ptr::write_bytes(p.add(i * PAGE), (i % 251 + 1) as u8, PAGE) };
+    }
+}
+
+/// Writes 1 into the first byte of each of `pages` pages at `p`.
+fn touch_pages(p: *mut u8, pages: usize) {
+    for i in 0..pages {
+        // SAFETY: every caller passes a read-write mapping from `map` of at
+        // least `pages` pages that stays mapped until its Cleanup drops, and
+        // i < pages keeps the byte inside it.
+        unsafe { *p.add(i * PAGE) = 1 };
     }
 }
 
 struct Cleanup(*mut u8, usize, i32);
 impl Drop for Cleanup {
     fn drop(&mut self) {
+        // SAFETY: a Cleanup is made once per mapping (from `map`, with its page count) and
+        // descriptor (from `memfd`, or -1), after their last use; it is dropped once, so each
+        // is released once.
         unsafe {
             libc::munmap(self.0.cast(), self.1 * PAGE);
             if self.2 >= 0 {
@@ -96,6 +116,7 @@ fn main() {
             fill(src, n);
             Box::new(move || {
                 let dst = map(std::ptr::null_mut(), n, -1, false);
+                // SAFETY: src and dst are two separate fresh mappings of n pages from `map`.
                 unsafe { std::ptr::copy_nonoverlapping(src, dst, n * PAGE) };
                 Box::new((Cleanup(dst, n, -1), Cleanup(src, n, -1))) as Box<dyn std::any::Any>
             })
@@ -136,12 +157,11 @@ fn main() {
             fill(p, n);
             let q = map(std::ptr::null_mut(), n, fd, false);
             for i in 0..n {
+                // SAFETY: q maps n pages and i < n.
                 unsafe { std::ptr::read_volatile(q.add(i * PAGE)) };
             }
             Box::new(move || {
-                for i in 0..n {
-                    unsafe { *q.add(i * PAGE) = 1 };
-                }
+                touch_pages(q, n);
                 Box::new((Cleanup(q, n, -1), Cleanup(p, n, fd))) as Box<dyn std::any::Any>
             })
         }),
@@ -152,9 +172,7 @@ fn main() {
         per_page(n, || {
             let p = map(std::ptr::null_mut(), n, -1, false);
             Box::new(move || {
-                for i in 0..n {
-                    unsafe { *p.add(i * PAGE) = 1 };
-                }
+                touch_pages(p, n);
                 Box::new(Cleanup(p, n, -1)) as Box<dyn std::any::Any>
             })
         }),
@@ -166,9 +184,7 @@ fn main() {
             let fd = memfd(n);
             let p = map(std::ptr::null_mut(), n, fd, true);
             Box::new(move || {
-                for i in 0..n {
-                    unsafe { *p.add(i * PAGE) = 1 };
-                }
+                touch_pages(p, n);
                 Box::new(Cleanup(p, n, fd)) as Box<dyn std::any::Any>
             })
         }),
@@ -183,6 +199,8 @@ fn main() {
             Box::new(move || {
                 for c in 0..n / 512 {
                     let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+                    // SAFETY: fd is the memfd of n pages made above; fallocate takes plain
+                    // integers.
                     unsafe {
                         libc::fallocate(fd, mode, (c * 512 * PAGE) as i64, (512 * PAGE) as i64)
                     };
@@ -200,7 +218,10 @@ fn main() {
             fill(p, 4096);
             Box::new(move || {
                 for i in (0..4096).step_by(2) {
+                    // SAFETY: p maps 4096 pages and i < 4096.
                     let q = unsafe { p.add(i * PAGE) };
+                    // SAFETY: q is page i of the mapping p this closure owns; MAP_FIXED
+                    // replaces just that page, and no reference points into it.
                     let r = unsafe {
                         libc::mmap(
                             q.cast(),
@@ -224,12 +245,15 @@ fn main() {
             let p = map(std::ptr::null_mut(), n, -1, false);
             fill(p, n);
             Box::new(move || {
+                // SAFETY: the path is a NUL-terminated C string literal.
                 let fd = unsafe { libc::open(c"/proc/self/pagemap".as_ptr(), libc::O_RDONLY) };
                 let mut buf = vec![0u64; 512];
                 for c in 0..n / 512 {
                     let off = ((p as usize / PAGE + c * 512) * 8) as i64;
+                    // SAFETY: buf is a live Vec of 512 u64 = 4096 bytes, the length read.
                     unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), 4096, off) };
                 }
+                // SAFETY: fd is the pagemap descriptor opened above, closed once.
                 unsafe { libc::close(fd) };
                 Box::new(Cleanup(p, n, -1)) as Box<dyn std::any::Any>
             })
@@ -245,6 +269,8 @@ fn main() {
             Box::new(move || {
                 let mut v = vec![0u8; 512];
                 for c in 0..n / 512 {
+                    // SAFETY: p maps n pages, so chunk c < n / 512 lies inside it; v holds one
+                    // byte for each of its 512 pages.
                     unsafe {
                         libc::mincore(p.add(c * 512 * PAGE).cast(), 512 * PAGE, v.as_mut_ptr())
                     };
@@ -262,6 +288,7 @@ fn main() {
             Box::new(move || {
                 let mut acc = 0u64;
                 for i in 0..n {
+                    // SAFETY: p maps n pages and i < n; the page is only read.
                     acc ^= xxhash_rust::xxh3::xxh3_64(unsafe {
                         std::slice::from_raw_parts(p.add(i * PAGE), PAGE)
                     });
@@ -283,6 +310,7 @@ fn main() {
             uffd.register(p, n * PAGE).expect("register");
             Box::new(move || {
                 for c in 0..n / 512 {
+                    // SAFETY: p maps n pages, so chunk c < n / 512 starts inside it.
                     let q = unsafe { p.add(c * 512 * PAGE) };
                     uffd.protect(q, 512 * PAGE).expect("protect");
                     uffd.unprotect(q, 512 * PAGE).expect("unprotect");

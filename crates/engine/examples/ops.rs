@@ -69,11 +69,15 @@ fn content(kind: Option<Kind>, n: usize, salt: u64) -> Vec<u8> {
 fn block(e: &Engine, data: &[u8]) -> *mut u8 {
     let p = e.alloc(data.len(), Hint::FullWrite);
     assert!(!p.is_null());
+    // SAFETY: p is a fresh, non-null block of at least data.len() bytes from e.alloc, separate
+    // from data.
     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
     p
 }
 
 fn same(p: *const u8, want: &[u8]) -> bool {
+    // SAFETY: every caller passes a live block made by `block` from data of want.len() bytes;
+    // it is only read.
     unsafe { std::slice::from_raw_parts(p, want.len()) == want }
 }
 
@@ -97,10 +101,12 @@ fn share_round(n: usize, grace: Duration, salt: u64) -> (f64, f64, f64) {
     let rescan = per_page(t, idle.pages_scanned);
     let t = Instant::now();
     for k in 0..n {
+        // SAFETY: b is a live block of data.len() = n * PAGE bytes and k < n.
         unsafe { b.add(k * PAGE + 5).write_volatile(data[k * PAGE + 5]) };
     }
     let cow = per_page(t, n as u64);
     assert!(same(a, &data) && same(b, &data));
+    // SAFETY: a and b came from e.alloc (via block) and are not used after this.
     unsafe { (e.free(a), e.free(b)) };
     (share, rescan, cow)
 }
@@ -173,6 +179,8 @@ fn tier_round(kind: Option<Kind>, n: usize, grace: Duration, salt: u64) -> TierR
         let t = Instant::now();
         let mut sum = 0u64;
         for k in 0..n {
+            // SAFETY: touch_all is only called with p, a live block of data.len() = n * PAGE
+            // bytes, and k < n.
             sum = sum.wrapping_add(unsafe { p.add(k * PAGE + 8).read_volatile() } as u64);
         }
         std::hint::black_box(sum);
@@ -204,6 +212,7 @@ fn tier_round(kind: Option<Kind>, n: usize, grace: Duration, salt: u64) -> TierR
         same(p, &data),
         "{kind:?}: wrong bytes after swap_in from the device"
     );
+    // SAFETY: p came from e.alloc (via block) and is not used after this.
     unsafe { e.free(p) };
     TierRound {
         evict,
@@ -226,6 +235,8 @@ fn drop_swap_cache(prefix: &std::path::Path) {
         };
         if link.to_string_lossy().starts_with(&want) {
             let fd: i32 = entry.file_name().to_string_lossy().parse().unwrap();
+            // SAFETY: fd is an open descriptor of this process (listed in /proc/self/fd, one of
+            // the store's swap files); fdatasync and posix_fadvise only take integers.
             unsafe {
                 libc::fdatasync(fd);
                 libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED);
@@ -234,7 +245,7 @@ fn drop_swap_cache(prefix: &std::path::Path) {
     }
 }
 
-/// Issue 6's targets as it states them (about a fifth of DE's Table 2);
+/// Per-operation cost targets (about a fifth of DE's Table 2);
 /// swap_in has none: bounded by the device.
 const TARGETS: [(&str, f64); 7] = [
     ("share", 1.2),
@@ -290,10 +301,10 @@ fn main() {
     let grace = Config::default().pin_grace;
     println!("{n} pages per round, medians of {rounds} rounds, us per page\n");
     println!(
-        "Calibration (idle machine, KERNEL-NOTES: 0.21 us): XXH3 of a page {:.2} us\n",
+        "Calibration (idle machine: 0.21 us, see docs/MECHANISMS.md): XXH3 of a page {:.2} us\n",
         xxh3_us()
     );
-    println!("| op | what is measured | median us | DE us | target us (issue 6) |");
+    println!("| op | what is measured | median us | DE us | target us |");
     println!("|---|---|---:|---:|---|");
 
     for (label, g) in [

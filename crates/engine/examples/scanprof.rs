@@ -7,6 +7,8 @@ fn main() {
     let p = e.alloc(n * PAGE, Hint::FullWrite);
     if !zero {
         for i in 0..n {
+            // SAFETY: p is a block of n * PAGE bytes from e.alloc (page-aligned, so
+            // u64-aligned), i < n, and no other reference to page i exists while w lives.
             let w =
                 unsafe { std::slice::from_raw_parts_mut(p.add(i * PAGE) as *mut u64, PAGE / 8) };
             for (j, x) in w.iter_mut().enumerate() {

@@ -91,7 +91,7 @@ impl Engine {
 /// End of `[start, start+len)` rounded up to a page, as the kernel's madvise
 /// does; None if `start` is not page-aligned, `len` is 0 or the range wraps.
 fn page_range(start: usize, len: usize) -> Option<usize> {
-    if start % PAGE != 0 || len == 0 {
+    if !start.is_multiple_of(PAGE) || len == 0 {
         return None;
     }
     let rounded = len.checked_add(PAGE - 1)? & !(PAGE - 1);
@@ -178,6 +178,9 @@ impl State {
             let f = owned(self, x).expect("run starts owned");
             if sys::punch(self.pools[f.pool()].fd, f.slot(), (y - x) as u64).is_err() {
                 // The bytes must go even if the memory stays.
+                // SAFETY: pages x..y of the block at base lie inside that live block (page_addr
+                // of an index below its page count), mapped read-write by the engine and held
+                // under the engine lock.
                 unsafe {
                     std::ptr::write_bytes(self.blocks[&base].page_addr(x), 0, (y - x) * PAGE)
                 };
@@ -196,6 +199,8 @@ impl State {
             None => self.remap(base, a, b - a, None),
         };
         if !done {
+            // SAFETY: pages a..b are pages of the live block at base, mapped read-write, and
+            // the engine lock is held, so the block cannot be unmapped meanwhile.
             unsafe { std::ptr::write_bytes(self.blocks[&base].page_addr(a), 0, (b - a) * PAGE) };
         }
     }
@@ -311,6 +316,10 @@ impl State {
             let page = self.blocks[&base].page_addr(k);
             // Reading a hole of a frame would allocate it; it reads zero anyway.
             if !self.frame_is_hole(self.blocks[&base].pages[k]) && !sys::is_zero(page) {
+                // SAFETY: page is page k of the live block at base (k < n), readable for PAGE
+                // bytes; tmp is the fresh anonymous mapping of len = n * PAGE bytes made by the
+                // caller, so tmp + k * PAGE has PAGE writable bytes; the two mappings are
+                // distinct, so they do not overlap.
                 unsafe { std::ptr::copy_nonoverlapping(page, tmp.add(k * PAGE), PAGE) };
             }
         }

@@ -38,7 +38,7 @@
 //! not the whole sharing cycle: memory comes first), until the excess is shed.
 //!
 //! What tells the clock about accesses. This kernel has no accessed bits
-//! (no soft-dirty, no idle page tracking, KERNEL-NOTES). So:
+//! (no soft-dirty, no idle page tracking; see docs/MECHANISMS.md). So:
 //! - writes are what the scan sees: a page's *look* (a hash of 1/8 of its
 //!   bytes, the one the volatility check keeps, idle.rs) changed since the
 //!   previous look, a page looked at for the first time, or a shared page
@@ -53,9 +53,9 @@
 //!   accessed (C2). A page that is only read looks cold until it has been
 //!   evicted once.
 //!
-//! Why not userfaultfd WP_ASYNC + PAGEMAP_SCAN for writes (the issue's
-//! suggestion; 0.8 us per first write after a reset, ~1 ms/GiB per scan,
-//! KERNEL-NOTES). WP_ASYNC is a feature of a whole userfaultfd: with it, every
+//! Why not userfaultfd WP_ASYNC + PAGEMAP_SCAN for writes (it costs 0.8 us
+//! per first write after a reset and ~1 ms/GiB per scan on this kernel; see
+//! docs/MECHANISMS.md). WP_ASYNC is a feature of a whole userfaultfd: with it, every
 //! write-protect fault on that descriptor is resolved by the kernel without
 //! waiting. The engine's one descriptor needs *synchronous* write protection
 //! (a writer must sleep while a scan compares and remaps its page, or its

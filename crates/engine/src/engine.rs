@@ -611,6 +611,10 @@ impl State {
     }
 
     /// The copy proper; false if nothing in it can be virtual (caller copies plainly).
+    ///
+    /// # Safety
+    /// As for `Engine::copy`: `src` valid for reads and `dst` for writes of
+    /// `len` bytes, and the two ranges do not overlap.
     unsafe fn virtual_copy(&mut self, dst: *mut u8, src: *const u8, len: usize) -> bool {
         let (Some(sb), Some(db)) = (self.find(src as usize, len), self.find(dst as usize, len))
         else {

@@ -30,6 +30,7 @@
 //! - shared pages whose frame has no other user, and diverged pages whose
 //!   frame no other page maps and is a hole (restored as diverged: the
 //!   kernel makes a private copy for UFFDIO_COPY into a private mapping).
+//!
 //! Not: shared frames with several users (evicting one user frees nothing),
 //! frames of retired (pre-fork) pools, which the other process may map,
 //! exempt blocks, all-zero pages (zero folding frees those for nothing),
@@ -346,6 +347,8 @@ impl State {
                 rep.zero += 1;
                 continue;
             }
+            // SAFETY: page is page k of the live block at base, readable for PAGE bytes while
+            // the engine lock is held; buf is a local array of PAGE bytes, distinct from it.
             unsafe { std::ptr::copy_nonoverlapping(page, buf.as_mut_ptr(), PAGE) };
             let punch = match self.blocks[&base].pages[k] {
                 Page::Owned(f) | Page::Shared(f) => Some(f),
@@ -438,7 +441,8 @@ impl State {
             std::thread::sleep(self.cfg.pin_grace);
         }
         let block = &self.blocks[&base];
-        let (keep, changed): (Vec<(usize, Taken)>, Vec<(usize, Taken)>) =
+        type Numbered = Vec<(usize, Taken)>;
+        let (keep, changed): (Numbered, Numbered) =
             taken.into_iter().enumerate().partition(|(n, t)| {
                 crate::index::page_eq(block.page_addr(t.k), copies[n * PAGE..].as_ptr())
                     && self.patch_still_exact(t.handle, &copies[n * PAGE..])

@@ -16,6 +16,7 @@
 //! - `Restored { handle }`: the fault thread put it back; the engine has not
 //!   looked yet (the page is still `Page::Evicted` and still registered, and
 //!   the store copy is removed when the engine reconciles, on its own threads).
+//!
 //! A record exists exactly while its page is registered MISSING with the
 //! mapping it had when evicted: the engine removes records after a mapping
 //! change (a new mapping is unregistered, so a late UFFDIO_COPY into it fails
@@ -292,6 +293,8 @@ impl Table {
             return;
         }
         let msg = b"pagefold: the stored copy of an evicted page is lost; aborting\n";
+        // SAFETY: msg is a live static byte string of msg.len() bytes; write to fd 2 and abort
+        // take no Rust-visible state.
         unsafe {
             libc::write(2, msg.as_ptr().cast(), msg.len());
             libc::abort();

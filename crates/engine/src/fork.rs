@@ -49,6 +49,8 @@ thread_local! {
 }
 
 pub fn register(engine: Weak<Inner>) {
+    // SAFETY: prepare, parent and child are extern "C" functions with no arguments, as
+    // pthread_atfork requires, and live for the whole program.
     ATFORK.call_once(|| unsafe {
         libc::pthread_atfork(Some(prepare), Some(parent), Some(child));
     });
@@ -71,6 +73,10 @@ extern "C" fn prepare() {
         .map(|inner| {
             let guard = inner.lock();
             // The guard borrows from `inner`, which `Held` keeps alive beside it.
+            // SAFETY: only the lifetime is changed: the guard borrows the Mutex inside `inner`,
+            // and `Held` stores that Arc next to the guard until parent/child drops both.
+            // The tuple `(inner, guard)` drops `inner` first, so this holds only while some
+            // other strong reference (the program's Engine) outlives release_locks.
             let guard: MutexGuard<'static, State> = unsafe { std::mem::transmute(guard) };
             (inner, guard)
         })
@@ -89,6 +95,9 @@ extern "C" fn prepare() {
             let guard = ev.raw_lock();
             // The guard borrows from the Evictions, which `Held` keeps alive beside it.
             let guard: MutexGuard<'static, crate::fault::Table> =
+                // SAFETY: only the lifetime is changed: the guard borrows the Table inside
+                // `ev`, and `Held` stores that Arc next to the guard until the guard is dropped
+                // in parent/child.
                 unsafe { std::mem::transmute(guard) };
             held.tables.push((guard, ev));
         }
@@ -196,9 +205,15 @@ impl State {
             // detached, and the references it held will never be dropped.
             std::mem::forget(thread);
             if let Some(p) = &self.protector {
+                // SAFETY: the forgotten fault thread held one strong reference to the protector
+                // that it will never drop in this child; this releases that one reference,
+                // while `p` keeps another alive.
                 unsafe { Arc::decrement_strong_count(Arc::as_ptr(p)) };
             }
             if let Some(ev) = &self.evictions {
+                // SAFETY: the forgotten fault thread held one strong reference to the evictions
+                // that it will never drop in this child; this releases that one reference,
+                // while `ev` keeps another alive.
                 unsafe { Arc::decrement_strong_count(Arc::as_ptr(ev)) };
             }
         }

@@ -116,6 +116,9 @@ pub struct Pool {
     pub closed: bool,
 }
 
+// SAFETY: the raw window pointer is a mapping owned by this Pool alone (unmapped only in
+// close_if_idle/Drop of this Pool); nothing in it is tied to the thread that created it, and
+// all access goes through the engine lock.
 unsafe impl Send for Pool {}
 
 impl Pool {
@@ -139,6 +142,8 @@ impl Pool {
                 closed: false,
             }),
             Err(e) => {
+                // SAFETY: fd was returned by memfd_create above, is owned here only and is
+                // closed once before the error is returned.
                 unsafe { libc::close(fd) };
                 Err(e)
             }
@@ -246,6 +251,8 @@ impl Pool {
     fn unmap_and_close(&mut self) {
         // Blocks still mapping the memfd keep it alive; only our handles go.
         sys::unmap(self.window, POOL_FRAMES as usize * PAGE);
+        // SAFETY: self.fd is this pool's own memfd; closed is set by this function so it is
+        // closed once, and the blocks that still map it keep their own reference to the file.
         unsafe { libc::close(self.fd) };
         self.refs = Vec::new();
         self.maps = Vec::new();
@@ -299,6 +306,8 @@ impl Pool {
     }
 
     pub fn frame_ptr(&self, slot: u64) -> *const u8 {
+        // SAFETY: window maps all POOL_FRAMES frames and callers pass a slot below POOL_FRAMES,
+        // so the offset stays inside that mapping.
         unsafe { self.window.add(slot as usize * PAGE) }
     }
 
@@ -317,7 +326,10 @@ impl Pool {
         if self.closed {
             return 0;
         }
+        // SAFETY: libc::stat is plain old data; all zero is a valid value that fstat
+        // overwrites.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: st is a live local stat for fstat to fill; a bad fd is reported as an error.
         if unsafe { libc::fstat(self.fd, &mut st) } != 0 {
             return 0;
         }

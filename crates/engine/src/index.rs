@@ -22,6 +22,8 @@ const SAMPLES: [usize; 8] = [0, 576, 1152, 1728, 2304, 2880, 3456, 4032];
 pub fn sample_hash(page: *const u8) -> u64 {
     let mut buf = [0u8; 512];
     for (i, off) in SAMPLES.iter().enumerate() {
+        // SAFETY: callers pass the start of a readable page of PAGE bytes; every offset in
+        // SAMPLES is at most PAGE - 64, so the 64-byte line lies in that page.
         let line = unsafe { std::slice::from_raw_parts(page.add(*off), 64) };
         buf[i * 64..(i + 1) * 64].copy_from_slice(line);
     }
@@ -29,10 +31,13 @@ pub fn sample_hash(page: *const u8) -> u64 {
 }
 
 pub fn full_hash(page: *const u8) -> u64 {
+    // SAFETY: callers pass the start of a mapped, readable page of PAGE bytes (a page of an
+    // engine block or a frame of a pool window); it is only read.
     xxh3_64(unsafe { std::slice::from_raw_parts(page, PAGE) })
 }
 
 pub fn page_eq(a: *const u8, b: *const u8) -> bool {
+    // SAFETY: callers pass two readable pages of PAGE bytes each; both slices are only read.
     unsafe { std::slice::from_raw_parts(a, PAGE) == std::slice::from_raw_parts(b, PAGE) }
 }
 

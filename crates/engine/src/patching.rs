@@ -130,6 +130,8 @@ impl Drop for Patches {
         self.fds
             .iter()
             .filter(|(_, n)| *n > 0)
+            // SAFETY: each fd with a non-zero count is a dup made by this table in pin and
+            // owned by it alone; the table is being dropped, so each is closed once.
             .for_each(|&(fd, _)| unsafe {
                 libc::close(fd);
             });
@@ -214,6 +216,8 @@ impl Patches {
         }
         let slot = &mut self.fds[pool];
         if slot.1 == 0 {
+            // SAFETY: fcntl(F_DUPFD_CLOEXEC) takes plain integers; a bad fd is reported as an
+            // error.
             let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
             if dup < 0 {
                 return None;
@@ -228,6 +232,8 @@ impl Patches {
         let slot = &mut self.fds[pool];
         slot.1 -= 1;
         if slot.1 == 0 {
+            // SAFETY: slot.0 is the dup made in pin, owned by this table; its count just
+            // reached zero and it is set to -1 right after, so it is closed once.
             unsafe { libc::close(slot.0) };
             slot.0 = -1;
         }
@@ -627,12 +633,16 @@ mod tests {
         for k in 0..n {
             let mut page = reference.clone();
             page[k * 7] ^= 0x55;
+            // SAFETY: p is a live block of n * PAGE bytes from e.alloc above and k < n, so p +
+            // k * PAGE has PAGE writable bytes; page is a separate Vec of PAGE bytes.
             unsafe { std::ptr::copy_nonoverlapping(page.as_ptr(), p.add(k * PAGE), PAGE) };
         }
         assert_eq!(e.note_references(p, PAGE), 1);
         let mut rep = EvictReport::default();
         for k in (0..n).step_by(2) {
             let r = e.evict_with(
+                // SAFETY: k < n, so p + k * PAGE stays inside the n-page block p returned by
+                // e.alloc.
                 unsafe { p.add(k * PAGE) },
                 PAGE,
                 Allow {
@@ -650,9 +660,12 @@ mod tests {
             "the reference itself finds no other reference: {rep:?}"
         );
         for k in 0..n {
+            // SAFETY: k < n: page k of the live block p (n * PAGE bytes from e.alloc), read
+            // only while no other code writes it.
             let got = unsafe { std::slice::from_raw_parts(p.add(k * PAGE), PAGE) };
             assert_eq!(got[k * 7], reference[k * 7] ^ 0x55);
         }
+        // SAFETY: p is the block from e.alloc above and is not used after this.
         assert!(unsafe { e.free(p) });
         assert_eq!(e.stats().references_pinned, 0);
     }

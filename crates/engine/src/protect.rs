@@ -135,6 +135,7 @@ impl Protector {
         // A second UFFDIO_API on one descriptor fails: a fresh one per attempt.
         for &features in attempts {
             let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+            // SAFETY: the userfaultfd system call takes only an integer flag argument.
             let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as i32;
             if fd < 0 {
                 return Err(io::Error::last_os_error());
@@ -165,6 +166,8 @@ impl Protector {
 
     fn ioctl<T>(&self, req: u64, arg: &mut T) -> io::Result<()> {
         loop {
+            // SAFETY: arg is an exclusively borrowed T, and callers pass the request number
+            // whose argument struct is T, so the kernel reads and writes only within it.
             let r = unsafe { libc::ioctl(self.fd, req as _, arg as *mut T) };
             if r == 0 {
                 return Ok(());
@@ -277,11 +280,14 @@ impl Protector {
             events: libc::POLLIN,
             revents: 0,
         };
+        // SAFETY: pfd is a live local pollfd and the count passed is 1.
         if unsafe { libc::poll(&mut pfd, 1, timeout_ms) } <= 0 {
             return 0;
         }
         let mut msgs = [Msg::default(); 16];
         let want = out.len().min(msgs.len()) * std::mem::size_of::<Msg>();
+        // SAFETY: msgs is a local array of 16 Msg and want is at most 16 * size_of::<Msg>()
+        // bytes, so read writes only within it; Msg is plain old data.
         let r = unsafe { libc::read(self.fd, msgs.as_mut_ptr().cast(), want) };
         if r <= 0 {
             return 0;
@@ -309,6 +315,8 @@ fn range(addr: *const u8, len: usize) -> Range {
 
 impl Drop for Protector {
     fn drop(&mut self) {
+        // SAFETY: self.fd is the userfaultfd this Protector opened and owns alone; Drop runs
+        // once.
         unsafe { libc::close(self.fd) };
     }
 }

@@ -100,6 +100,8 @@ impl State {
     /// is not split, but each part counts its own (an overcount by one
     /// keeps the VMA budget on the safe side).
     fn split(&mut self, block: &mut Block, n: usize) -> Block {
+        // SAFETY: callers split at n below the block's page count, so base + n * PAGE is inside
+        // the block's mapping.
         let tail_base = unsafe { block.base.add(n * crate::PAGE) };
         let tail = Block::new(tail_base, block.pages.split_off(n));
         block.seen.truncate(n);

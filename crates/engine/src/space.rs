@@ -110,6 +110,9 @@ pub struct Block {
     pub copy_shared: usize,
 }
 
+// SAFETY: base is the start of a mapping the engine made and owns; the Block only stores the
+// address, and every access through it is made under the engine lock, so moving a Block to
+// another thread is sound.
 unsafe impl Send for Block {}
 
 impl Block {
@@ -149,6 +152,8 @@ impl Block {
     }
 
     pub fn page_addr(&self, i: usize) -> *mut u8 {
+        // SAFETY: callers pass i at most the block's page count, so base + i * PAGE stays
+        // inside (or one past the end of) the block's mapping.
         unsafe { self.base.add(i * PAGE) }
     }
 

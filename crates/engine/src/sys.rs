@@ -34,10 +34,14 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
 }
 
 pub fn memfd_create(name: &std::ffi::CStr) -> io::Result<i32> {
+    // SAFETY: name is a valid NUL-terminated C string borrowed for the call; memfd_create only
+    // reads it.
     check(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) })
 }
 
 pub fn ftruncate(fd: i32, len: u64) -> io::Result<()> {
+    // SAFETY: ftruncate takes plain integers; a bad fd is reported as an error, not undefined
+    // behaviour.
     check(unsafe { libc::ftruncate(fd, len as libc::off_t) }).map(|_| ())
 }
 
@@ -45,6 +49,7 @@ pub fn ftruncate(fd: i32, len: u64) -> io::Result<()> {
 pub fn punch(fd: i32, frame: u64, n: u64) -> io::Result<()> {
     let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
     let off = (frame * PAGE as u64) as libc::off_t;
+    // SAFETY: fallocate takes plain integers; a bad fd or range is reported as an error.
     check(unsafe { libc::fallocate(fd, mode, off, (n * PAGE as u64) as libc::off_t) }).map(|_| ())
 }
 
@@ -54,6 +59,8 @@ pub fn pread_frame(fd: i32, frame: u64, out: &mut [u8; PAGE]) -> bool {
     let off = (frame * PAGE as u64) as libc::off_t;
     let mut done = 0usize;
     while done < PAGE {
+        // SAFETY: out[done..] is a live, exclusively borrowed buffer of PAGE - done bytes, the
+        // length passed to pread.
         let r = unsafe {
             libc::pread(
                 fd,
@@ -74,6 +81,9 @@ pub fn pread_frame(fd: i32, frame: u64, out: &mut [u8; PAGE]) -> bool {
 pub fn pwrite_all(fd: i32, buf: *const u8, len: usize, off: u64) -> io::Result<()> {
     let mut done = 0usize;
     while done < len {
+        // SAFETY: the caller passes a buf valid for reads of len bytes (this function's
+        // contract); buf.add(done) with done < len stays inside it, and len - done bytes from
+        // there are readable.
         let r = unsafe {
             libc::pwrite(
                 fd,
@@ -133,6 +143,9 @@ pub fn map_uninjected(
     }
     let prot = libc::PROT_READ | libc::PROT_WRITE;
     let off = (frame * PAGE as u64) as libc::off_t;
+    // SAFETY: mmap with these arguments creates a new mapping or (MAP_FIXED) replaces the
+    // caller's own mapping at addr, which the caller owns; no Rust reference points into it
+    // here.
     let p = unsafe { libc::mmap(addr.cast(), len, prot, flags, fd, off) };
     if p == libc::MAP_FAILED {
         Err(io::Error::last_os_error())
@@ -143,6 +156,8 @@ pub fn map_uninjected(
 
 /// A read-only shared view of the frame pool, for the scanner.
 pub fn map_window(fd: i32, len: usize) -> io::Result<*mut u8> {
+    // SAFETY: a fresh read-only shared mapping at an address the kernel picks: it touches no
+    // existing memory.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -161,10 +176,13 @@ pub fn map_window(fd: i32, len: usize) -> io::Result<*mut u8> {
 }
 
 pub fn unmap(addr: *mut u8, len: usize) {
+    // SAFETY: the caller passes a range it mapped and no longer uses; munmap of other addresses
+    // fails with an error and is ignored here by design.
     unsafe { libc::munmap(addr.cast(), len) };
 }
 
 pub fn try_unmap(addr: *mut u8, len: usize) -> io::Result<()> {
+    // SAFETY: the caller passes a range it mapped and no longer uses; errors are returned.
     check(unsafe { libc::munmap(addr.cast(), len) }).map(|_| ())
 }
 
@@ -172,6 +190,7 @@ pub fn try_unmap(addr: *mut u8, len: usize) -> io::Result<()> {
 /// mincore, a frame swapped out still counts as data.
 pub fn is_hole(fd: i32, frame: u64) -> bool {
     let off = (frame * PAGE as u64) as libc::off_t;
+    // SAFETY: lseek takes plain integers; a bad fd is reported as an error.
     let next = unsafe { libc::lseek(fd, off, libc::SEEK_DATA) };
     // ENXIO: no data at or after `off`. Any other error: assume data.
     next >= off + PAGE as libc::off_t
@@ -181,6 +200,8 @@ pub fn is_hole(fd: i32, frame: u64) -> bool {
 /// The system call itself, not libc's `madvise`: a preload that interposes
 /// `madvise` must not see the engine's own calls.
 pub fn madvise(addr: *mut u8, len: usize, advice: i32) -> io::Result<()> {
+    // SAFETY: madvise only changes how the kernel backs the caller's own range (the caller owns
+    // addr..addr+len); a bad range is an error.
     let r = unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice as libc::c_long) };
     check(r as libc::c_int).map(|_| ())
 }
@@ -188,6 +209,8 @@ pub fn madvise(addr: *mut u8, len: usize, advice: i32) -> io::Result<()> {
 /// Moves the mapping at `from` over `[to, to+len)`, replacing what was there.
 pub fn mremap_fixed(from: *mut u8, len: usize, to: *mut u8) -> io::Result<()> {
     let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
+    // SAFETY: the caller owns both ranges; mremap moves its mapping over `to`, where nothing
+    // else holds references.
     let p = unsafe { libc::mremap(from.cast(), len, len, flags, to as *mut libc::c_void) };
     if p == libc::MAP_FAILED {
         Err(io::Error::last_os_error())
@@ -199,6 +222,8 @@ pub fn mremap_fixed(from: *mut u8, len: usize, to: *mut u8) -> io::Result<()> {
 /// Residency of the frames behind `len` bytes of a file mapping (mincore looks
 /// into the page cache even for pages this mapping has never touched).
 pub fn mincore(addr: *mut u8, len: usize, out: &mut [u8]) -> io::Result<()> {
+    // SAFETY: out is a live, exclusively borrowed buffer; the callers size it to one byte per
+    // page of len.
     check(unsafe { libc::mincore(addr.cast(), len, out.as_mut_ptr()) }).map(|_| ())
 }
 
@@ -232,6 +257,7 @@ pub fn thread_cpu_ns() -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
+    // SAFETY: ts is a live local timespec that clock_gettime fills in.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -258,6 +284,7 @@ pub const PM_FILE: u64 = 1 << 61;
 
 impl Pagemap {
     pub fn open() -> io::Result<Pagemap> {
+        // SAFETY: the path is a static NUL-terminated C string literal.
         let fd = check(unsafe {
             libc::open(
                 c"/proc/self/pagemap".as_ptr(),
@@ -271,6 +298,8 @@ impl Pagemap {
     pub fn read(&self, addr: *const u8, out: &mut [u64]) -> io::Result<()> {
         let off = (addr as u64 / PAGE as u64) * 8;
         let bytes = out.len() * 8;
+        // SAFETY: out is exclusively borrowed and is bytes = out.len() * 8 bytes long, the
+        // length passed to pread.
         let r = unsafe { libc::pread(self.fd, out.as_mut_ptr().cast(), bytes, off as libc::off_t) };
         if r as usize != bytes {
             return Err(io::Error::last_os_error());
@@ -281,6 +310,8 @@ impl Pagemap {
 
 impl Drop for Pagemap {
     fn drop(&mut self) {
+        // SAFETY: self.fd was opened in Pagemap::open, is owned by this Pagemap only and is
+        // closed once, here.
         unsafe { libc::close(self.fd) };
     }
 }
@@ -299,6 +330,9 @@ pub fn is_diverged(entry: u64) -> bool {
 
 pub fn is_zero(page: *const u8) -> bool {
     // Word-wise with an early exit: the R paper's cheap content check.
+    // SAFETY: the caller passes the start of a readable, page-aligned page of PAGE bytes (every
+    // caller hands in a page of an engine block or of the frame window), so it is valid and
+    // aligned for PAGE / 8 u64 reads.
     let words = unsafe { std::slice::from_raw_parts(page as *const u64, PAGE / 8) };
     words
         .chunks_exact(8)
@@ -307,6 +341,8 @@ pub fn is_zero(page: *const u8) -> bool {
 
 /// Blocks every signal in this thread; returns the mask to restore.
 pub fn block_signals() -> libc::sigset_t {
+    // SAFETY: both sigsets are live locals, zero-initialised (a valid all-empty sigset_t)
+    // before sigfillset and pthread_sigmask write them.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
@@ -317,5 +353,7 @@ pub fn block_signals() -> libc::sigset_t {
 }
 
 pub fn restore_signals(mask: &libc::sigset_t) {
+    // SAFETY: mask points to a live sigset_t, as filled in by block_signals; the old-mask
+    // pointer may be null.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, std::ptr::null_mut()) };
 }
