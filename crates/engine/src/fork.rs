@@ -34,7 +34,9 @@ static ATFORK: Once = Once::new();
 /// Locks held by the forking thread from prepare until parent/child.
 struct Held {
     _registry: MutexGuard<'static, Vec<Weak<Inner>>>,
-    engines: Vec<(Arc<Inner>, MutexGuard<'static, State>)>,
+    /// Each engine's lock and what keeps it alive: a tuple drops its fields in
+    /// order, so the guard unlocks before the Arc may free the mutex.
+    engines: Vec<(MutexGuard<'static, State>, Arc<Inner>)>,
     /// Eviction tables, locked (after their engines'), and what keeps them alive.
     tables: Vec<(
         MutexGuard<'static, crate::fault::Table>,
@@ -74,11 +76,10 @@ extern "C" fn prepare() {
             let guard = inner.lock();
             // The guard borrows from `inner`, which `Held` keeps alive beside it.
             // SAFETY: only the lifetime is changed: the guard borrows the Mutex inside `inner`,
-            // and `Held` stores that Arc next to the guard until parent/child drops both.
-            // The tuple `(inner, guard)` drops `inner` first, so this holds only while some
-            // other strong reference (the program's Engine) outlives release_locks.
+            // and `Held` stores that Arc right after the guard in one tuple, which drops the
+            // guard first: the mutex outlives the guard even if this is the last reference.
             let guard: MutexGuard<'static, State> = unsafe { std::mem::transmute(guard) };
-            (inner, guard)
+            (guard, inner)
         })
         .collect::<Vec<_>>();
     let mut held = Held {
@@ -86,7 +87,7 @@ extern "C" fn prepare() {
         engines,
         tables: Vec::new(),
     };
-    for (_, st) in held.engines.iter_mut() {
+    for (st, _) in held.engines.iter_mut() {
         // A recycled block maps frames MAP_SHARED and would be the child's too.
         st.flush_recycled();
         st.restore_all_evicted();
@@ -124,7 +125,7 @@ fn release_locks(in_child: bool) {
     };
     // Tables first: the child's engine reads its own below.
     held.tables.clear();
-    for (inner, st) in held.engines.iter_mut() {
+    for (st, inner) in held.engines.iter_mut() {
         st.retire_pools(in_child);
         if in_child {
             st.reopen_process_handles();

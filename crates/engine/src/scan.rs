@@ -579,10 +579,12 @@ impl State {
         let mut n = 1;
         while n < m {
             let ours = block.pages[k + n];
-            let fits = resident[n] & 1 != 0
-                && !q.pages[qi + n].is_evicted()
-                && !matches!(ours, Page::Shared(_) | Page::Evicted(_))
-                && !(qb == base && plan.contains_key(&(qi + n)))
+            let partner_present = resident[n] & 1 != 0 && !q.pages[qi + n].is_evicted();
+            let ours_mergeable = !matches!(ours, Page::Shared(_) | Page::Evicted(_));
+            let planned_elsewhere = qb == base && plan.contains_key(&(qi + n));
+            let fits = partner_present
+                && ours_mergeable
+                && !planned_elsewhere
                 && stable
                     .find(block.page_addr(k + n), |f| self.stable_content(f))
                     .is_none()
