@@ -69,7 +69,7 @@ pub struct SuiteResult {
     pub geomeans: Vec<Geomean>,
     /// True if every run of every workload matched plain.
     pub all_identical: bool,
-    /// The machine and its load when the suite started (absent in results of older versions).
+    /// The machine and its load when the suite started (None when a result file lacks it).
     #[serde(default)]
     pub machine: Option<Machine>,
     /// 1-minute load average when the suite ended.
