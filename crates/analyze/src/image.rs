@@ -152,7 +152,18 @@ pub struct InputInfo {
     pub read_seconds: f64,
     /// Set when two snapshots were taken (the image holds the second).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub snapshot: Option<crate::read::live::SnapshotInfo>,
+    pub snapshot: Option<SnapshotInfo>,
+}
+
+/// What a second snapshot of a live process adds to an input's description
+/// (see `read::live::read_snapshots`).
+#[derive(Debug, Clone, Serialize)]
+pub struct SnapshotInfo {
+    pub interval_seconds: f64,
+    /// Pages populated in the first snapshot and not in the second.
+    pub gone_pages: u64,
+    /// Of those, per permission label.
+    pub gone_by_perms: Vec<(String, u64)>,
 }
 
 /// Backing store of page bytes.
@@ -350,6 +361,8 @@ impl Image {
 /// the first non-zero word, so a typical non-zero page costs a few loads.
 #[inline]
 pub fn is_zero(page: &[u8]) -> bool {
+    // SAFETY: every bit pattern is a valid u64, and align_to returns the
+    // middle part only where it is aligned for u64.
     let (head, words, tail) = unsafe { page.align_to::<u64>() };
     if head.iter().any(|&b| b != 0) || tail.iter().any(|&b| b != 0) {
         return false;

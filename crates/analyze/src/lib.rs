@@ -256,8 +256,11 @@ pub fn analyze(image: &Image, opts: &Options, progress: &Progress) -> Result<Rep
 
 /// User + system CPU time of this process so far.
 pub fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the struct it is given.
+    // SAFETY: rusage is a C struct of integers and timevals, for which all
+    // zero bytes is a valid value.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a live, writable rusage of this frame; getrusage writes
+    // only into it.
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
         return 0.0;
     }

@@ -31,6 +31,7 @@ fn invalid_pid() {
 fn permission_denied() {
     // As root: run the analyzer as nobody against a child owned by root.
     // Otherwise: PID 1 belongs to root, not to us.
+    // SAFETY: geteuid takes no arguments, touches no memory and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     let child;
     let target = if root {
@@ -42,7 +43,9 @@ fn permission_denied() {
     let mut cmd = bin();
     cmd.arg(&target).arg("-q");
     if root {
-        // SAFETY: only async-signal-safe calls between fork and exec.
+        // SAFETY: the closure runs in the forked child before exec and calls
+        // only setgid, setuid and errno, which are async-signal-safe, and it
+        // touches no memory shared with the parent's other threads.
         unsafe {
             cmd.pre_exec(|| {
                 if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {

@@ -204,7 +204,9 @@ fn process_exiting_mid_read_is_an_error() {
     let pid = child.pid;
     let kill = move |s: Stage| {
         if s == Stage::PagemapRead {
-            // SAFETY: our own child; reaped so its memory is surely gone.
+            // SAFETY: kill and waitpid take no pointers (the status pointer is
+            // null); `pid` is the child spawned above, reaped here so its
+            // memory is surely gone when the reader looks again.
             unsafe {
                 libc::kill(pid, libc::SIGKILL);
                 libc::waitpid(pid, std::ptr::null_mut(), 0);

@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde::Serialize;
 
-use crate::teardown::{self, errno, sleep_ms, Failure, Registration, Teardown};
+use crate::sys::{self, c_path, errno, sleep_ms, Fd};
+use crate::teardown::{self, Failure, Registration, Teardown};
 
 /// Where the cgroup v1 memory controller is mounted.
 pub const MEMORY_ROOT: &str = "/sys/fs/cgroup/memory";
@@ -54,7 +55,7 @@ pub struct Usage {
 
 /// Fails with the reason if memory cgroups cannot be made here.
 pub fn check_available() -> Result<(), String> {
-    if unsafe { libc::geteuid() } != 0 {
+    if !sys::is_root() {
         return Err("memory-constrained runs need root (cgroups and swap devices)".into());
     }
     if !Path::new(MEMORY_ROOT)
@@ -167,19 +168,27 @@ impl MemoryCgroup {
 /// Moves the calling process into the group. For `pre_exec`: only open,
 /// write and close ("0" names the writer, so no pid is formatted).
 pub fn join_from_child(procs: &CStr) -> std::io::Result<()> {
-    unsafe {
-        let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let written = libc::write(fd, b"0".as_ptr().cast(), 1);
-        let e = std::io::Error::last_os_error();
-        libc::close(fd);
-        if written != 1 {
-            return Err(e);
-        }
+    let Some(fd) = Fd::open(procs, libc::O_WRONLY | libc::O_CLOEXEC) else {
+        return Err(std::io::Error::last_os_error());
+    };
+    let written = fd.write(b"0");
+    let e = std::io::Error::last_os_error();
+    drop(fd);
+    if written != 1 {
+        return Err(e);
     }
     Ok(())
+}
+
+/// Makes the program `cmd` starts join the group whose cgroup.procs is
+/// `procs` (see `MemoryCgroup::procs_file`) before it execs.
+pub fn join_before_exec(cmd: &mut std::process::Command, procs: CString) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child of a possibly
+    // multi-threaded process, and join_from_child only opens, writes and
+    // closes a file (sys::Fd: async-signal-safe, no allocation, no lock);
+    // `procs` was made before the fork and is moved into the closure.
+    unsafe { cmd.pre_exec(move || join_from_child(&procs)) };
 }
 
 /// The teardown of a group: paths prepared in advance.
@@ -203,6 +212,8 @@ impl Teardown for Removal {
         let mut waited = 0;
         loop {
             kill_members(&self.procs);
+            // SAFETY: `dir` is a NUL-terminated path prepared with the guard
+            // and alive for the call; rmdir only reads it.
             if unsafe { libc::rmdir(self.dir.as_ptr()) } == 0 {
                 return Ok(());
             }
@@ -225,13 +236,12 @@ impl Teardown for Removal {
 /// SIGKILLs every pid listed in cgroup.procs. Allocation-free.
 fn kill_members(procs: &CStr) {
     let mut buf = [0u8; 4096];
-    let fd = unsafe { libc::open(procs.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
+    let Some(fd) = Fd::open(procs, libc::O_RDONLY | libc::O_CLOEXEC) else {
         return;
-    }
+    };
     let mut pid: i32 = 0;
     loop {
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        let n = fd.read(&mut buf);
         if n <= 0 {
             break;
         }
@@ -240,16 +250,15 @@ fn kill_members(procs: &CStr) {
                 pid = pid * 10 + (b - b'0') as i32;
             } else {
                 if pid > 0 {
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    sys::kill(pid, libc::SIGKILL);
                 }
                 pid = 0;
             }
         }
     }
     if pid > 0 {
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        sys::kill(pid, libc::SIGKILL);
     }
-    unsafe { libc::close(fd) };
 }
 
 /// Removes groups of ours whose harness is gone (it was SIGKILLed); returns
@@ -267,7 +276,7 @@ pub fn sweep_leftovers() -> Vec<String> {
         else {
             continue;
         };
-        if owner == std::process::id() || crate::swap::pid_alive(owner) {
+        if owner == std::process::id() || sys::pid_alive(owner) {
             continue;
         }
         match Removal::of(&entry.path()).teardown() {
@@ -279,10 +288,6 @@ pub fn sweep_leftovers() -> Vec<String> {
         }
     }
     swept
-}
-
-pub(crate) fn c_path(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_encoded_bytes()).expect("no NUL in a path we built")
 }
 
 #[cfg(test)]
@@ -317,9 +322,7 @@ mod tests {
             "-c",
             "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo started",
         ]);
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || join_from_child(&procs))
-        };
+        join_before_exec(&mut cmd, procs);
         let out = cmd.output().unwrap();
         assert_eq!(out.stdout, b"started\n");
         assert_eq!(group.members().len(), 1, "the sleep is still in the group");

@@ -9,33 +9,14 @@
 //! what the mechanisms themselves cost. Both views are printed; the verdict
 //! uses the total, as the target is worded.
 
-use serde::Serialize;
-
-use crate::suite::{geomean, SuiteResult};
+use crate::stats::geomean;
+pub use crate::suite_result::Compass;
+use crate::suite_result::SuiteResult;
 
 /// The configuration pagefold is compared with.
 pub const KSM_AGGRESSIVE: &str = "ksm-10000";
 /// pagefold's total CPU must stay below this fraction of KSM's.
 pub const CPU_FRACTION: f64 = 0.2;
-
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct Compass {
-    /// Geomean over workloads of (pagefold's median average footprint / KSM's).
-    pub footprint_vs_ksm: f64,
-    /// Workloads where pagefold's average footprint is below KSM's.
-    pub workloads_below_ksm: usize,
-    pub workloads: usize,
-    /// Sum over workloads of median total CPU (tree + ksmd), seconds.
-    pub pagefold_cpu_s: f64,
-    pub ksm_cpu_s: f64,
-    pub plain_cpu_s: Option<f64>,
-    /// pagefold_cpu_s / ksm_cpu_s.
-    pub cpu_vs_ksm: f64,
-    /// (pagefold - plain) / (ksm - plain), summed CPU; None without plain.
-    pub extra_cpu_vs_ksm: Option<f64>,
-    pub footprint_met: bool,
-    pub cpu_met: bool,
-}
 
 /// The compass of a suite result, if it ran both configurations.
 pub fn of(r: &SuiteResult) -> Option<Compass> {

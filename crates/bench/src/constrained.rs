@@ -29,11 +29,10 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::cgroup::{self, MemoryCgroup, Usage};
-use crate::constrained_report as report;
 use crate::ksm::KsmGuard;
 use crate::program::{self, Config, Invocation, Outcome, Setup};
 use crate::swap::{self, ActiveSwap, SwapDevice, SwapLock, ZramStats};
-use crate::workloads::{ProgramSuite, Workload};
+use crate::workloads::Workload;
 
 /// Where a configuration runs: without a limit, or limited with this swap.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -235,78 +234,6 @@ pub struct LimitResult {
     pub workloads: Vec<LimitedWorkload>,
 }
 
-/// `pagefold bench --limit ...` for one workload suite: runs, prints,
-/// writes files and the doc section; false if a run failed or differed.
-pub fn run_suite(a: &crate::Args, ps: ProgramSuite) -> anyhow::Result<bool> {
-    let l = &a.limits;
-    check_fraction(l.limit_fraction).map_err(anyhow::Error::msg)?;
-    let mut configs = a
-        .configs_for(ps)
-        .iter()
-        .map(|c| program::parse_config(c))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(anyhow::Error::msg)?;
-    plain_first(&mut configs);
-    let mut devices = l.limit.clone();
-    devices.sort();
-    devices.dedup();
-    let workloads = crate::suite_workloads(a, ps).map_err(anyhow::Error::msg)?;
-    let preload = program::find_preload(a.preload.as_deref()).map_err(anyhow::Error::msg)?;
-    let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 }).max(1);
-    let plan = LimitPlan {
-        suite: ps.name(),
-        workloads: &workloads,
-        configs: &configs,
-        devices: &devices,
-        fraction: l.limit_fraction,
-        runs,
-        preload: &preload,
-        interval: Duration::from_millis(a.interval.max(1)),
-        timeout: Some(Duration::from_secs(a.timeout.max(1))),
-        swap_dir: &l.swap_dir,
-        zram_algorithm: &l.zram_algorithm,
-    };
-    eprintln!(
-        "bench: suite {} under a limit of {} x plain's peak: {} workloads x {} configurations x {} devices x {runs} runs",
-        ps.name(),
-        l.limit_fraction,
-        workloads.len(),
-        configs.len(),
-        devices.len()
-    );
-    let result = run(&plan).map_err(anyhow::Error::msg)?;
-    let markdown = report::markdown(&result);
-    println!(
-        "\n## pagefold bench: {} under a memory limit\n\n{markdown}",
-        ps.name()
-    );
-    let files = report::publish(&result, &a.out.join("results")).map_err(anyhow::Error::msg)?;
-    for f in &files {
-        eprintln!("bench: wrote {}", f.display());
-    }
-    if a.results_doc.as_os_str() != "-" {
-        let key = if ps == ProgramSuite::R {
-            "constrained".to_string()
-        } else {
-            format!("constrained-{}", ps.name())
-        };
-        crate::report::update_doc(
-            &a.results_doc,
-            &key,
-            &report::doc_section(&result, &files, &a.results_doc),
-        )?;
-        eprintln!(
-            "bench: {key} section regenerated in {}",
-            a.results_doc.display()
-        );
-    }
-    Ok(result
-        .workloads
-        .iter()
-        .flat_map(|w| &w.runs)
-        .all(|r| !r.verdict.is_error()))
-}
-
 /// Moves plain to the front: every ratio is to it, and the tables show it first.
 pub fn plain_first(configs: &mut [Config]) {
     if let Some(i) = configs.iter().position(|c| c.name == "plain") {
@@ -366,7 +293,7 @@ pub fn run(plan: &LimitPlan) -> Result<LimitResult, String> {
     } else {
         None
     };
-    let machine = crate::report::Machine::probe(&crate::Plan {
+    let machine = crate::report::Machine::probe(&crate::plan::Plan {
         runs: plan.runs,
         quick: false,
     });

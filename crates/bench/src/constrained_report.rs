@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::constrained::{mib, Device, LimitResult, LimitedRun, LimitedWorkload, Verdict};
-use crate::suite::{geomean, Spread};
+use crate::stats::{geomean, Spread};
 
 /// One workload under one device and configuration.
 #[derive(Clone, Debug, Serialize)]

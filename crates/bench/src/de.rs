@@ -18,19 +18,10 @@
 
 use std::path::{Path, PathBuf};
 
-use pagefold_synth::de::{schedule, DEFAULT_IDLE, QUICK_IDLE};
+use pagefold_synth::de::schedule;
 
 use crate::program::engine_total;
-use crate::suite::{SuiteResult, WorkloadResult};
-
-/// The idle time of each phase the suite gives the workloads.
-pub fn idle_seconds(quick: bool) -> f64 {
-    if quick {
-        QUICK_IDLE
-    } else {
-        DEFAULT_IDLE
-    }
-}
+use crate::suite_result::{SuiteResult, WorkloadResult};
 
 /// The idle time a workload's command gave it (`--idle X`).
 fn idle_of(cmd: &[String]) -> Option<f64> {
@@ -56,9 +47,13 @@ pub fn phases(cmd: &[String]) -> Vec<(&'static str, f64, f64)> {
         .collect()
 }
 
+/// One sample of a run paired with plain's: (seconds, bytes, plain's bytes
+/// interpolated there).
+type Pair = (f64, f64, f64);
+
 /// Each sample (ms, bytes) of `run` inside plain's span as (seconds,
 /// bytes, plain's bytes interpolated there).
-fn paired(plain: &[(u64, u64)], run: &[(u64, u64)]) -> Vec<(f64, f64, f64)> {
+fn paired(plain: &[(u64, u64)], run: &[(u64, u64)]) -> Vec<Pair> {
     run.iter()
         .filter_map(|&(t, bytes)| Some((t as f64 / 1000.0, bytes as f64, interpolate(plain, t)?)))
         .filter(|p| p.2 > 0.0)
@@ -67,7 +62,7 @@ fn paired(plain: &[(u64, u64)], run: &[(u64, u64)]) -> Vec<(f64, f64, f64)> {
 
 /// Savings over time: paired samples as (seconds, percent saved against
 /// plain at that moment).
-fn curve(pairs: &[(f64, f64, f64)]) -> Vec<(f64, f64)> {
+fn curve(pairs: &[Pair]) -> Vec<(f64, f64)> {
     pairs
         .iter()
         .map(|&(t, used, base)| (t, 100.0 * (1.0 - used / base)))
@@ -90,7 +85,7 @@ fn interpolate(samples: &[(u64, u64)], t: u64) -> Option<f64> {
 /// Percent saved over start <= t < end: 1 - the memory-time used / plain's
 /// (a ratio of sums, so the first milliseconds, when both programs hold
 /// almost nothing, weigh as little as they hold); NaN without samples.
-fn saved_in(pairs: &[(f64, f64, f64)], start: f64, end: f64) -> f64 {
+fn saved_in(pairs: &[Pair], start: f64, end: f64) -> f64 {
     let inside = pairs.iter().filter(|p| p.0 >= start && p.0 < end);
     let (used, base) = inside.fold((0.0, 0.0), |(u, b), p| (u + p.1, b + p.2));
     if base > 0.0 {
@@ -112,7 +107,7 @@ fn timeline<'a>(w: &'a WorkloadResult, config: &str) -> Option<&'a [(u64, u64)]>
 /// paired with plain's (see `paired`) while the pages are allocated (up to
 /// the free phase: after it both footprints are the bare program's, and
 /// their ratio says nothing of the mechanisms).
-fn pairs(r: &SuiteResult, w: &WorkloadResult) -> Vec<(String, Vec<(f64, f64, f64)>)> {
+fn pairs(r: &SuiteResult, w: &WorkloadResult) -> Vec<(String, Vec<Pair>)> {
     let Some(plain) = timeline(w, "plain") else {
         return Vec::new();
     };

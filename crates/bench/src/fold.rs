@@ -1,6 +1,7 @@
 //! Suite `fold`: the 1 GiB fold, pagefold against the kernel's KSM on the same
 //! data. A 1 GiB region (262,144 pages) holds 50% copies of 1,000 distinct
-//! contents and 50% unique pages, placed at random with a fixed seed. The
+//! contents and 50% unique pages, placed at random with a fixed seed (see
+//! `fold_data`). The
 //! engine folds it with two on-demand `engine.scan()`s (the first looks, the
 //! second folds what did not change; both timed) (wall time and process
 //! CPU from getrusage, pages merged, frames left); then the same bytes in
@@ -12,23 +13,16 @@
 //! counts the memfd frames the kernel really holds: a fold that only updated
 //! counters would show up there. Every byte is read back after the fold.
 
+use crate::fold_data::{fold_ids, DISTINCT, FOLD_PAGES, SEED};
 use crate::kernel_ksm::{self, KsmFold, KsmSetting};
 use crate::ksm::KsmGuard;
-use crate::mem::{self, Block};
+use crate::mem::{self, Block, Pages};
+use crate::plan::Plan;
 use crate::timing::{median, timed_with_cpu};
-use crate::Plan;
 use pagefold_engine::{Config, Engine, Hint, PAGE};
-use rand::seq::SliceRandom;
-use rand::{rngs::StdRng, SeedableRng};
 use serde::Serialize;
 use std::time::Duration;
 
-/// 1 GiB of pages.
-pub const FOLD_PAGES: usize = (1 << 30) / PAGE;
-/// Distinct contents among the duplicated half.
-pub const DISTINCT: u64 = 1000;
-/// Seed of the page placement.
-pub const SEED: u64 = 0x5eed_f01d;
 const MIB: f64 = (1 << 20) as f64;
 
 #[derive(Serialize, Debug)]
@@ -87,23 +81,6 @@ pub fn run(plan: &Plan) -> FoldResults {
         ksm,
         ksm_skipped,
     }
-}
-
-/// Content id of every page: the first half cycles through DISTINCT ids, the
-/// second half is unique; then shuffled with a fixed seed.
-pub fn fold_ids(pages: usize, seed: u64) -> Vec<u64> {
-    let duplicates = pages / 2;
-    let mut ids: Vec<u64> = (0..pages)
-        .map(|i| {
-            if i < duplicates {
-                i as u64 % DISTINCT
-            } else {
-                DISTINCT + i as u64
-            }
-        })
-        .collect();
-    ids.shuffle(&mut StdRng::seed_from_u64(seed));
-    ids
 }
 
 fn ksm_settings(plan: &Plan) -> Vec<KsmSetting> {
@@ -195,7 +172,7 @@ fn engine_fold_sample(ids: &[u64]) -> EngineSample {
     let shmem_start = mem::meminfo_kib("Shmem");
     let engine = Engine::new(Config::default());
     let block = Block::new(&engine, ids.len(), Hint::FullWrite);
-    unsafe { mem::fill_pages(block.ptr(), ids) };
+    block.fill(ids);
     let shmem_filled = mem::meminfo_kib("Shmem");
     let before = engine.stats();
     // Two scans, both timed: the first records what it sees, the second
@@ -209,7 +186,7 @@ fn engine_fold_sample(ids: &[u64]) -> EngineSample {
     });
     let after = engine.stats();
     let shmem_folded = mem::meminfo_kib("Shmem");
-    let verified = unsafe { mem::first_mismatch(block.ptr(), ids) }.is_none();
+    let verified = block.first_mismatch(ids).is_none();
     if !verified {
         eprintln!("ENGINE CHECK FAILED: the 1 GiB fold reads back wrong");
     }
@@ -229,24 +206,5 @@ fn engine_fold_sample(ids: &[u64]) -> EngineSample {
         shmem_filled_kib: shmem_filled.saturating_sub(shmem_start),
         shmem_folded_kib: shmem_folded.saturating_sub(shmem_start),
         verified,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fold_ids_are_half_duplicates_of_1000_contents_and_seeded() {
-        let ids = fold_ids(FOLD_PAGES, SEED);
-        let mut sorted = ids.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
-        assert_eq!(sorted.len(), FOLD_PAGES / 2 + DISTINCT as usize);
-        assert_eq!(ids, fold_ids(FOLD_PAGES, SEED));
-        assert!(
-            ids[..1000].iter().any(|&id| id >= DISTINCT)
-                && ids[..1000].iter().any(|&id| id < DISTINCT)
-        );
     }
 }

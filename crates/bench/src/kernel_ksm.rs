@@ -179,7 +179,7 @@ fn summarise(
         ksmd_cpu_observed_s: cpu_since_base(&last),
         pages_sharing: gain,
         pages_shared: settled.shared.saturating_sub(base.shared),
-        pages_sharing_ideal: (pages / 2) as u64 - crate::fold::DISTINCT,
+        pages_sharing_ideal: (pages / 2) as u64 - crate::fold_data::DISTINCT,
         full_scans: settled.full_scans - base.full_scans,
         pages_scanned: scanned,
         cpu_per_scanned_page_us: ksmd_cpu_s
@@ -245,21 +245,34 @@ struct Workload {
 impl Workload {
     fn spawn(ids: &[u64]) -> Result<Workload> {
         let mut fds = [0; 2];
+        // SAFETY: `fds` is a writable [c_int; 2] on this frame, exactly what
+        // pipe2 fills.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
             bail!("pipe2: {}", std::io::Error::last_os_error());
         }
+        // SAFETY: the child runs only child_main, which makes system calls
+        // and plain loops (no allocation, no lock) and never returns, as a
+        // child forked from a multi-threaded process must.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             bail!("fork: {}", std::io::Error::last_os_error());
         }
         if pid == 0 {
+            // SAFETY: this is the freshly forked child; `ids` is its copy of
+            // the parent's slice and `fds[1]` the pipe's write end.
             unsafe { child_main(ids, fds[1]) }
         }
         let workload = Workload { pid };
-        unsafe { libc::close(fds[1]) };
         let mut ready = [0u8; 1];
-        let n = unsafe { libc::read(fds[0], ready.as_mut_ptr().cast(), 1) };
-        unsafe { libc::close(fds[0]) };
+        // SAFETY: `fds` are the two ends pipe2 opened above, each closed once
+        // here (the child has its own copies); `ready` is a writable byte on
+        // this frame, the only memory read writes.
+        let n = unsafe {
+            libc::close(fds[1]);
+            let n = libc::read(fds[0], ready.as_mut_ptr().cast(), 1);
+            libc::close(fds[0]);
+            n
+        };
         if n != 1 {
             bail!("the workload child died before it was ready");
         }
@@ -269,15 +282,20 @@ impl Workload {
 
 impl Drop for Workload {
     fn drop(&mut self) {
-        unsafe {
-            libc::kill(self.pid, libc::SIGKILL);
-            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
-        }
+        crate::sys::kill(self.pid, libc::SIGKILL);
+        // SAFETY: the status pointer is null, which waitpid allows; `pid` is
+        // our child, reaped only here.
+        unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
     }
 }
 
 /// Runs in the forked child of a possibly multi-threaded parent: system calls
 /// and plain loops only, no allocation, no locks, never returns.
+///
+/// # Safety
+/// Call only in a process just forked by `Workload::spawn`: `ids` must be
+/// readable (the child's copy of the parent's slice) and `ready_fd` the
+/// write end of the pipe the parent reads from.
 unsafe fn child_main(ids: &[u64], ready_fd: libc::c_int) -> ! {
     libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
     libc::signal(libc::SIGINT, libc::SIG_DFL);

@@ -19,6 +19,7 @@ use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::sys::{self, Fd};
 use crate::teardown::{self, Failure, Registration, Teardown};
 
 /// Where the kernel exposes KSM.
@@ -68,7 +69,7 @@ impl KsmGuard {
     /// Saves the knobs and installs the restore handlers. `Err` says why KSM
     /// cannot be driven here (not root, no KSM in this kernel).
     pub fn acquire() -> Result<KsmGuard, String> {
-        if unsafe { libc::geteuid() } != 0 {
+        if !sys::is_root() {
             return Err("not root: /sys/kernel/mm/ksm is writable by root only".into());
         }
         if !Path::new(KSM_DIR).is_dir() {
@@ -129,7 +130,6 @@ fn lock_guards() -> MutexGuard<'static, ()> {
 /// Waits (up to LOCK_WAIT) for an exclusive flock on LOCK_FILE. The kernel
 /// drops it when the process dies, however it dies.
 fn lock_across_processes() -> Option<std::fs::File> {
-    use std::os::fd::AsRawFd;
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -138,7 +138,7 @@ fn lock_across_processes() -> Option<std::fs::File> {
         .ok()?;
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     let mut said = false;
-    while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    while !sys::try_lock_exclusive(&file) {
         if std::time::Instant::now() > deadline {
             eprintln!("ksm: {LOCK_FILE} still held by another process; going ahead without it");
             return None;
@@ -189,28 +189,25 @@ fn selected(raw: &[u8]) -> &[u8] {
 fn restore(saved: &Saved) {
     for knob in &saved.knobs {
         let mut buf = [0u8; 256];
-        let now = unsafe { read_raw(&knob.path, &mut buf) };
+        let now = read_raw(&knob.path, &mut buf);
         if now.map(selected) != Some(&knob.value[..]) {
-            unsafe { write_raw(&knob.path, &knob.value) };
+            write_raw(&knob.path, &knob.value);
         }
     }
 }
 
-unsafe fn read_raw<'b>(path: &CString, buf: &'b mut [u8]) -> Option<&'b [u8]> {
-    let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-    if fd < 0 {
-        return None;
-    }
-    let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-    libc::close(fd);
+/// What one read of the file at `path` returns, into `buf`; allocation-free.
+fn read_raw<'b>(path: &CString, buf: &'b mut [u8]) -> Option<&'b [u8]> {
+    let fd = Fd::open(path, libc::O_RDONLY | libc::O_CLOEXEC)?;
+    let n = fd.read(buf);
+    drop(fd);
     (n >= 0).then(|| &buf[..n as usize])
 }
 
-unsafe fn write_raw(path: &CString, value: &[u8]) {
-    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-    if fd >= 0 {
-        libc::write(fd, value.as_ptr().cast(), value.len());
-        libc::close(fd);
+/// Writes `value` to the file at `path` if it opens; allocation-free.
+fn write_raw(path: &CString, value: &[u8]) {
+    if let Some(fd) = Fd::open(path, libc::O_WRONLY | libc::O_CLOEXEC) {
+        fd.write(value);
     }
 }
 
@@ -361,9 +358,11 @@ mod tests {
         use std::io::Write;
         std::io::stdout().flush().unwrap();
         match mode.as_str() {
-            "sigterm" => unsafe {
-                libc::raise(libc::SIGTERM);
-            },
+            "sigterm" => {
+                // SAFETY: raise takes no pointers; the process dies of SIGTERM
+                // here (after the restore handler), which is what this checks.
+                unsafe { libc::raise(libc::SIGTERM) };
+            }
             _ => {
                 std::mem::forget(guard); // no Drop: only the panic hook can restore
                 panic!("deliberate panic with the guard leaked");

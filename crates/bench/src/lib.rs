@@ -24,15 +24,20 @@ pub mod constrained;
 pub mod constrained_report;
 pub mod de;
 pub mod fold;
+pub mod fold_data;
 pub mod kernel_ksm;
 pub mod ksm;
 pub mod mem;
 pub mod micro;
+pub mod plan;
 pub mod plot;
 pub mod program;
 pub mod report;
+pub mod stats;
 pub mod suite;
+pub mod suite_result;
 pub mod swap;
+pub mod sys;
 pub mod teardown;
 pub mod timing;
 pub mod workloads;
@@ -40,6 +45,7 @@ pub mod workloads;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use plan::Plan;
 use workloads::ProgramSuite;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,13 +155,6 @@ impl Args {
         };
         default.split(',').map(str::to_string).collect()
     }
-}
-
-/// How much to measure.
-#[derive(Clone, Copy, Debug)]
-pub struct Plan {
-    pub runs: usize,
-    pub quick: bool,
 }
 
 impl Plan {
@@ -290,7 +289,7 @@ pub(crate) fn suite_workloads(
 /// Runs one workload suite and publishes it; false if an output differed.
 fn program_suite(a: &Args, ps: ProgramSuite) -> anyhow::Result<bool> {
     if !a.limits.limit.is_empty() {
-        return constrained::run_suite(a, ps);
+        return constrained_suite(a, ps);
     }
     let configs = a
         .configs_for(ps)
@@ -319,6 +318,79 @@ fn program_suite(a: &Args, ps: ProgramSuite) -> anyhow::Result<bool> {
     let result = suite::run(&plan).map_err(anyhow::Error::msg)?;
     publish_suite(a, &result)?;
     Ok(result.all_identical)
+}
+
+/// `pagefold bench --limit ...` for one workload suite: runs, prints,
+/// writes files and the doc section; false if a run failed or differed.
+fn constrained_suite(a: &Args, ps: ProgramSuite) -> anyhow::Result<bool> {
+    let l = &a.limits;
+    constrained::check_fraction(l.limit_fraction).map_err(anyhow::Error::msg)?;
+    let mut configs = a
+        .configs_for(ps)
+        .iter()
+        .map(|c| program::parse_config(c))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(anyhow::Error::msg)?;
+    constrained::plain_first(&mut configs);
+    let mut devices = l.limit.clone();
+    devices.sort();
+    devices.dedup();
+    let workloads = suite_workloads(a, ps).map_err(anyhow::Error::msg)?;
+    let preload = program::find_preload(a.preload.as_deref()).map_err(anyhow::Error::msg)?;
+    let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 }).max(1);
+    let plan = constrained::LimitPlan {
+        suite: ps.name(),
+        workloads: &workloads,
+        configs: &configs,
+        devices: &devices,
+        fraction: l.limit_fraction,
+        runs,
+        preload: &preload,
+        interval: Duration::from_millis(a.interval.max(1)),
+        timeout: Some(Duration::from_secs(a.timeout.max(1))),
+        swap_dir: &l.swap_dir,
+        zram_algorithm: &l.zram_algorithm,
+    };
+    eprintln!(
+        "bench: suite {} under a limit of {} x plain's peak: {} workloads x {} configurations x {} devices x {runs} runs",
+        ps.name(),
+        l.limit_fraction,
+        workloads.len(),
+        configs.len(),
+        devices.len()
+    );
+    let result = constrained::run(&plan).map_err(anyhow::Error::msg)?;
+    let markdown = constrained_report::markdown(&result);
+    println!(
+        "\n## pagefold bench: {} under a memory limit\n\n{markdown}",
+        ps.name()
+    );
+    let files =
+        constrained_report::publish(&result, &a.out.join("results")).map_err(anyhow::Error::msg)?;
+    for f in &files {
+        eprintln!("bench: wrote {}", f.display());
+    }
+    if a.results_doc.as_os_str() != "-" {
+        let key = if ps == ProgramSuite::R {
+            "constrained".to_string()
+        } else {
+            format!("constrained-{}", ps.name())
+        };
+        report::update_doc(
+            &a.results_doc,
+            &key,
+            &constrained_report::doc_section(&result, &files, &a.results_doc),
+        )?;
+        eprintln!(
+            "bench: {key} section regenerated in {}",
+            a.results_doc.display()
+        );
+    }
+    Ok(result
+        .workloads
+        .iter()
+        .flat_map(|w| &w.runs)
+        .all(|r| !r.verdict.is_error()))
 }
 
 /// Publishes earlier suite results again (`--render`).

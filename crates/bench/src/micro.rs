@@ -17,9 +17,9 @@
 //! Every mechanism is also checked for correctness on the way (the copied and
 //! folded bytes are read back), since a fast wrong answer is no result.
 
-use crate::mem::{self, Block, Memfd, Region};
+use crate::mem::{Block, Memfd, Pages, Region};
+use crate::plan::Plan;
 use crate::timing::{median, micros, timed, timed_with_cpu};
-use crate::Plan;
 use pagefold_engine::{Config, Engine, Hint, Stats, PAGE};
 use serde::Serialize;
 use std::hint::black_box;
@@ -222,7 +222,7 @@ fn copy_row(source: Source, pages: usize, plan: &Plan) -> CopyRow {
 /// also its virtual copy. The last block is the one to copy from.
 fn make_source<'e>(engine: &'e Engine, source: Source, ids: &[u64]) -> Vec<Block<'e>> {
     let written = Block::new(engine, ids.len(), Hint::FullWrite);
-    unsafe { mem::fill_pages(written.ptr(), ids) };
+    written.fill(ids);
     match source {
         Source::Fresh => vec![written],
         Source::CopyOfCopy => {
@@ -236,7 +236,7 @@ fn make_source<'e>(engine: &'e Engine, source: Source, ids: &[u64]) -> Vec<Block
 fn written_memfd(pages: usize) -> Memfd {
     let fd = Memfd::new(pages * PAGE).expect("memfd for the kernel view");
     let writer = Region::of_memfd(&fd, true).expect("mmap memfd shared");
-    unsafe { mem::fill_pages(writer.ptr(), &(0..pages as u64).collect::<Vec<_>>()) };
+    writer.fill(&(0..pages as u64).collect::<Vec<_>>());
     fd
 }
 
@@ -252,21 +252,20 @@ fn copy_sample(
     let src = blocks.last().expect("a source block");
     let len = src.byte_len();
     // the source is mapped in before either copy, so neither pays its faults
-    black_box(unsafe { mem::read_byte_per_page(src.ptr(), pages) });
+    black_box(src.read_byte_per_page());
     let (fresh, memcpy) = timed(|| {
         let fresh = Region::anon(len).expect("mmap for memcpy baseline");
-        unsafe { std::ptr::copy_nonoverlapping(src.ptr(), fresh.ptr(), len) };
+        fresh.copy_from(src);
         fresh
     });
-    let (_, memcpy_read) =
-        timed(|| black_box(unsafe { mem::read_byte_per_page(fresh.ptr(), pages) }));
+    let (_, memcpy_read) = timed(|| black_box(fresh.read_byte_per_page()));
     drop(fresh);
     let (dst, alloc) = timed(|| Block::new(engine, pages, Hint::None));
-    let (_, copy) = timed(|| unsafe { engine.copy(dst.ptr(), src.ptr(), len) });
-    let (_, read) = timed(|| black_box(unsafe { mem::read_byte_per_page(dst.ptr(), pages) }));
+    let (_, copy) = timed(|| src.copy_into(&dst));
+    let (_, read) = timed(|| black_box(dst.read_byte_per_page()));
     let (view, view_time) =
         timed(|| Region::of_memfd(view_source, false).expect("mmap memfd private"));
-    let (_, view_read) = timed(|| black_box(unsafe { mem::read_byte_per_page(view.ptr(), pages) }));
+    let (_, view_read) = timed(|| black_box(view.read_byte_per_page()));
     CopySample {
         alloc: micros(alloc),
         copy: micros(copy),
@@ -288,21 +287,19 @@ fn copy_check(engine: &Engine, source: Source, pages: usize) -> (bool, u64) {
     let shared_before = engine.stats().pages_shared_by_copy;
     let dst = src.copy_to_new();
     let shared = engine.stats().pages_shared_by_copy - shared_before;
-    unsafe {
-        let copied = mem::first_mismatch(dst.ptr(), &ids).is_none();
-        mem::write_byte_per_page(dst.ptr(), pages, 0xd5);
-        let src_kept = mem::first_mismatch(src.ptr(), &ids).is_none();
-        let dst_written = dst.ptr().add(17).read_volatile() == 0xd5;
-        mem::write_byte_per_page(src.ptr(), pages, 0x5d);
-        let dst_kept = dst.ptr().add((pages - 1) * PAGE + 17).read_volatile() == 0xd5;
-        if !(copied && src_kept && dst_written && dst_kept) {
-            eprintln!(
-                "ENGINE CHECK FAILED: copy {source:?} {pages} pages: copied {copied} src_kept {src_kept} \
-                 dst_written {dst_written} dst_kept {dst_kept}"
-            );
-        }
-        (copied && src_kept && dst_written && dst_kept, shared)
+    let copied = dst.first_mismatch(&ids).is_none();
+    dst.write_byte_per_page(0xd5);
+    let src_kept = src.first_mismatch(&ids).is_none();
+    let dst_written = dst.byte_at(17) == 0xd5;
+    src.write_byte_per_page(0x5d);
+    let dst_kept = dst.byte_at((pages - 1) * PAGE + 17) == 0xd5;
+    if !(copied && src_kept && dst_written && dst_kept) {
+        eprintln!(
+            "ENGINE CHECK FAILED: copy {source:?} {pages} pages: copied {copied} src_kept {src_kept} \
+             dst_written {dst_written} dst_kept {dst_kept}"
+        );
     }
+    (copied && src_kept && dst_written && dst_kept, shared)
 }
 
 // ---------------------------------------------------------------- CoW break
@@ -338,9 +335,9 @@ fn engine_cow_us(engine: &Engine, pages: usize, read_first: bool) -> f64 {
     let blocks = make_source(engine, Source::Fresh, &ids);
     let dst = blocks[0].copy_to_new();
     if read_first {
-        black_box(unsafe { mem::read_byte_per_page(dst.ptr(), pages) });
+        black_box(dst.read_byte_per_page());
     }
-    let (_, write) = timed(|| unsafe { mem::write_byte_per_page(dst.ptr(), pages, 0xab) });
+    let (_, write) = timed(|| dst.write_byte_per_page(0xab));
     micros(write) / pages as f64
 }
 
@@ -351,19 +348,19 @@ fn kernel_cow_us(pages: usize, read_first: bool) -> f64 {
     {
         let writer = Region::of_memfd(&fd, true).expect("mmap memfd shared");
         let ids: Vec<u64> = (0..pages as u64).collect();
-        unsafe { mem::fill_pages(writer.ptr(), &ids) };
+        writer.fill(&ids);
     }
     let private = Region::of_memfd(&fd, false).expect("mmap memfd private");
     if read_first {
-        black_box(unsafe { mem::read_byte_per_page(private.ptr(), pages) });
+        black_box(private.read_byte_per_page());
     }
-    let (_, write) = timed(|| unsafe { mem::write_byte_per_page(private.ptr(), pages, 0xab) });
+    let (_, write) = timed(|| private.write_byte_per_page(0xab));
     micros(write) / pages as f64
 }
 
 fn first_touch_us(pages: usize) -> f64 {
     let fresh = Region::anon(pages * PAGE).expect("mmap anon");
-    let (_, write) = timed(|| unsafe { mem::write_byte_per_page(fresh.ptr(), pages, 0xab) });
+    let (_, write) = timed(|| fresh.write_byte_per_page(0xab));
     micros(write) / pages as f64
 }
 
@@ -451,14 +448,14 @@ fn scan_sample(content: Content, pages: usize) -> ScanSample {
 
 fn fill(block: &Block, ids: Option<&[u64]>) {
     match ids {
-        Some(ids) => unsafe { mem::fill_pages(block.ptr(), ids) },
-        None => unsafe { std::ptr::write_bytes(block.ptr(), 0, block.byte_len()) },
+        Some(ids) => block.fill(ids),
+        None => block.fill_zero(),
     }
 }
 
 fn content_is(block: &Block, ids: Option<&[u64]>) -> bool {
     match ids {
-        Some(ids) => unsafe { mem::first_mismatch(block.ptr(), ids).is_none() },
-        None => unsafe { mem::first_nonzero_page(block.ptr(), block.pages()).is_none() },
+        Some(ids) => block.first_mismatch(ids).is_none(),
+        None => block.first_nonzero_page().is_none(),
     }
 }

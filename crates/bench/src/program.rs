@@ -234,7 +234,7 @@ pub fn run_in(
     let reports = tempdir()?;
     let mut cmd = command(inv, &config.setup, &reports);
     if let Some(procs) = cgroup.map(|g| g.procs_file().to_owned()) {
-        unsafe { cmd.pre_exec(move || crate::cgroup::join_from_child(&procs)) };
+        crate::cgroup::join_before_exec(&mut cmd, procs);
     }
     let ksmd_before = match &config.setup {
         Setup::Ksm {
@@ -308,14 +308,19 @@ fn command(inv: &Invocation, setup: &Setup, reports: &Path) -> Command {
                 .env("PAGEFOLD_REPORT", reports.join("engine"));
             cmd.envs(env.iter().map(|(k, v)| (k, v)));
         }
-        Setup::Ksm { .. } => unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(PR_SET_MEMORY_MERGE, 1, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        },
+        Setup::Ksm { .. } => {
+            // SAFETY: the closure runs in the forked child before exec and
+            // makes one prctl call (async-signal-safe, no pointers) and reads
+            // errno: no allocation and no lock another thread could hold.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::prctl(PR_SET_MEMORY_MERGE, 1, 0, 0, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
     }
     if inv.input.is_some() {
         cmd.stdin(Stdio::piped())
@@ -434,7 +439,7 @@ impl Watchdog {
                 .unwrap_or_else(|e| e.into_inner());
             if !*finished {
                 f.store(true, std::sync::atomic::Ordering::SeqCst);
-                unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+                crate::sys::kill(-(pid as i32), libc::SIGKILL);
             }
         });
         Watchdog {
@@ -457,8 +462,12 @@ impl Watchdog {
 /// the CPU time of it and every descendant it waited for.
 fn wait_with_rusage(pid: u32) -> Result<(i32, Duration), String> {
     let mut status = 0;
+    // SAFETY: rusage is a C struct of integers and timevals, for which all
+    // zero bytes is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     loop {
+        // SAFETY: `status` and `ru` are live, writable locals of the types
+        // wait4 fills, and the only memory it writes.
         let r = unsafe { libc::wait4(pid as i32, &mut status, 0, &mut ru) };
         if r == pid as i32 {
             break;

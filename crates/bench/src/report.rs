@@ -9,7 +9,7 @@
 use crate::fold::FoldResults;
 use crate::kernel_ksm::KsmFold;
 use crate::micro::{CopyRow, MicroResults, ScanRow, Source};
-use crate::Plan;
+use crate::plan::Plan;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::fmt::Write;
@@ -315,7 +315,7 @@ pub fn fold_markdown(f: &FoldResults, machine: &Machine) -> String {
         e.pages,
         e.duplicate_pages,
         e.distinct_duplicates,
-        crate::fold::SEED
+        crate::fold_data::SEED
     )
     .unwrap();
     writeln!(

@@ -14,120 +14,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::ksm::KsmGuard;
 use crate::program::{self, engine_total, Config, Invocation, Outcome, Setup};
+use crate::stats::{geomean, Spread};
+pub use crate::suite_result::{ConfigStats, Geomean, SuiteResult, WorkloadResult};
 use crate::workloads::Workload;
-
-/// Median, min and max of one quantity over the runs.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct Spread {
-    #[serde(deserialize_with = "nan_if_null")]
-    pub median: f64,
-    #[serde(deserialize_with = "nan_if_null")]
-    pub min: f64,
-    #[serde(deserialize_with = "nan_if_null")]
-    pub max: f64,
-}
-
-/// JSON has no NaN: serde_json writes it as null, so null reads back as NaN.
-pub fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
-}
-
-impl Spread {
-    pub fn of(values: &[f64]) -> Spread {
-        if values.is_empty() {
-            return Spread {
-                median: f64::NAN,
-                min: f64::NAN,
-                max: f64::NAN,
-            };
-        }
-        Spread {
-            median: crate::timing::median(values),
-            min: values.iter().copied().fold(f64::INFINITY, f64::min),
-            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        }
-    }
-
-    /// Each bound divided by `base` (a ratio to plain's median).
-    fn over(self, base: f64) -> Spread {
-        Spread {
-            median: self.median / base,
-            min: self.min / base,
-            max: self.max / base,
-        }
-    }
-}
-
-/// One configuration of one workload over all runs.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ConfigStats {
-    pub config: String,
-    pub runs: usize,
-    pub average_mib: Spread,
-    pub peak_mib: Spread,
-    pub wall_s: Spread,
-    /// The tree's CPU plus ksmd's.
-    pub cpu_s: Spread,
-    pub ksmd_cpu_s: Spread,
-    /// Ratios to plain's medians (1.0 for plain itself).
-    pub average_ratio: Spread,
-    pub peak_ratio: Spread,
-    pub wall_ratio: Spread,
-    pub cpu_ratio: Spread,
-    /// Every run printed what the first plain run printed and exited alike.
-    pub identical: bool,
-    pub failed_runs: usize,
-    /// Engine counters summed over processes, median over runs.
-    pub engine: serde_json::Map<String, serde_json::Value>,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct WorkloadResult {
-    pub name: String,
-    pub cmd: Vec<String>,
-    pub stats: Vec<ConfigStats>,
-    /// Every run, in the order they ran (timelines kept for the first repetition only).
-    pub outcomes: Vec<Outcome>,
-}
-
-/// Geometric means over workloads of one configuration's ratios.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Geomean {
-    pub config: String,
-    #[serde(deserialize_with = "nan_if_null")]
-    pub average_ratio: f64,
-    #[serde(deserialize_with = "nan_if_null")]
-    pub peak_ratio: f64,
-    #[serde(deserialize_with = "nan_if_null")]
-    pub wall_ratio: f64,
-    #[serde(deserialize_with = "nan_if_null")]
-    pub cpu_ratio: f64,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct SuiteResult {
-    pub suite: String,
-    pub configs: Vec<String>,
-    pub runs: usize,
-    pub interval_ms: u64,
-    pub workloads: Vec<WorkloadResult>,
-    pub geomeans: Vec<Geomean>,
-    /// True if every run of every workload matched plain.
-    pub all_identical: bool,
-    /// The machine and its load when the suite started (absent in results of older versions).
-    #[serde(default)]
-    pub machine: Option<crate::report::Machine>,
-    /// 1-minute load average when the suite ended.
-    #[serde(default)]
-    pub load_avg_end: Option<f64>,
-    /// pagefold against KSM-aggressive, when both ran (recomputed on load).
-    #[serde(default, skip_deserializing)]
-    pub compass: Option<crate::compass::Compass>,
-}
 
 /// How to run a suite.
 pub struct SuitePlan<'a> {
@@ -157,7 +48,7 @@ pub fn run(plan: &SuitePlan) -> Result<SuiteResult, String> {
     } else {
         None
     };
-    let machine = crate::report::Machine::probe(&crate::Plan {
+    let machine = crate::report::Machine::probe(&crate::plan::Plan {
         runs: plan.runs,
         quick: false,
     });
@@ -339,19 +230,6 @@ fn median_counters(runs: &[&Outcome]) -> serde_json::Map<String, serde_json::Val
     out
 }
 
-/// Geometric mean of the positive, finite values; NaN if there are none.
-pub fn geomean(values: &[f64]) -> f64 {
-    let good: Vec<f64> = values
-        .iter()
-        .copied()
-        .filter(|v| v.is_finite() && *v > 0.0)
-        .collect();
-    if good.is_empty() {
-        return f64::NAN;
-    }
-    (good.iter().map(|v| v.ln()).sum::<f64>() / good.len() as f64).exp()
-}
-
 pub fn assemble(
     suite: &str,
     configs: Vec<String>,
@@ -394,6 +272,15 @@ pub fn assemble(
     r
 }
 
+/// One table of the markdown: its title, a configuration's spread and
+/// ratio to plain of the quantity, the geomean of that ratio, and its unit.
+type Table<'a> = (
+    &'a str,
+    &'a dyn Fn(&ConfigStats) -> (Spread, Spread),
+    &'a dyn Fn(&Geomean) -> f64,
+    &'a str,
+);
+
 /// The suite's markdown: one table per quantity, workloads down, configurations across.
 pub fn markdown(r: &SuiteResult) -> String {
     let mut out = match (&r.machine, r.load_avg_end) {
@@ -411,12 +298,7 @@ pub fn markdown(r: &SuiteResult) -> String {
         r.runs,
         r.interval_ms
     );
-    let tables: [(
-        &str,
-        &dyn Fn(&ConfigStats) -> (Spread, Spread),
-        &dyn Fn(&Geomean) -> f64,
-        &str,
-    ); 4] = [
+    let tables: [Table; 4] = [
         (
             "Average footprint",
             &|s| (s.average_mib, s.average_ratio),
@@ -740,7 +622,7 @@ mod tests {
             wall_s: wall,
             cpu_s: wall,
             ksmd_cpu_s: (config.starts_with("ksm")).then_some(0.5),
-            peak_bytes: avg_mib * 2 << 20,
+            peak_bytes: (avg_mib * 2) << 20,
             average_bytes: avg_mib << 20,
             samples: 10,
             method: "pfn".into(),

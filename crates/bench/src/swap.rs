@@ -14,7 +14,7 @@
 //! take turns, so only one of our devices is active at a time and each run
 //! swaps where it is meant to.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::cgroup::c_path;
-use crate::teardown::{self, errno, sleep_ms, Failure, Registration, Teardown};
+use crate::sys::{self, c_path, errno, sleep_ms, Fd};
+use crate::teardown::{self, Failure, Registration, Teardown};
 
 /// flock'ed while one of our swap devices may exist.
 pub const LOCK_FILE: &str = "/run/lock/pagefold-swap.lock";
@@ -53,7 +53,7 @@ impl SwapLock {
             .map_err(|e| format!("{LOCK_FILE}: {e}"))?;
         let deadline = Instant::now() + wait;
         let mut said = false;
-        while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        while !sys::try_lock_exclusive(&file) {
             if Instant::now() > deadline {
                 return Err(format!(
                     "another harness holds {LOCK_FILE} (a swap device of ours is in use)"
@@ -124,7 +124,7 @@ impl SwapDevice {
             removal,
         };
         // Allocated, not sparse: the kernel refuses swap files with holes.
-        if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size as libc::off_t) } != 0 {
+        if !allocate(&file, size) {
             return Err(format!(
                 "allocating {} MiB for {}: {}",
                 size >> 20,
@@ -220,8 +220,7 @@ impl SwapDevice {
     }
 
     fn swap_on(&self) -> Result<(), String> {
-        let c = c_path(&self.path);
-        if unsafe { libc::swapon(c.as_ptr(), SWAP_FLAG_PREFER | PRIORITY) } != 0 {
+        if swapon(&c_path(&self.path), SWAP_FLAG_PREFER | PRIORITY) != 0 {
             let e = std::io::Error::last_os_error();
             return Err(format!("swapon {}: {e}", self.path.display()));
         }
@@ -239,12 +238,15 @@ struct Removal {
 impl Teardown for Removal {
     fn teardown(&self) -> Result<(), Failure> {
         // EINVAL: not (or no longer) active, e.g. swapon never succeeded.
+        // SAFETY: `path` is a NUL-terminated path prepared with the device
+        // and alive for the call; swapoff only reads it.
         if unsafe { libc::swapoff(self.path.as_ptr()) } != 0 && errno() != libc::EINVAL {
             return Err(Failure {
                 what: "swapoff",
                 errno: errno(),
             });
         }
+        // SAFETY: as for swapoff: a NUL-terminated path, only read.
         if self.file && unsafe { libc::unlink(self.path.as_ptr()) } != 0 && errno() != libc::ENOENT
         {
             return Err(Failure {
@@ -262,16 +264,15 @@ impl Teardown for Removal {
 /// Writes "1" to zram's reset, retrying while the device is still being closed.
 fn reset_zram(reset: &CString) -> Result<(), Failure> {
     for _ in 0..500 {
-        let fd = unsafe { libc::open(reset.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-        if fd < 0 {
+        let Some(fd) = Fd::open(reset, libc::O_WRONLY | libc::O_CLOEXEC) else {
             return Err(Failure {
                 what: "opening zram reset",
                 errno: errno(),
             });
-        }
-        let written = unsafe { libc::write(fd, b"1".as_ptr().cast(), 1) };
+        };
+        let written = fd.write(b"1");
         let e = errno();
-        unsafe { libc::close(fd) };
+        drop(fd);
         if written == 1 {
             return Ok(());
         }
@@ -330,7 +331,21 @@ fn write_header(f: &File, size: u64, path: &Path) -> Result<(), String> {
 }
 
 fn page_size() -> usize {
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+    sys::sysconf(libc::_SC_PAGESIZE) as usize
+}
+
+/// Allocates `size` bytes of `file` on disk (fallocate, mode 0): not sparse.
+fn allocate(file: &File, size: u64) -> bool {
+    // SAFETY: the descriptor belongs to `file`, which the borrow keeps open
+    // for the call; fallocate takes no pointers.
+    unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size as libc::off_t) == 0 }
+}
+
+/// swapon(2) of `path` with `flags`; its result (0, or -1 with errno set).
+fn swapon(path: &CStr, flags: libc::c_int) -> libc::c_int {
+    // SAFETY: `path` is NUL-terminated and borrowed for the call; swapon
+    // only reads it.
+    unsafe { libc::swapon(path.as_ptr(), flags) }
 }
 
 fn unused_file_name(dir: &Path) -> PathBuf {
@@ -344,14 +359,7 @@ pub fn check_swap_dir(dir: &Path) -> Result<(), String> {
     if !dir.is_dir() {
         return Err(format!("swap directory {} does not exist", dir.display()));
     }
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c_path(dir).as_ptr(), &mut fs) } != 0 {
-        return Err(format!(
-            "{}: {}",
-            dir.display(),
-            std::io::Error::last_os_error()
-        ));
-    }
+    let fs = sys::statfs(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     if fs.f_type as i64 == TMPFS_MAGIC {
         return Err(format!(
             "{} is on tmpfs, which cannot hold a swap file (pass --swap-dir on a disk)",
@@ -363,14 +371,7 @@ pub fn check_swap_dir(dir: &Path) -> Result<(), String> {
 
 /// Leaves at least 1 GiB free beside the swap file.
 fn check_free_space(dir: &Path, size: u64) -> Result<(), String> {
-    let mut fs: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c_path(dir).as_ptr(), &mut fs) } != 0 {
-        return Err(format!(
-            "{}: {}",
-            dir.display(),
-            std::io::Error::last_os_error()
-        ));
-    }
+    let fs = sys::statvfs(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let free = fs.f_bavail as u64 * fs.f_frsize as u64;
     if free < size + (1 << 30) {
         return Err(format!(
@@ -526,18 +527,13 @@ pub fn foreign_swaps() -> Vec<ActiveSwap> {
         .collect()
 }
 
-/// Whether a process with this pid exists.
-pub fn pid_alive(pid: u32) -> bool {
-    Path::new("/proc").join(pid.to_string()).exists()
-}
-
 /// Swaps off and removes our areas whose harness is gone (SIGKILLed);
 /// returns what was removed. Call with the lock held.
 pub fn sweep_leftovers(_lock: &SwapLock) -> Vec<String> {
     let mut swept = Vec::new();
     for swap in active_swaps() {
         let Some(pid) = owner(&swap) else { continue };
-        if pid == std::process::id() || pid_alive(pid) {
+        if pid == std::process::id() || sys::pid_alive(pid) {
             continue;
         }
         let zram = swap
@@ -695,15 +691,12 @@ pub(crate) mod tests {
             reset: None,
         }))
         .unwrap();
-        assert_eq!(
-            unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, 16 << 20) },
-            0
-        );
+        assert!(allocate(&file, 16 << 20));
         file.write_all_at(&header(16 << 20, &format!("{LABEL_PREFIX}{pid}")), 0)
             .unwrap();
         drop(file);
         assert_eq!(
-            unsafe { libc::swapon(c_path(&path).as_ptr(), 0) },
+            swapon(&c_path(&path), 0),
             0,
             "swapon: {}",
             std::io::Error::last_os_error()

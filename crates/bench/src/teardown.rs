@@ -82,8 +82,15 @@ pub struct Registration {
     entry: *mut Entry,
 }
 
-// The entry is only shared through ENTRIES and run at most once.
+// SAFETY: a Registration owns its `entry` like a Box<Entry> (made by
+// Box::into_raw in `register`, freed only in its Drop); the only other
+// access is through ENTRIES by hooks and handlers, which only call
+// run_once, made at-most-once by the atomic `done`. Entry itself is Send
+// and Sync (a Send + Sync Teardown, atomics, plain data), so moving a
+// Registration to another thread is as safe as moving that Box.
 unsafe impl Send for Registration {}
+// SAFETY: a shared &Registration gives access to nothing (every method
+// takes it by value), so sharing it between threads cannot race.
 unsafe impl Sync for Registration {}
 
 /// Registers `action` to run on drop, panic or fatal signal.
@@ -98,13 +105,15 @@ pub fn register(action: Box<dyn Teardown>) -> Result<Registration, String> {
         s.compare_exchange(null_mut(), entry, SeqCst, SeqCst)
             .is_ok()
     }) else {
+        // SAFETY: `entry` comes from Box::into_raw just above and was never
+        // published (every compare_exchange failed): this is its only owner.
         drop(unsafe { Box::from_raw(entry) });
         return Err(format!("more than {SLOTS} teardowns registered at once"));
     };
     install_panic_hook();
     let mut handlers = HANDLERS.lock().unwrap_or_else(|e| e.into_inner());
     if handlers.0 == 0 {
-        handlers.1 = Some(SIGNALS.map(|s| unsafe { install_handler(s) }));
+        handlers.1 = Some(SIGNALS.map(install_handler));
     }
     handlers.0 += 1;
     Ok(Registration { slot, entry })
@@ -113,6 +122,8 @@ pub fn register(action: Box<dyn Teardown>) -> Result<Registration, String> {
 impl Registration {
     /// Runs the teardown now (unless something already did) and reports how it went.
     pub fn finish(self) -> Result<(), Failure> {
+        // SAFETY: `entry` stays allocated until this Registration drops
+        // (below, after the call), and Entry is only ever shared immutably.
         let result = unsafe { &*self.entry }.run_once();
         drop(self);
         result
@@ -121,6 +132,8 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        // SAFETY: `entry` is freed only further down in this drop, and Entry
+        // is only ever shared immutably.
         if let Err(f) = unsafe { &*self.entry }.run_once() {
             eprintln!("bench: teardown incomplete: {f}");
         }
@@ -128,12 +141,19 @@ impl Drop for Registration {
         while WALKING.load(SeqCst) > 0 {
             std::thread::yield_now();
         }
+        // SAFETY: `entry` came from Box::into_raw in `register` and is owned
+        // by this Registration; its slot is cleared and no hook or handler is
+        // walking ENTRIES (a walker counts itself in WALKING before it loads
+        // a slot, SeqCst), so no reference to it is left.
         drop(unsafe { Box::from_raw(self.entry) });
         let mut handlers = HANDLERS.lock().unwrap_or_else(|e| e.into_inner());
         handlers.0 -= 1;
         if handlers.0 == 0 {
             if let Some(old) = handlers.1.take() {
                 for (sig, action) in SIGNALS.iter().zip(old) {
+                    // SAFETY: `action` is the sigaction install_handler saved
+                    // for `sig`, a valid value on this frame; the old-action
+                    // pointer is null, which sigaction allows.
                     unsafe { libc::sigaction(*sig, &action, null_mut()) };
                 }
             }
@@ -152,6 +172,10 @@ fn run_registered(select: impl Fn(&Entry) -> bool) {
             if p.is_null() {
                 continue;
             }
+            // SAFETY: `p` is non-null and was in ENTRIES after this walker
+            // counted itself in WALKING; an entry is freed only once its slot
+            // is cleared and WALKING has dropped to zero (Registration::drop),
+            // so it stays allocated until WALKING is decremented below.
             let e = unsafe { &*p };
             if e.seq < below && newest.is_none_or(|n| e.seq > n.seq) {
                 newest = Some(e);
@@ -180,6 +204,9 @@ fn install_panic_hook() {
 
 extern "C" fn on_fatal_signal(sig: libc::c_int) {
     run_registered(|_| true);
+    // SAFETY: signal and raise take no pointers and are async-signal-safe;
+    // restoring the default action and raising again makes the process die
+    // of the signal it got, after the teardowns above.
     unsafe {
         libc::signal(sig, libc::SIG_DFL);
         libc::raise(sig);
@@ -187,31 +214,30 @@ extern "C" fn on_fatal_signal(sig: libc::c_int) {
 }
 
 /// Installs the teardown handler for `sig` (the other two blocked while it
-/// runs); returns the action it replaced.
-unsafe fn install_handler(sig: libc::c_int) -> libc::sigaction {
-    let mut action: libc::sigaction = std::mem::zeroed();
+/// runs); returns the action it replaced. The handler, `on_fatal_signal`,
+/// only walks ENTRIES and runs teardowns, which allocate nothing and take no
+/// lock (see the module comment).
+fn install_handler(sig: libc::c_int) -> libc::sigaction {
+    // SAFETY: sigaction is a C struct of integers, a handler address and a
+    // signal mask, for which all zero bytes is a valid value (SIG_DFL, no
+    // flags, empty mask).
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
     action.sa_sigaction = on_fatal_signal as extern "C" fn(libc::c_int) as usize;
-    libc::sigemptyset(&mut action.sa_mask);
-    for s in SIGNALS {
-        libc::sigaddset(&mut action.sa_mask, s);
+    // SAFETY: sigemptyset and sigaddset write only into `action.sa_mask`, a
+    // live sigset_t on this frame.
+    unsafe {
+        libc::sigemptyset(&mut action.sa_mask);
+        for s in SIGNALS {
+            libc::sigaddset(&mut action.sa_mask, s);
+        }
     }
-    let mut old: libc::sigaction = std::mem::zeroed();
-    libc::sigaction(sig, &action, &mut old);
+    // SAFETY: as for `action`, all zero bytes is a valid sigaction.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: `action` and `old` are live sigactions on this frame (read and
+    // written respectively); `action.sa_sigaction` is an extern "C"
+    // fn(c_int), the handler type sigaction expects without SA_SIGINFO.
+    unsafe { libc::sigaction(sig, &action, &mut old) };
     old
-}
-
-/// Sleeps without allocating (usable from the signal handler).
-pub fn sleep_ms(ms: u64) {
-    let ts = libc::timespec {
-        tv_sec: (ms / 1000) as libc::time_t,
-        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
-    };
-    unsafe { libc::nanosleep(&ts, null_mut()) };
-}
-
-/// errno of the last failed call.
-pub fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -230,6 +256,8 @@ mod tests {
     impl Teardown for Marker {
         fn teardown(&self) -> Result<(), Failure> {
             self.runs.fetch_add(1, SeqCst);
+            // SAFETY: `path` is a NUL-terminated CString owned by this
+            // Marker; unlink only reads it.
             unsafe { libc::unlink(self.path.as_ptr()) };
             Ok(())
         }
@@ -323,6 +351,8 @@ mod tests {
         });
         let r = register(action).unwrap();
         if mode == "sigterm" {
+            // SAFETY: raise takes no pointers; the process dies of SIGTERM
+            // here (after the teardown handler), which is what this checks.
             unsafe { libc::raise(libc::SIGTERM) };
             unreachable!("SIGTERM should have ended this process");
         }

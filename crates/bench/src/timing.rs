@@ -31,8 +31,7 @@ pub fn timed<R>(f: impl FnOnce() -> R) -> (R, Duration) {
 
 /// User + system CPU time of this whole process so far.
 pub fn process_cpu() -> Duration {
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let usage = crate::sys::rusage_self();
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
@@ -71,7 +70,7 @@ pub fn pid_cpu(pid: i32) -> Option<Duration> {
     let after_comm = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = after_comm.split_whitespace().collect();
     let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let hz = crate::sys::sysconf(libc::_SC_CLK_TCK).max(1) as u64;
     Some(Duration::from_nanos(ticks * 1_000_000_000 / hz))
 }
 

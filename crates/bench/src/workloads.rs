@@ -12,6 +12,8 @@
 
 use std::path::{Path, PathBuf};
 
+use pagefold_synth::de::{DEFAULT_IDLE, QUICK_IDLE};
+
 /// A suite of real programs, and how each is started.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -51,6 +53,15 @@ impl ProgramSuite {
 pub struct Workload {
     pub name: String,
     pub cmd: Vec<String>,
+}
+
+/// The idle time of each phase the de suite gives its workloads.
+pub fn idle_seconds(quick: bool) -> f64 {
+    if quick {
+        QUICK_IDLE
+    } else {
+        DEFAULT_IDLE
+    }
 }
 
 /// The suite's programs under `root` (bench/), sorted by name; `only`, when
@@ -136,8 +147,7 @@ pub fn discover_synthetic(
             if suite == ProgramSuite::De {
                 cmd.extend([
                     "--idle".to_string(),
-                    idle.unwrap_or_else(|| crate::de::idle_seconds(quick))
-                        .to_string(),
+                    idle.unwrap_or_else(|| idle_seconds(quick)).to_string(),
                 ]);
             }
             if quick {

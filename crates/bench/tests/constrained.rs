@@ -365,11 +365,7 @@ fn child_helper() {
     let mut cmd = std::process::Command::new("python3");
     cmd.args(["-c", "b = bytearray(48 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('swapping', flush=True)\nimport time; time.sleep(300)"]);
     cmd.stdout(std::process::Stdio::piped());
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-            cgroup::join_from_child(&procs)
-        })
-    };
+    cgroup::join_before_exec(&mut cmd, procs);
     let mut child = cmd.spawn().unwrap();
     let mut line = String::new();
     std::io::BufRead::read_line(
@@ -383,6 +379,8 @@ fn child_helper() {
     use std::io::Write;
     std::io::stdout().flush().unwrap();
     if mode == "sigterm" {
+        // SAFETY: raise takes no pointers; the process dies of SIGTERM here
+        // (after the teardown handler), which is what this test checks.
         unsafe { libc::raise(libc::SIGTERM) };
         unreachable!("SIGTERM should have ended this process");
     }

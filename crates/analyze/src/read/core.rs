@@ -22,7 +22,7 @@ use object::Endianness;
 
 use crate::error::{Error, Result};
 use crate::image::{Buffer, Image, InputInfo, Kind, Perms, Region, PAGE};
-use crate::read::Filter;
+use crate::read::filter::Filter;
 
 const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
 

@@ -20,12 +20,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
-use serde::Serialize;
 
 use crate::error::{Error, Result};
+pub use crate::image::SnapshotInfo;
 use crate::image::{Buffer, Change, Image, InputInfo, Kind, Perms, Region, PAGE};
 use crate::progress::Progress;
-use crate::read::Filter;
+use crate::read::filter::Filter;
 
 const PRESENT: u64 = 1 << 63;
 const SWAPPED: u64 = 1 << 62;
@@ -401,16 +401,6 @@ fn read_piece(pid: u32, mem: &File, addr: u64, chunk: &mut [u8]) -> (Vec<u64>, b
         }
     }
     (lost, false)
-}
-
-/// What a second snapshot adds to an input's description.
-#[derive(Debug, Clone, Serialize)]
-pub struct SnapshotInfo {
-    pub interval_seconds: f64,
-    /// Pages populated in the first snapshot and not in the second.
-    pub gone_pages: u64,
-    /// Of those, per permission label.
-    pub gone_by_perms: Vec<(String, u64)>,
 }
 
 /// Reads every PID, waits `interval`, reads them again; returns the second

@@ -11,6 +11,7 @@
 //! against.
 
 pub mod core;
+pub mod filter;
 pub mod live;
 pub mod raw;
 
@@ -18,49 +19,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::image::{Image, Kind};
+use crate::image::Image;
 use crate::progress::Progress;
 
-/// Which pages of a target to keep.
-#[derive(Debug, Clone, Default)]
-pub struct Filter {
-    /// Mapping kinds to keep; `None` keeps all.
-    pub kinds: Option<Vec<Kind>>,
-    /// Address ranges [start, end) to keep (virtual addresses, or file
-    /// offsets for raw images); empty keeps all.
-    pub ranges: Vec<(u64, u64)>,
-}
-
-impl Filter {
-    pub fn accepts_kind(&self, kind: Kind) -> bool {
-        match (&self.kinds, kind) {
-            (_, Kind::Image) => true,
-            (None, _) => true,
-            (Some(k), kind) => k.contains(&kind),
-        }
-    }
-
-    /// The parts of [a, b) inside the range filter, page-aligned inward.
-    pub fn clip(&self, a: u64, b: u64) -> Vec<(u64, u64)> {
-        let page = crate::image::PAGE as u64;
-        if self.ranges.is_empty() {
-            return if b > a { vec![(a, b)] } else { vec![] };
-        }
-        let mut out = Vec::new();
-        for &(ra, rb) in &self.ranges {
-            let s = a.max(ra);
-            let e = b.min(rb);
-            let s = s.next_multiple_of(page).max(a);
-            let e = a + (e.saturating_sub(a) / page) * page;
-            if e > s {
-                out.push((s, e));
-            }
-        }
-        out.sort_unstable();
-        out.dedup();
-        out
-    }
-}
+pub use filter::Filter;
 
 /// How to read a file target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

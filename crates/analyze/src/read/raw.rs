@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::image::{Buffer, Image, InputInfo, Kind, Perms, Region, PAGE};
-use crate::read::Filter;
+use crate::read::filter::Filter;
 
 pub fn read(path: &Path, filter: &Filter) -> Result<Image> {
     let start = Instant::now();

@@ -196,8 +196,9 @@ static SLOT: AtomicUsize = AtomicUsize::new(0);
 
 /// Maps a copy of `data` (plus `extra` untouched pages) at an address no
 /// other test child uses (1 GiB slots far from the usual mmap area), so
-/// address-range filters select exactly one child's region.
-unsafe fn map_copy(data: &[u8], extra: usize) -> *mut u8 {
+/// address-range filters select exactly one child's region. The mapping,
+/// `data.len() + extra * PAGE` bytes, belongs to the caller.
+fn map_copy(data: &[u8], extra: usize) -> *mut u8 {
     let len = data.len() + extra * PAGE;
     let mut p = libc::MAP_FAILED;
     for _ in 0..64 {
@@ -205,22 +206,33 @@ unsafe fn map_copy(data: &[u8], extra: usize) -> *mut u8 {
         let hint = (0x2000_0000_0000u64
             + (std::process::id() as u64 % 256) * (1 << 36)
             + slot * (1 << 30)) as *mut libc::c_void;
-        p = libc::mmap(
-            hint,
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
-            -1,
-            0,
-        );
+        // SAFETY: MAP_FIXED_NOREPLACE makes the call fail rather than
+        // replace anything already mapped at `hint`, so no memory in use
+        // is touched; the result is only compared until it succeeded.
+        p = unsafe {
+            libc::mmap(
+                hint,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
         if p != libc::MAP_FAILED {
             break;
         }
     }
     assert_ne!(p, libc::MAP_FAILED);
-    // No transparent huge page: untouched pages must stay unpopulated.
-    libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
-    std::ptr::copy_nonoverlapping(data.as_ptr(), p as *mut u8, data.len());
+    // SAFETY: `p` is the start of the `len`-byte anonymous mapping made
+    // above, readable and writable, which nothing else refers to yet and
+    // which cannot overlap `data` (a live borrow of other memory); madvise
+    // only changes its huge-page policy (no transparent huge page: untouched
+    // pages must stay unpopulated), and `data.len() <= len` bytes are copied.
+    unsafe {
+        libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
+        std::ptr::copy_nonoverlapping(data.as_ptr(), p as *mut u8, data.len());
+    }
     p as *mut u8
 }
 
@@ -235,18 +247,25 @@ impl Child {
                 && ro.len().is_multiple_of(PAGE)
                 && changing * PAGE <= data.len()
         );
-        // SAFETY: fresh private mappings; after fork the child only writes
-        // into its own copy of them and sleeps (async-signal-safe calls only).
+        let p = map_copy(data, untouched);
+        let len = data.len() + untouched * PAGE;
+        let (rp, rlen) = if ro.is_empty() {
+            (std::ptr::null_mut(), 0)
+        } else {
+            let rp = map_copy(ro, 0);
+            // SAFETY: `rp` is the `ro.len()`-byte mapping map_copy just made
+            // for this call; making it read-only affects nothing else.
+            unsafe { libc::mprotect(rp as *mut libc::c_void, ro.len(), libc::PROT_READ) };
+            (rp, ro.len())
+        };
+        // SAFETY: the test process has other threads, so after fork the child
+        // makes only async-signal-safe calls (pause, usleep) and volatile
+        // stores at offset 100 of its first `changing` pages, which lie inside
+        // its copy of the `len`-byte mapping at `p` (`changing * PAGE <=
+        // data.len()`, asserted above). The parent then unmaps its own copies
+        // of the two mappings, which it made above and keeps only as
+        // addresses (integers) from here on.
         unsafe {
-            let p = map_copy(data, untouched);
-            let len = data.len() + untouched * PAGE;
-            let (rp, rlen) = if ro.is_empty() {
-                (std::ptr::null_mut(), 0)
-            } else {
-                let rp = map_copy(ro, 0);
-                libc::mprotect(rp as *mut libc::c_void, ro.len(), libc::PROT_READ);
-                (rp, ro.len())
-            };
             let pid = libc::fork();
             assert!(pid >= 0, "fork");
             if pid == 0 {
@@ -292,7 +311,8 @@ impl Child {
 
     /// Kills and reaps the child now.
     pub fn kill(&self) {
-        // SAFETY: our own child.
+        // SAFETY: kill and waitpid take no pointers (waitpid's status
+        // pointer is null); `self.pid` is the child spawn_full forked.
         unsafe {
             libc::kill(self.pid, libc::SIGKILL);
             libc::waitpid(self.pid, std::ptr::null_mut(), 0);

@@ -1,0 +1,14 @@
+//! The analyzer's modules are layered: no module depends, directly or
+//! through others, on one that depends on it (see `module_graph`).
+
+mod module_graph;
+
+#[test]
+fn the_module_graph_reader_finds_cycles() {
+    module_graph::self_test();
+}
+
+#[test]
+fn no_module_depends_on_itself_through_others() {
+    module_graph::assert_layered(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+}
