@@ -284,21 +284,14 @@ pub fn run_suite(a: &crate::Args, ps: ProgramSuite) -> anyhow::Result<bool> {
     for f in &files {
         eprintln!("bench: wrote {}", f.display());
     }
-    if a.results_doc.as_os_str() != "-" {
+    if let Some(doc) = a.results_doc_path() {
         let key = if ps == ProgramSuite::R {
             "constrained".to_string()
         } else {
             format!("constrained-{}", ps.name())
         };
-        crate::report::update_doc(
-            &a.results_doc,
-            &key,
-            &report::doc_section(&result, &files, &a.results_doc),
-        )?;
-        eprintln!(
-            "bench: {key} section regenerated in {}",
-            a.results_doc.display()
-        );
+        crate::report::update_doc(&doc, &key, &report::doc_section(&result, &files, &doc))?;
+        eprintln!("bench: {key} section regenerated in {}", doc.display());
     }
     Ok(result
         .workloads
