@@ -414,7 +414,8 @@ pub fn publish(r: &LimitResult, dir: &Path) -> Result<Vec<PathBuf>, String> {
     let mut json = serde_json::to_value(r).map_err(|e| e.to_string())?;
     json["cells"] = serde_json::to_value(all_cells(r)).map_err(|e| e.to_string())?;
     let json_path = dir.join(format!("{stem}.json"));
-    let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
+    let text = serde_json::to_string_pretty(&crate::report::with_schema(json))
+        .map_err(|e| e.to_string())?;
     std::fs::write(&json_path, text + "\n").map_err(|e| format!("{}: {e}", json_path.display()))?;
     let md_path = dir.join(format!("{stem}.md"));
     std::fs::write(&md_path, markdown(r)).map_err(|e| format!("{}: {e}", md_path.display()))?;
@@ -455,18 +456,16 @@ fn runtime_chart(r: &LimitResult, path: &Path) -> Result<(), String> {
 /// The section of the results document: the tables and the chart, linked
 /// relative to the document.
 pub fn doc_section(r: &LimitResult, files: &[PathBuf], doc: &Path) -> String {
-    let base = doc.parent().unwrap_or(Path::new(""));
     let mut out = markdown(r);
     out.push('\n');
     for f in files
         .iter()
         .filter(|f| f.extension().is_some_and(|e| e == "png"))
     {
-        let rel = f.strip_prefix(base).unwrap_or(f);
         out += &format!(
             "![{}]({})\n\n",
             f.file_stem().unwrap_or_default().to_string_lossy(),
-            rel.display()
+            crate::report::link(doc, f)
         );
     }
     out

@@ -2,8 +2,9 @@
 //! engine's mechanisms cost and save, always next to what they replace
 //! (memcpy into fresh memory, the kernel's copy-on-write fault, the kernel's
 //! KSM) in the same run, and reports medians and ratios three ways: a human
-//! table on stdout, JSON (in `--out`), and the generated sections of
-//! docs/BENCHMARKS.md. It is a harness, not a timed test: a missed target is
+//! table on stdout, JSON, markdown and charts in `--out` (nothing outside it),
+//! and, only when asked with `--update-docs`, the generated sections of
+//! BENCHMARKS.md and RESULTS.md. It is a harness, not a timed test: a missed target is
 //! printed as MISS, it does not fail the command. A failed correctness check
 //! (bytes read back wrong after a copy or a fold) does: exit code 2.
 //!
@@ -126,18 +127,25 @@ pub struct Args {
     #[arg(long)]
     pub preload: Option<PathBuf>,
     /// Results directory: bench-results.json (micro, fold) and results/SUITE.{json,md,png}.
-    #[arg(long, default_value = "docs")]
+    /// The harness writes nothing outside it unless asked to update docs.
+    #[arg(long, value_name = "DIR", default_value = "bench-results")]
     pub out: PathBuf,
-    /// Markdown file whose generated sections (micro, fold) are rewritten; "-" leaves it alone.
-    #[arg(long, default_value = "docs/BENCHMARKS.md")]
-    pub doc: PathBuf,
+    /// Also rewrite the generated sections of DIR/BENCHMARKS.md (micro, fold) and DIR/RESULTS.md
+    /// (workload suites); their charts are linked where --out put them. Default: no doc is touched.
+    #[arg(long, value_name = "DIR")]
+    pub update_docs: Option<PathBuf>,
+    /// Markdown file whose generated sections (micro, fold) are rewritten, instead of
+    /// DIR/BENCHMARKS.md of --update-docs; "-" leaves it alone.
+    #[arg(long, value_name = "PATH")]
+    pub doc: Option<PathBuf>,
     /// Instead of running, draw again the tables and charts of these suite results
-    /// (results/SUITE.json written by an earlier run) into --out and --results-doc.
+    /// (results/SUITE.json written by an earlier run) into --out (and the results doc, if asked).
     #[arg(long, value_delimiter = ',')]
     pub render: Vec<PathBuf>,
-    /// Markdown file whose generated sections (one per workload suite) are rewritten; "-" leaves it alone.
-    #[arg(long, default_value = "docs/RESULTS.md")]
-    pub results_doc: PathBuf,
+    /// Markdown file whose generated sections (one per workload suite) are rewritten, instead of
+    /// DIR/RESULTS.md of --update-docs; "-" leaves it alone.
+    #[arg(long, value_name = "PATH")]
+    pub results_doc: Option<PathBuf>,
     #[command(flatten)]
     pub limits: constrained::LimitArgs,
 }
@@ -154,6 +162,26 @@ impl Args {
             DEFAULT_CONFIGS
         };
         default.split(',').map(str::to_string).collect()
+    }
+
+    /// The document whose micro and fold sections are rewritten, if any.
+    pub fn benchmarks_doc_path(&self) -> Option<PathBuf> {
+        doc_path(&self.doc, &self.update_docs, "BENCHMARKS.md")
+    }
+
+    /// The document whose workload suite sections are rewritten, if any.
+    pub fn results_doc_path(&self) -> Option<PathBuf> {
+        doc_path(&self.results_doc, &self.update_docs, "RESULTS.md")
+    }
+}
+
+/// An explicit document (none if "-"), else `name` in the `--update-docs`
+/// directory, else none.
+fn doc_path(explicit: &Option<PathBuf>, dir: &Option<PathBuf>, name: &str) -> Option<PathBuf> {
+    match explicit {
+        Some(p) if p.as_os_str() == "-" => None,
+        Some(p) => Some(p.clone()),
+        None => dir.as_ref().map(|d| d.join(name)),
     }
 }
 
@@ -370,21 +398,18 @@ fn constrained_suite(a: &Args, ps: ProgramSuite) -> anyhow::Result<bool> {
     for f in &files {
         eprintln!("bench: wrote {}", f.display());
     }
-    if a.results_doc.as_os_str() != "-" {
+    if let Some(doc) = a.results_doc_path() {
         let key = if ps == ProgramSuite::R {
             "constrained".to_string()
         } else {
             format!("constrained-{}", ps.name())
         };
         report::update_doc(
-            &a.results_doc,
+            &doc,
             &key,
-            &constrained_report::doc_section(&result, &files, &a.results_doc),
+            &constrained_report::doc_section(&result, &files, &doc),
         )?;
-        eprintln!(
-            "bench: {key} section regenerated in {}",
-            a.results_doc.display()
-        );
+        eprintln!("bench: {key} section regenerated in {}", doc.display());
     }
     Ok(result
         .workloads
@@ -413,13 +438,13 @@ fn publish_suite(a: &Args, result: &suite::SuiteResult) -> anyhow::Result<()> {
     for f in &files {
         eprintln!("bench: wrote {}", f.display());
     }
-    if a.results_doc.as_os_str() != "-" {
-        let section = suite::doc_section(result, &files, &a.results_doc);
-        report::update_doc(&a.results_doc, &result.suite, &section)?;
+    if let Some(doc) = a.results_doc_path() {
+        let section = suite::doc_section(result, &files, &doc);
+        report::update_doc(&doc, &result.suite, &section)?;
         eprintln!(
             "bench: {} section regenerated in {}",
             result.suite,
-            a.results_doc.display()
+            doc.display()
         );
     }
     Ok(())
@@ -430,15 +455,15 @@ fn micro_verified(m: &micro::MicroResults) -> bool {
     m.copy.iter().all(|r| r.verified) && scans.iter().all(|s| s.verified)
 }
 
-/// Prints the section and writes it to the JSON file and the doc.
+/// Prints the section and writes it to the JSON file (and the doc, if asked).
 fn publish(a: &Args, suite: &str, markdown: &str, json: serde_json::Value) -> anyhow::Result<()> {
     println!("\n## pagefold bench: {suite}\n\n{markdown}");
     let path = a.out.join("bench-results.json");
     report::update_json(&path, suite, json)?;
     eprintln!("bench: {suite} results written to {}", path.display());
-    if a.doc.as_os_str() != "-" {
-        report::update_doc(&a.doc, suite, markdown)?;
-        eprintln!("bench: {suite} section regenerated in {}", a.doc.display());
+    if let Some(doc) = a.benchmarks_doc_path() {
+        report::update_doc(&doc, suite, markdown)?;
+        eprintln!("bench: {suite} section regenerated in {}", doc.display());
     }
     Ok(())
 }

@@ -1,10 +1,11 @@
 //! Reporting: the same results three ways. A markdown section per suite (it is
-//! printed to stdout as the human table and regenerated into
-//! docs/BENCHMARKS.md between `<!-- bench:SUITE:begin -->` and `:end -->`
+//! printed to stdout as the human table and, with `--update-docs`, regenerated
+//! into BENCHMARKS.md between `<!-- bench:SUITE:begin -->` and `:end -->`
 //! markers, leaving the hand-written text around them alone), and a JSON file
 //! that keeps one key per suite, so running one suite does not erase the
-//! other's numbers. Every target is printed next to its result as pass or
-//! miss, with the margin.
+//! other's numbers. Every JSON file the harness writes carries `"schema":
+//! SCHEMA`. Every target is printed next to its result as pass or miss, with
+//! the margin.
 
 use crate::fold::FoldResults;
 use crate::kernel_ksm::KsmFold;
@@ -25,7 +26,49 @@ pub const SCAN_GBPS_MIN: f64 = 5.0;
 pub const FOLD_WALL_MAX_S: f64 = 0.3;
 pub const FOLD_CPU_MAX_S: f64 = 0.3;
 
-pub const REPRODUCE: &str = "cargo run --release -p pagefold -- bench --suite all";
+pub const REPRODUCE: &str = "cargo run --release -p pagefold -- bench --suite all --out DIR";
+
+/// The format of every JSON file the harness writes (its `"schema"` field);
+/// the number changes when a field changes meaning or goes away.
+pub const SCHEMA: &str = "pagefold-bench/1";
+
+/// `value` (a JSON object) with its `"schema"` field set.
+pub fn with_schema(mut value: serde_json::Value) -> serde_json::Value {
+    if let Some(map) = value.as_object_mut() {
+        map.insert("schema".into(), SCHEMA.into());
+    }
+    value
+}
+
+/// How a markdown file at `doc` links to `file`: the path of `file` relative
+/// to the directory of `doc` (with `..` where needed), or `file` as given if
+/// the two share no root.
+pub fn link(doc: &Path, file: &Path) -> String {
+    use std::path::Component;
+    let absolute = |p: &Path| -> Vec<String> {
+        let p = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let mut parts: Vec<String> = Vec::new();
+        for c in p.components() {
+            match c {
+                Component::ParentDir => {
+                    parts.pop();
+                }
+                Component::CurDir => {}
+                c => parts.push(c.as_os_str().to_string_lossy().into_owned()),
+            }
+        }
+        parts
+    };
+    let base = absolute(doc.parent().unwrap_or(Path::new("")));
+    let target = absolute(file);
+    let common = base.iter().zip(&target).take_while(|(a, b)| a == b).count();
+    if common == 0 {
+        return file.display().to_string();
+    }
+    let mut parts = vec![".."; base.len() - common];
+    parts.extend(target[common..].iter().map(String::as_str));
+    parts.join("/")
+}
 
 /// Where and when a run was made.
 #[derive(Serialize, serde::Deserialize, Clone, Debug)]
@@ -458,9 +501,9 @@ panic and on SIGINT/SIGTERM.
 
 Reproduce (root, about 5 minutes; `--quick` takes under 2):
 
-    cargo run --release -p pagefold -- bench --suite all
+    cargo run --release -p pagefold -- bench --suite all --out DIR
 
-Raw numbers: `docs/bench-results.json`.
+Raw numbers: `DIR/bench-results.json`.
 
 ## Micro-benchmarks
 
@@ -493,6 +536,7 @@ pub fn update_json(path: &Path, key: &str, value: serde_json::Value) -> Result<(
         .filter(|v| v.is_object())
         .unwrap_or_else(|| serde_json::json!({}));
     root[key] = value;
+    let root = with_schema(root);
     write_creating_dirs(path, &(serde_json::to_string_pretty(&root)? + "\n"))
 }
 
@@ -531,7 +575,30 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(v["micro"]["a"], 1);
         assert_eq!(v["fold"]["b"], 2);
+        assert_eq!(v["schema"], SCHEMA);
         std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn links_are_relative_to_the_document() {
+        assert_eq!(
+            link(
+                Path::new("docs/RESULTS.md"),
+                Path::new("docs/results/r-memory.png")
+            ),
+            "results/r-memory.png"
+        );
+        assert_eq!(
+            link(
+                Path::new("docs/RESULTS.md"),
+                Path::new("out/results/r-memory.png")
+            ),
+            "../out/results/r-memory.png"
+        );
+        assert_eq!(
+            link(Path::new("/a/b/RESULTS.md"), Path::new("/a/c/x.png")),
+            "../c/x.png"
+        );
     }
 
     #[test]

@@ -493,7 +493,9 @@ pub fn publish(
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut files = Vec::new();
     let json_path = dir.join(format!("{}.json", r.suite));
-    let json = serde_json::to_string_pretty(r).map_err(|e| e.to_string())?;
+    let json = serde_json::to_value(r).map_err(|e| e.to_string())?;
+    let json = serde_json::to_string_pretty(&crate::report::with_schema(json))
+        .map_err(|e| e.to_string())?;
     std::fs::write(&json_path, json + "\n").map_err(|e| format!("{}: {e}", json_path.display()))?;
     files.push(json_path);
     let md_path = dir.join(format!("{}.md", r.suite));
@@ -506,16 +508,14 @@ pub fn publish(
 /// The section of the results document: the tables and the charts, linked
 /// relative to the document.
 pub fn doc_section(r: &SuiteResult, files: &[std::path::PathBuf], doc: &Path) -> String {
-    let base = doc.parent().unwrap_or(Path::new(""));
     let mut out = markdown(r);
     out.push('\n');
     for f in files
         .iter()
         .filter(|f| f.extension().is_some_and(|e| e == "png"))
     {
-        let rel = f.strip_prefix(base).unwrap_or(f);
         let name = f.file_stem().unwrap_or_default().to_string_lossy();
-        out += &format!("![{name}]({})\n\n", rel.display());
+        out += &format!("![{name}]({})\n\n", crate::report::link(doc, f));
     }
     out
 }

@@ -38,7 +38,6 @@ fn bench(out: &std::path::Path, args: &[&str]) -> Value {
         .args(args)
         .arg("--out")
         .arg(out)
-        .args(["--doc", "-"])
         .arg("--results-doc")
         .arg(out.join("RESULTS.md"))
         .current_dir(out)

@@ -36,7 +36,6 @@ fn quick_synthetic_suite_runs_every_config_and_each_mechanism_saves_where_it_app
         ])
         .arg("--out")
         .arg(&out)
-        .args(["--doc", "-", "--results-doc", "-"])
         .current_dir(&out)
         .output()
         .unwrap();
