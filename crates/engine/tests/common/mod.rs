@@ -8,7 +8,9 @@ use std::time::Duration;
 /// A pipe with room for the largest transfer, so one thread can write then read.
 pub fn pipe() -> (i32, i32) {
     let mut fds = [0i32; 2];
+    // SAFETY: fds is a writable array of two ints, as pipe2 requires.
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: fds[1] is the pipe's write end, just opened; F_SETPIPE_SZ takes an int.
     unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, 1 << 20) };
     (fds[0], fds[1])
 }
@@ -17,6 +19,7 @@ pub fn pipe() -> (i32, i32) {
 pub fn socketpair() -> (i32, i32) {
     let mut fds = [0i32; 2];
     assert_eq!(
+        // SAFETY: fds is a writable array of two ints, as socketpair requires.
         unsafe {
             libc::socketpair(
                 libc::AF_UNIX,
@@ -62,6 +65,8 @@ pub fn serial() -> MutexGuard<'static, ()> {
 
 /// The `len` bytes at `p`.
 pub fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
+    // SAFETY: every caller passes a live mapping of at least `len` readable
+    // bytes that outlives its use of the slice.
     unsafe { std::slice::from_raw_parts(p, len) }
 }
 
@@ -70,6 +75,7 @@ pub fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
 /// for touching a page whose content is lost; returns the signal.
 pub fn assert_killed_for_lost_page(pid: i32, what: &str) -> i32 {
     let mut status = 0;
+    // SAFETY: status is a writable int; waitpid only reaps the given child.
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     assert!(
         libc::WIFSIGNALED(status) && matches!(libc::WTERMSIG(status), libc::SIGBUS | libc::SIGABRT),
