@@ -217,7 +217,7 @@ impl State {
             return false;
         };
         let (addr, fd) = (self.blocks[&base].page_addr(i), self.pools[pi].fd);
-        if sys::map(addr, n * PAGE, fd, slot, true, true).is_err() {
+        if sys::map(addr, n * PAGE, Some(fd), slot, true, true).is_err() {
             self.pools[pi].abandon(slot, n as u64);
             self.stats.fallbacks.mmap += 1;
             return false;
@@ -284,7 +284,7 @@ impl State {
             self.stats.fallbacks.vma_budget += 1;
             return false;
         }
-        let Ok(tmp) = sys::map(std::ptr::null_mut(), len, -1, 0, false, false) else {
+        let Ok(tmp) = sys::map(std::ptr::null_mut(), len, None, 0, false, false) else {
             self.stats.fallbacks.mmap += 1;
             return false;
         };

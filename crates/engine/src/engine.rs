@@ -156,7 +156,7 @@ impl Engine {
     /// As for `memmove`: both ranges valid for `len` bytes.
     pub unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize) {
         let overlap = (dst as usize) < src as usize + len && (src as usize) < dst as usize + len;
-        if !self.inner.cfg.copy || len < PAGE || overlap {
+        if !self.inner.cfg.copy || len < PAGE || overlap || crate::fds::lost() {
             std::ptr::copy(src, dst, len);
             return;
         }
@@ -330,10 +330,10 @@ impl State {
                 return ptr;
             }
         }
-        let on_frames = self.placement.on_frames(self.cfg.fresh, npages);
+        let on_frames = !crate::fds::lost() && self.placement.on_frames(self.cfg.fresh, npages);
         let (ptr, pages) = match on_frames.then(|| self.alloc_frames(npages)).flatten() {
             Some(x) => x,
-            None => match sys::map(std::ptr::null_mut(), npages * PAGE, -1, 0, false, false) {
+            None => match sys::map(std::ptr::null_mut(), npages * PAGE, None, 0, false, false) {
                 Ok(p) => (p, vec![Page::Anon; npages]),
                 Err(_) => return std::ptr::null_mut(),
             },
@@ -358,7 +358,7 @@ impl State {
         match sys::map(
             std::ptr::null_mut(),
             npages * PAGE,
-            self.pools[pi].fd,
+            Some(self.pools[pi].fd),
             slot,
             true,
             false,
@@ -497,8 +497,8 @@ impl State {
         }
         let addr = self.blocks[&base].page_addr(i);
         let (fd, slot) = match first {
-            Some(f) => (self.pools[f.pool()].fd, f.slot()),
-            None => (-1, 0),
+            Some(f) => (Some(self.pools[f.pool()].fd), f.slot()),
+            None => (None, 0),
         };
         if sys::map(addr, n * PAGE, fd, slot, false, true).is_err() {
             self.stats.fallbacks.mmap += 1;
@@ -754,6 +754,7 @@ impl State {
         s.recycled_bytes = self.recycled_bytes as u64;
         s.metadata_bytes = self.metadata_bytes() as u64;
         s.protected_scan = self.protector.is_some();
+        s.descriptor_replaced = crate::fds::lost();
         if let Some(ev) = &self.evictions {
             let t = ev.lock();
             s.evicted_now = t.evicted_now;

@@ -111,6 +111,7 @@ extern "C" fn parent() {
 }
 
 extern "C" fn child() {
+    crate::fds::after_fork_child();
     release(true);
 }
 
@@ -160,8 +161,15 @@ impl State {
                 };
                 let addr = self.blocks[&base].page_addr(a);
                 let fd = self.pools[first.pool()].fd;
-                if sys::map_uninjected(addr, (b - a) * crate::PAGE, fd, first.slot(), false, true)
-                    .is_err()
+                if sys::map_uninjected(
+                    addr,
+                    (b - a) * crate::PAGE,
+                    Some(fd),
+                    first.slot(),
+                    false,
+                    true,
+                )
+                .is_err()
                 {
                     self.stats.fallbacks.mmap += 1;
                     continue;

@@ -19,6 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 
+use crate::fds::{self, Fd};
 use crate::{sys, PAGE};
 
 /// Frames per pool: the memfd's size, reserved up front (sparse, free).
@@ -97,7 +98,8 @@ impl FreeExtents {
 
 /// One memfd and the bookkeeping of its slots.
 pub struct Pool {
-    pub fd: i32,
+    /// The memfd, adopted (crate::fds): its number is out of the program's way.
+    pub fd: Fd,
     /// A read-only view of the whole memfd, for comparing frame contents.
     window: *mut u8,
     refs: Vec<u32>,
@@ -123,10 +125,12 @@ unsafe impl Send for Pool {}
 
 impl Pool {
     pub fn create() -> io::Result<Pool> {
-        let fd = sys::memfd_create(c"pagefold")?;
+        let fd = fds::adopt(sys::memfd_create(c"pagefold")?)?;
         let setup = || -> io::Result<*mut u8> {
-            sys::ftruncate(fd, POOL_FRAMES * PAGE as u64)?;
-            sys::map_window(fd, (POOL_FRAMES as usize) * PAGE)
+            fd.with(|n| {
+                sys::ftruncate(n, POOL_FRAMES * PAGE as u64)?;
+                sys::map_window(n, (POOL_FRAMES as usize) * PAGE)
+            })
         };
         match setup() {
             Ok(window) => Ok(Pool {
@@ -142,9 +146,7 @@ impl Pool {
                 closed: false,
             }),
             Err(e) => {
-                // SAFETY: fd was returned by memfd_create above, is owned here only and is
-                // closed once before the error is returned.
-                unsafe { libc::close(fd) };
+                fd.close();
                 Err(e)
             }
         }
@@ -172,7 +174,7 @@ impl Pool {
     /// Returns never-mapped slots (an allocation that failed later). They
     /// may hold data (a pwrite before a failed mmap): punched first.
     pub fn abandon(&mut self, slot: u64, n: u64) {
-        if sys::punch(self.fd, slot, n).is_ok() {
+        if self.punch(slot, n).is_ok() {
             self.free.give(slot, n);
         }
     }
@@ -251,9 +253,9 @@ impl Pool {
     fn unmap_and_close(&mut self) {
         // Blocks still mapping the memfd keep it alive; only our handles go.
         sys::unmap(self.window, POOL_FRAMES as usize * PAGE);
-        // SAFETY: self.fd is this pool's own memfd; closed is set by this function so it is
-        // closed once, and the blocks that still map it keep their own reference to the file.
-        unsafe { libc::close(self.fd) };
+        // closed is set by the callers so this runs once; the blocks that still map the memfd
+        // keep their own reference to the file.
+        self.fd.close();
         self.refs = Vec::new();
         self.maps = Vec::new();
         self.flags = Vec::new();
@@ -264,9 +266,14 @@ impl Pool {
     /// back to the free extents. A failed punch leaks them rather than hand
     /// out a frame that is not zero.
     pub fn release(&mut self, slot: u64, n: u64, reuse: bool) {
-        if sys::punch(self.fd, slot, n).is_ok() && reuse {
+        if self.punch(slot, n).is_ok() && reuse {
             self.free.give(slot, n);
         }
+    }
+
+    /// Frees frames `[slot, slot + n)` of the memfd (they read as zero after).
+    pub fn punch(&self, slot: u64, n: u64) -> io::Result<()> {
+        sys::punch(self.fd, slot, n)
     }
 
     pub fn refs(&self, slot: u64) -> u32 {
@@ -330,7 +337,8 @@ impl Pool {
         // overwrites.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: st is a live local stat for fstat to fill; a bad fd is reported as an error.
-        if unsafe { libc::fstat(self.fd, &mut st) } != 0 {
+        // A replaced number makes this count the program's file: accounting only, no harm.
+        if unsafe { libc::fstat(self.fd.number(), &mut st) } != 0 {
             return 0;
         }
         st.st_blocks as u64 * 512 / PAGE as u64

@@ -68,6 +68,7 @@ mod config;
 mod engine;
 mod evict;
 mod fault;
+pub mod fds;
 mod fork;
 mod frames;
 mod fresh;

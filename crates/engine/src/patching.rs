@@ -49,6 +49,7 @@ use pagefold_tier::store::{Handle as SlabHandle, Store, StoreConfig};
 
 use crate::engine::State;
 use crate::evict::Taken;
+use crate::fds::Fd;
 use crate::frames::FrameId;
 use crate::space::Page;
 use crate::store::Handle;
@@ -83,7 +84,7 @@ pub(crate) struct Patches {
     /// Decodes on the fault thread; made and warmed up on an engine thread.
     decoder: Patcher,
     /// Per pool: our duplicate of its memfd and the patches using it (closed at zero).
-    fds: Vec<(i32, u32)>,
+    fds: Vec<(Option<Fd>, u32)>,
     /// Frames whose patch is gone; the engine unpins them (`settle_pins`).
     unpinned: Vec<FrameId>,
     /// Forced decode failure (`Inject::fail_patch`).
@@ -127,21 +128,18 @@ fn warm_decoder() -> Patcher {
 
 impl Drop for Patches {
     fn drop(&mut self) {
+        // Each held duplicate is this table's own; the table is going, so each closes once.
         self.fds
-            .iter()
-            .filter(|(_, n)| *n > 0)
-            // SAFETY: each fd with a non-zero count is a dup made by this table in pin and
-            // owned by it alone; the table is being dropped, so each is closed once.
-            .for_each(|&(fd, _)| unsafe {
-                libc::close(fd);
-            });
+            .iter_mut()
+            .filter_map(|(fd, _)| fd.take())
+            .for_each(Fd::close);
     }
 }
 
 impl Patches {
     /// Stores `patch` against `frame` (of memfd `fd`); None if the store is
     /// unavailable or full (the page then goes elsewhere).
-    fn insert(&mut self, patch: &[u8], frame: FrameId, fd: i32) -> Option<u32> {
+    fn insert(&mut self, patch: &[u8], frame: FrameId, fd: Fd) -> Option<u32> {
         if self.slab.is_none() {
             self.slab = Store::new(StoreConfig {
                 reserve_bytes: 16 << 30,
@@ -187,7 +185,7 @@ impl Patches {
             return false;
         };
         let mut reference = [0u8; PAGE];
-        let Some(&(fd, _)) = self.fds.get(e.frame.pool()) else {
+        let Some(&(Some(fd), _)) = self.fds.get(e.frame.pool()) else {
             return false;
         };
         if !sys::pread_frame(fd, e.frame.slot(), &mut reference) {
@@ -210,19 +208,13 @@ impl Patches {
     }
 
     /// One more patch reads pool `pool` (memfd `fd`): our duplicate of it.
-    fn hold_fd(&mut self, pool: usize, fd: i32) -> Option<()> {
+    fn hold_fd(&mut self, pool: usize, fd: Fd) -> Option<()> {
         if self.fds.len() <= pool {
-            self.fds.resize(pool + 1, (-1, 0));
+            self.fds.resize(pool + 1, (None, 0));
         }
         let slot = &mut self.fds[pool];
         if slot.1 == 0 {
-            // SAFETY: fcntl(F_DUPFD_CLOEXEC) takes plain integers; a bad fd is reported as an
-            // error.
-            let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-            if dup < 0 {
-                return None;
-            }
-            slot.0 = dup;
+            slot.0 = Some(fd.duplicate().ok()?);
         }
         slot.1 += 1;
         Some(())
@@ -232,10 +224,9 @@ impl Patches {
         let slot = &mut self.fds[pool];
         slot.1 -= 1;
         if slot.1 == 0 {
-            // SAFETY: slot.0 is the dup made in pin, owned by this table; its count just
-            // reached zero and it is set to -1 right after, so it is closed once.
-            unsafe { libc::close(slot.0) };
-            slot.0 = -1;
+            if let Some(fd) = slot.0.take() {
+                fd.close();
+            }
         }
     }
 

@@ -22,6 +22,7 @@
 //! the fault thread (fault.rs); WP faults it reads too, and ignores: the scan
 //! that protected the page wakes its writers when it unprotects.
 
+use crate::fds::{self, Fd};
 use std::io;
 
 const UFFD_API: u64 = 0xAA;
@@ -110,7 +111,8 @@ pub struct Fault {
 /// A userfaultfd set up for write protection of anonymous and shmem memory
 /// and, where the kernel allows, MISSING mode on both.
 pub struct Protector {
-    fd: i32,
+    /// Adopted (crate::fds): out of the program's way, identity checked at each use.
+    fd: Fd,
     /// MISSING mode is available (eviction can work).
     pub missing: bool,
     /// UFFDIO_POISON is available (a page whose stored copy is lost faults with SIGBUS).
@@ -140,6 +142,7 @@ impl Protector {
             if fd < 0 {
                 return Err(io::Error::last_os_error());
             }
+            let fd = fds::adopt(fd)?;
             let missing = features & FEATURE_MISSING_SHMEM != 0;
             let p = Protector {
                 fd,
@@ -166,13 +169,16 @@ impl Protector {
 
     fn ioctl<T>(&self, req: u64, arg: &mut T) -> io::Result<()> {
         loop {
-            // SAFETY: arg is an exclusively borrowed T, and callers pass the request number
-            // whose argument struct is T, so the kernel reads and writes only within it.
-            let r = unsafe { libc::ioctl(self.fd, req as _, arg as *mut T) };
-            if r == 0 {
-                return Ok(());
-            }
-            let e = io::Error::last_os_error();
+            let r = self.fd.with(|fd| {
+                // SAFETY: arg is an exclusively borrowed T, and callers pass the request number
+                // whose argument struct is T, so the kernel reads and writes only within it.
+                if unsafe { libc::ioctl(fd, req as _, &mut *arg as *mut T) } == 0 {
+                    Ok(())
+                } else {
+                    Err(io::Error::last_os_error())
+                }
+            });
+            let Err(e) = r else { return Ok(()) };
             // EAGAIN: the mm changed under the call (a concurrent mmap); try again.
             if !matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EINTR)) {
                 return Err(e);
@@ -275,23 +281,31 @@ impl Protector {
 
     /// Waits up to `timeout_ms` for faults and reads them into `out`; returns how many.
     pub fn read_faults(&self, out: &mut [Fault], timeout_ms: i32) -> usize {
-        let mut pfd = libc::pollfd {
-            fd: self.fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: pfd is a live local pollfd and the count passed is 1.
-        if unsafe { libc::poll(&mut pfd, 1, timeout_ms) } <= 0 {
-            return 0;
-        }
         let mut msgs = [Msg::default(); 16];
         let want = out.len().min(msgs.len()) * std::mem::size_of::<Msg>();
-        // SAFETY: msgs is a local array of 16 Msg and want is at most 16 * size_of::<Msg>()
-        // bytes, so read writes only within it; Msg is plain old data.
-        let r = unsafe { libc::read(self.fd, msgs.as_mut_ptr().cast(), want) };
-        if r <= 0 {
-            return 0;
-        }
+        let read = self.fd.with(|fd| {
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: pfd is a live local pollfd and the count passed is 1.
+            if unsafe { libc::poll(&mut pfd, 1, timeout_ms) } <= 0 {
+                return Ok(0);
+            }
+            // SAFETY: msgs is a local array of 16 Msg and want is at most
+            // 16 * size_of::<Msg>() bytes, so read writes only within it; Msg is plain old data.
+            Ok(unsafe { libc::read(fd, msgs.as_mut_ptr().cast(), want) })
+        });
+        let r = match read {
+            Ok(r) if r > 0 => r,
+            Ok(_) => return 0,
+            Err(_) => {
+                // Not ours any more: wait as poll would have, rather than spin.
+                std::thread::sleep(std::time::Duration::from_millis(timeout_ms.max(0) as u64));
+                return 0;
+            }
+        };
         let mut n = 0;
         for m in &msgs[..r as usize / std::mem::size_of::<Msg>()] {
             if m.event == EVENT_PAGEFAULT {
@@ -315,8 +329,7 @@ fn range(addr: *const u8, len: usize) -> Range {
 
 impl Drop for Protector {
     fn drop(&mut self) {
-        // SAFETY: self.fd is the userfaultfd this Protector opened and owns alone; Drop runs
-        // once.
-        unsafe { libc::close(self.fd) };
+        // This Protector owns the descriptor alone; Drop runs once.
+        self.fd.close();
     }
 }

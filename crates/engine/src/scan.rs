@@ -66,6 +66,9 @@ type Unstable = ContentIndex<(usize, usize)>;
 pub fn scan(inner: &Inner) -> ScanReport {
     let (t0, c0) = (Instant::now(), sys::thread_cpu_ns());
     let mut rep = ScanReport::default();
+    if crate::fds::lost() {
+        return rep;
+    }
     let mut unstable = Unstable::default();
     let (bases, mut pass) = {
         let mut st = inner.lock();

@@ -62,6 +62,11 @@ pub struct Stats {
     pub scans_deferred: u64,
     /// Pages of fresh blocks handed out (not recycled ones).
     pub fresh_pages: u64,
+    /// One of the engine's descriptors was found naming another file (the
+    /// program replaced it behind the preload's back): since then the engine
+    /// takes no new work (fresh blocks are plain memory, copies plain, no
+    /// scans); pages it already maps keep their contents (fds.rs).
+    pub descriptor_replaced: bool,
     /// CPU time spent scanning, in nanoseconds.
     pub scan_cpu_ns: u64,
     /// Page looks the scans saved: pages skipped because earlier looks found nothing to do.

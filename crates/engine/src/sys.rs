@@ -6,6 +6,7 @@
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::fds::Fd;
 use crate::PAGE;
 
 /// How many more engine mmaps may succeed before injected ENOMEM (u64::MAX: unlimited).
@@ -46,7 +47,11 @@ pub fn ftruncate(fd: i32, len: u64) -> io::Result<()> {
 }
 
 /// Frees the frames `[frame, frame + n)`: afterwards they read as zero.
-pub fn punch(fd: i32, frame: u64, n: u64) -> io::Result<()> {
+pub fn punch(fd: Fd, frame: u64, n: u64) -> io::Result<()> {
+    fd.with(|fd| punch_raw(fd, frame, n))
+}
+
+fn punch_raw(fd: i32, frame: u64, n: u64) -> io::Result<()> {
     let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
     let off = (frame * PAGE as u64) as libc::off_t;
     // SAFETY: fallocate takes plain integers; a bad fd or range is reported as an error.
@@ -55,7 +60,12 @@ pub fn punch(fd: i32, frame: u64, n: u64) -> io::Result<()> {
 
 /// Reads frame `frame` of a memfd into `out` (no allocation: the fault
 /// thread uses it). A hole reads as zero; false on any error or short read.
-pub fn pread_frame(fd: i32, frame: u64, out: &mut [u8; PAGE]) -> bool {
+pub fn pread_frame(fd: Fd, frame: u64, out: &mut [u8; PAGE]) -> bool {
+    fd.with(|fd| Ok(pread_frame_raw(fd, frame, out)))
+        .unwrap_or(false)
+}
+
+fn pread_frame_raw(fd: i32, frame: u64, out: &mut [u8; PAGE]) -> bool {
     let off = (frame * PAGE as u64) as libc::off_t;
     let mut done = 0usize;
     while done < PAGE {
@@ -78,7 +88,14 @@ pub fn pread_frame(fd: i32, frame: u64, out: &mut [u8; PAGE]) -> bool {
     true
 }
 
-pub fn pwrite_all(fd: i32, buf: *const u8, len: usize, off: u64) -> io::Result<()> {
+/// Writes `len` bytes from `buf` at offset `off` of `fd`.
+///
+/// `buf` must be valid for reads of `len` bytes.
+pub fn pwrite_all(fd: Fd, buf: *const u8, len: usize, off: u64) -> io::Result<()> {
+    fd.with(|fd| pwrite_all_raw(fd, buf, len, off))
+}
+
+fn pwrite_all_raw(fd: i32, buf: *const u8, len: usize, off: u64) -> io::Result<()> {
     let mut done = 0usize;
     while done < len {
         // SAFETY: the caller passes a buf valid for reads of len bytes (this function's
@@ -105,11 +122,11 @@ pub fn pwrite_all(fd: i32, buf: *const u8, len: usize, off: u64) -> io::Result<(
 }
 
 /// Maps `len` bytes; `fixed` replaces whatever is mapped at `addr`.
-/// `fd < 0` maps anonymous memory.
+/// No `fd` maps anonymous memory.
 pub fn map(
     addr: *mut u8,
     len: usize,
-    fd: i32,
+    fd: Option<Fd>,
     frame: u64,
     shared: bool,
     fixed: bool,
@@ -123,6 +140,20 @@ pub fn map(
 /// `map` without fault injection: for replacing a whole existing mapping,
 /// which needs no new VMA and so has no ENOMEM to simulate.
 pub fn map_uninjected(
+    addr: *mut u8,
+    len: usize,
+    fd: Option<Fd>,
+    frame: u64,
+    shared: bool,
+    fixed: bool,
+) -> io::Result<*mut u8> {
+    match fd {
+        Some(f) => f.with(|fd| map_raw(addr, len, fd, frame, shared, fixed)),
+        None => map_raw(addr, len, -1, frame, shared, fixed),
+    }
+}
+
+fn map_raw(
     addr: *mut u8,
     len: usize,
     fd: i32,
@@ -187,8 +218,13 @@ pub fn try_unmap(addr: *mut u8, len: usize) -> io::Result<()> {
 }
 
 /// True if frame `frame` of `fd` holds no data (a hole: reads zero). Unlike
-/// mincore, a frame swapped out still counts as data.
-pub fn is_hole(fd: i32, frame: u64) -> bool {
+/// mincore, a frame swapped out still counts as data (and so does any frame
+/// of a descriptor that is no longer ours).
+pub fn is_hole(fd: Fd, frame: u64) -> bool {
+    fd.with(|fd| Ok(is_hole_raw(fd, frame))).unwrap_or(false)
+}
+
+fn is_hole_raw(fd: i32, frame: u64) -> bool {
     let off = (frame * PAGE as u64) as libc::off_t;
     // SAFETY: lseek takes plain integers; a bad fd is reported as an error.
     let next = unsafe { libc::lseek(fd, off, libc::SEEK_DATA) };
@@ -275,7 +311,7 @@ pub fn process_cpu_ns() -> u64 {
 
 /// Pagemap flags for a range of our own pages.
 pub struct Pagemap {
-    fd: i32,
+    fd: Fd,
 }
 
 pub const PM_PRESENT: u64 = 1 << 63;
@@ -291,28 +327,31 @@ impl Pagemap {
                 libc::O_RDONLY | libc::O_CLOEXEC,
             )
         })?;
-        Ok(Pagemap { fd })
+        Ok(Pagemap {
+            fd: crate::fds::adopt(fd)?,
+        })
     }
 
     /// Fills `out[i]` with the pagemap entry of page `addr + i * PAGE`.
     pub fn read(&self, addr: *const u8, out: &mut [u64]) -> io::Result<()> {
         let off = (addr as u64 / PAGE as u64) * 8;
         let bytes = out.len() * 8;
-        // SAFETY: out is exclusively borrowed and is bytes = out.len() * 8 bytes long, the
-        // length passed to pread.
-        let r = unsafe { libc::pread(self.fd, out.as_mut_ptr().cast(), bytes, off as libc::off_t) };
-        if r as usize != bytes {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        self.fd.with(|fd| {
+            // SAFETY: out is exclusively borrowed and is bytes = out.len() * 8 bytes long, the
+            // length passed to pread.
+            let r = unsafe { libc::pread(fd, out.as_mut_ptr().cast(), bytes, off as libc::off_t) };
+            if r as usize != bytes {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        })
     }
 }
 
 impl Drop for Pagemap {
     fn drop(&mut self) {
-        // SAFETY: self.fd was opened in Pagemap::open, is owned by this Pagemap only and is
-        // closed once, here.
-        unsafe { libc::close(self.fd) };
+        // Opened in Pagemap::open and owned by this Pagemap only: closed once, here.
+        self.fd.close();
     }
 }
 

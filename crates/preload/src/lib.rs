@@ -30,6 +30,7 @@
 // them still gets its own block and SAFETY argument.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod fds;
 mod global;
 mod hooks;
 mod probe;

@@ -1,0 +1,329 @@
+//! The engine's file descriptors, kept out of the program's way.
+//!
+//! A program under the preload never opened the engine's descriptors (memfd
+//! pools, the userfaultfd, /proc/self/pagemap) and must never meet them: not
+//! in a list of its open descriptors, not as the number its next `open`
+//! returns, not as the target of its `dup2`. And the engine must never act on
+//! a file of the program's that came to sit on one of its numbers: a punch,
+//! write or mapping through such a number would destroy or expose the
+//! program's data.
+//!
+//! So every descriptor the engine holds beyond one call is *adopted* here:
+//!
+//! - It is moved to a number at or above the program's soft `RLIMIT_NOFILE`
+//!   (the limit is raised for the one `fcntl(F_DUPFD_CLOEXEC)` and put back).
+//!   The kernel hands the program only numbers below its limit, and checks that
+//!   walk "every descriptor up to the limit" never look there. Where the limit
+//!   cannot be raised (hard limit reached, or the call is forbidden) the number
+//!   is the highest free one below it; where the limit is huge, it sits at
+//!   `CEILING`, because the kernel's descriptor table grows with the highest
+//!   number in use (8 bytes a slot).
+//! - It is close-on-exec, so no program the process executes inherits it.
+//! - Its identity (`st_dev`, `st_ino`) is recorded. `Fd::with` checks it before
+//!   every use: if the number no longer names our file (the program replaced it
+//!   with a raw system call the preload cannot see), the call is refused with
+//!   EBADF, `lost()` turns true and the engine stops taking work (pages
+//!   already mapped keep their contents: mappings hold the file, not the
+//!   number).
+//!
+//! Holders keep an `Fd` (a slot of a fixed table), not the number: `relocate`
+//! can move a descriptor to a new number when the program itself takes the old
+//! one (the preload's `dup2`/`dup3` do that first). Every use reads the number
+//! under a read lock of `USERS`; `relocate` takes it for writing, so no call is
+//! between reading the old number and entering the kernel when the number
+//! changes hands. The table and the lock are plain atomics: no allocation, so
+//! this runs inside malloc and on the fault thread.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+/// Descriptors the engine can hold at once (pools, their duplicates for
+/// patches, the userfaultfd, pagemap).
+const SLOTS: usize = 256;
+/// The most numbers `numbers_in` can report.
+pub const MAX_HELD: usize = SLOTS;
+/// Where descriptors go when the soft limit is above this.
+pub const CEILING: i32 = 1 << 16;
+const FREE: i32 = -1;
+
+struct Slot {
+    num: AtomicI32,
+    dev: AtomicU64,
+    ino: AtomicU64,
+}
+
+#[allow(clippy::declare_interior_mutable_const)] // an initializer for each slot of TABLE
+const EMPTY: Slot = Slot {
+    num: AtomicI32::new(FREE),
+    dev: AtomicU64::new(0),
+    ino: AtomicU64::new(0),
+};
+static TABLE: [Slot; SLOTS] = [EMPTY; SLOTS];
+/// No engine descriptor is numbered below this (a fast answer for `is_engine`).
+static LOWEST: AtomicI32 = AtomicI32::new(i32::MAX);
+/// Set once a descriptor was found replaced behind the engine's back.
+static LOST: AtomicBool = AtomicBool::new(false);
+/// Uses in flight (low bits) and a waiting relocation (`WRITER`).
+static USERS: AtomicU32 = AtomicU32::new(0);
+const WRITER: u32 = 1 << 31;
+/// Longest a relocation waits for uses in flight: above the fault thread's
+/// poll timeout (200 ms), which is the longest use.
+const RELOCATE_WAIT: std::time::Duration = std::time::Duration::from_millis(1000);
+
+/// An adopted descriptor: a slot of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fd(u16);
+
+fn fstat(n: i32) -> io::Result<(u64, u64)> {
+    // SAFETY: an all-zero stat is a valid value of the plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a live local for fstat to fill; a bad number is reported as an error.
+    if unsafe { libc::fstat(n, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.st_dev, st.st_ino))
+}
+
+// close and fcntl are system calls here, not libc calls: a preload that
+// answers the program's close and fcntl on these descriptors with EBADF
+// would otherwise answer the engine's own calls the same way.
+
+fn close_raw(n: i32) {
+    // SAFETY: the close system call takes a plain integer; callers pass a number this module
+    // owns.
+    unsafe { libc::syscall(libc::SYS_close, n) };
+}
+
+/// The soft and hard RLIMIT_NOFILE.
+fn nofile() -> Option<libc::rlimit> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: r is a live local for getrlimit to fill.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r)
+}
+
+fn dup_at_least(n: i32, min: i32) -> io::Result<i32> {
+    // SAFETY: the fcntl system call with F_DUPFD_CLOEXEC takes plain integers; errors are
+    // reported.
+    let r = unsafe { libc::syscall(libc::SYS_fcntl, n, libc::F_DUPFD_CLOEXEC, min) } as i32;
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// A close-on-exec duplicate of `n` out of the program's range (see the
+/// module comment); `n` itself stays open.
+fn dup_high(n: i32) -> io::Result<i32> {
+    let Some(lim) = nofile() else {
+        return dup_at_least(n, 0);
+    };
+    let soft = lim.rlim_cur.min(CEILING as u64) as i32;
+    if (soft as u64) < lim.rlim_cur {
+        // A huge limit: the number sits at CEILING, inside it.
+        return dup_at_least(n, soft).or_else(|_| dup_at_least(n, 0));
+    }
+    let raised = libc::rlimit {
+        rlim_cur: (soft as u64 + SLOTS as u64).min(lim.rlim_max),
+        rlim_max: lim.rlim_max,
+    };
+    let set = |r: &libc::rlimit| {
+        // SAFETY: r is a live, initialized rlimit; setrlimit only reads it.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, r) == 0 }
+    };
+    if raised.rlim_cur > soft as u64 && set(&raised) {
+        let r = dup_at_least(n, soft);
+        set(&lim);
+        if r.is_ok() {
+            return r;
+        }
+    }
+    // Below the limit: the highest free number in its top SLOTS.
+    let mut min = (soft - SLOTS as i32).max(3);
+    loop {
+        match dup_at_least(n, min) {
+            Ok(r) => return Ok(r),
+            Err(_) if min > 3 => min = (min - SLOTS as i32).max(3),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Takes `n` (just opened by the engine): moves it out of the program's way,
+/// records its identity and returns its slot. `n` is closed in every case.
+pub fn adopt(n: i32) -> io::Result<Fd> {
+    let r = adopt_number(n);
+    close_raw(n);
+    r
+}
+
+fn adopt_number(n: i32) -> io::Result<Fd> {
+    let (dev, ino) = fstat(n)?;
+    let high = dup_high(n)?;
+    for (i, s) in TABLE.iter().enumerate() {
+        if s.num
+            .compare_exchange(FREE, high, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            s.dev.store(dev, Ordering::Relaxed);
+            s.ino.store(ino, Ordering::Relaxed);
+            LOWEST.fetch_min(high, Ordering::AcqRel);
+            return Ok(Fd(i as u16));
+        }
+    }
+    close_raw(high);
+    Err(io::Error::from_raw_os_error(libc::EMFILE))
+}
+
+/// Whether number `n` is one of the engine's descriptors.
+pub fn is_engine(n: i32) -> bool {
+    n >= LOWEST.load(Ordering::Acquire) && TABLE.iter().any(|s| s.num.load(Ordering::Acquire) == n)
+}
+
+/// The engine's descriptor numbers in `[first, last]`, ascending, into `out`;
+/// returns how many. No allocation (the preload calls it from close_range).
+pub fn numbers_in(first: i32, last: u32, out: &mut [u32; MAX_HELD]) -> usize {
+    let mut n = 0;
+    for s in TABLE.iter() {
+        let x = s.num.load(Ordering::Acquire);
+        if x >= first.max(0) && x as u32 <= last {
+            // Insertion into the sorted prefix.
+            let mut i = n;
+            while i > 0 && out[i - 1] > x as u32 {
+                out[i] = out[i - 1];
+                i -= 1;
+            }
+            out[i] = x as u32;
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Whether a descriptor was found replaced by a file of the program's.
+pub fn lost() -> bool {
+    LOST.load(Ordering::Acquire)
+}
+
+/// Holds off `relocate` while a number read from the table is in use.
+struct Using;
+
+impl Using {
+    fn enter() -> Using {
+        loop {
+            let s = USERS.load(Ordering::Acquire);
+            if s & WRITER == 0
+                && USERS
+                    .compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return Using;
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Drop for Using {
+    fn drop(&mut self) {
+        USERS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Fd {
+    /// Runs `f` on this descriptor's number once its identity is checked;
+    /// EBADF (and `lost()`) if the number now names another file.
+    pub fn with<R>(self, f: impl FnOnce(i32) -> io::Result<R>) -> io::Result<R> {
+        let _using = Using::enter();
+        let s = &TABLE[self.0 as usize];
+        let n = s.num.load(Ordering::Acquire);
+        match fstat(n) {
+            Ok(id) if id == (s.dev.load(Ordering::Relaxed), s.ino.load(Ordering::Relaxed)) => f(n),
+            _ => {
+                LOST.store(true, Ordering::Release);
+                Err(io::Error::from_raw_os_error(libc::EBADF))
+            }
+        }
+    }
+
+    /// The number, for calls that cannot harm another file if it was replaced
+    /// (fstat for accounting) and for tests.
+    pub fn number(self) -> i32 {
+        TABLE[self.0 as usize].num.load(Ordering::Acquire)
+    }
+
+    /// A second adopted descriptor of the same file.
+    pub fn duplicate(self) -> io::Result<Fd> {
+        self.with(|n| {
+            let d = dup_at_least(n, 0)?;
+            adopt(d)
+        })
+    }
+
+    /// Closes the descriptor and frees its slot.
+    pub fn close(self) {
+        let s = &TABLE[self.0 as usize];
+        let _using = Using::enter();
+        let n = s.num.load(Ordering::Acquire);
+        // Closed only if it is still ours: a replaced number is the program's file.
+        if fstat(n)
+            .is_ok_and(|id| id == (s.dev.load(Ordering::Relaxed), s.ino.load(Ordering::Relaxed)))
+        {
+            close_raw(n);
+        }
+        s.num.store(FREE, Ordering::Release);
+    }
+}
+
+/// The program is about to take number `n` (dup2/dup3 onto it): if it is one
+/// of the engine's, moves the engine's descriptor to another number first.
+/// Returns false if `n` is the engine's and could not be moved: no free
+/// number, or uses in flight did not end within `RELOCATE_WAIT` (a signal
+/// handler calling dup2 on a thread that is inside the engine). The caller
+/// then fails the program's call with EBUSY, which dup2 may return anyway.
+pub fn relocate(n: i32) -> bool {
+    if !is_engine(n) {
+        return true;
+    }
+    let deadline = std::time::Instant::now() + RELOCATE_WAIT;
+    // Wait for uses in flight to end and hold off new ones.
+    loop {
+        let s = USERS.load(Ordering::Acquire);
+        if s & WRITER == 0
+            && USERS
+                .compare_exchange_weak(s, s | WRITER, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    while USERS.load(Ordering::Acquire) != WRITER {
+        if std::time::Instant::now() > deadline {
+            USERS.fetch_and(!WRITER, Ordering::AcqRel);
+            return false;
+        }
+        std::thread::yield_now();
+    }
+    let mut moved = true;
+    for s in TABLE.iter().filter(|s| s.num.load(Ordering::Acquire) == n) {
+        match dup_high(n) {
+            Ok(high) => {
+                s.num.store(high, Ordering::Release);
+                LOWEST.fetch_min(high, Ordering::AcqRel);
+                close_raw(n);
+            }
+            Err(_) => moved = false,
+        }
+    }
+    USERS.fetch_and(!WRITER, Ordering::AcqRel);
+    moved
+}
+
+/// In a child after fork: the threads that held uses are gone.
+pub fn after_fork_child() {
+    USERS.store(0, Ordering::Release);
+}
