@@ -11,13 +11,16 @@
 //! So every descriptor the engine holds beyond one call is *adopted* here:
 //!
 //! - It is moved to a number at or above the program's soft `RLIMIT_NOFILE`
-//!   (the limit is raised for the one `fcntl(F_DUPFD_CLOEXEC)` and put back).
-//!   The kernel hands the program only numbers below its limit, and checks that
-//!   walk "every descriptor up to the limit" never look there. Where the limit
-//!   cannot be raised (hard limit reached, or the call is forbidden) the number
-//!   is the highest free one below it; where the limit is huge, it sits at
-//!   `CEILING`, because the kernel's descriptor table grows with the highest
-//!   number in use (8 bytes a slot).
+//!   (the limit is raised for the one `fcntl(F_DUPFD_CLOEXEC)` and put back;
+//!   where soft and hard limit are equal, both are raised, which needs
+//!   CAP_SYS_RESOURCE). The kernel hands the program only numbers below its
+//!   limit, and checks that walk "every descriptor up to the limit" never look
+//!   there. Where the limit cannot be raised (equal limits without the
+//!   capability, or the call is forbidden) the number is the highest free one
+//!   below it; where the limit is huge, it sits at `CEILING`, because the
+//!   kernel's descriptor table grows with the highest number in use (8 bytes a
+//!   slot). In both cases a program that walks every number up to its limit
+//!   sees the engine's descriptors.
 //! - It is close-on-exec, so no program the process executes inherits it.
 //! - Its identity (`st_dev`, `st_ino`) is recorded. `Fd::with` checks it before
 //!   every use: if the number no longer names our file (the program replaced it
@@ -126,15 +129,24 @@ fn dup_high(n: i32) -> io::Result<i32> {
         // A huge limit: the number sits at CEILING, inside it.
         return dup_at_least(n, soft).or_else(|_| dup_at_least(n, 0));
     }
+    // Room above the soft limit: up to the hard limit, or (with
+    // CAP_SYS_RESOURCE, when the two are equal) above the hard limit too.
+    // Both limits are put back right after; the kernel lets descriptors stay
+    // open above them.
+    let top = soft as u64 + SLOTS as u64;
     let raised = libc::rlimit {
-        rlim_cur: (soft as u64 + SLOTS as u64).min(lim.rlim_max),
-        rlim_max: lim.rlim_max,
+        rlim_cur: if lim.rlim_max > soft as u64 {
+            top.min(lim.rlim_max)
+        } else {
+            top
+        },
+        rlim_max: lim.rlim_max.max(top),
     };
     let set = |r: &libc::rlimit| {
         // SAFETY: r is a live, initialized rlimit; setrlimit only reads it.
         unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, r) == 0 }
     };
-    if raised.rlim_cur > soft as u64 && set(&raised) {
+    if set(&raised) {
         let r = dup_at_least(n, soft);
         set(&lim);
         if r.is_ok() {
