@@ -10,8 +10,9 @@
 //!
 //! So every descriptor the engine holds beyond one call is *adopted* here:
 //!
-//! - It is moved to a number at or above the program's soft `RLIMIT_NOFILE`
-//!   (the limit is raised for the one `fcntl(F_DUPFD_CLOEXEC)` and put back;
+//! - It is moved to a number at or above the program's soft `RLIMIT_NOFILE`,
+//!   and at or above `FLOOR` (a program that lowered its limit may still look
+//!   just above it, where it keeps descriptors open) (the limit is raised for the one `fcntl(F_DUPFD_CLOEXEC)` and put back;
 //!   where soft and hard limit are equal, both are raised, which needs
 //!   CAP_SYS_RESOURCE). The kernel hands the program only numbers below its
 //!   limit, and checks that walk "every descriptor up to the limit" never look
@@ -47,6 +48,8 @@ const SLOTS: usize = 256;
 pub const MAX_HELD: usize = SLOTS;
 /// Where descriptors go when the soft limit is above this.
 pub const CEILING: i32 = 1 << 16;
+/// The lowest number they take above a soft limit below this.
+pub const FLOOR: i32 = 1024;
 const FREE: i32 = -1;
 
 struct Slot {
@@ -133,9 +136,17 @@ fn dup_high(n: i32) -> io::Result<i32> {
     // CAP_SYS_RESOURCE, when the two are equal) above the hard limit too.
     // Both limits are put back right after; the kernel lets descriptors stay
     // open above them.
-    let top = soft as u64 + SLOTS as u64;
+    // Never just above a low limit: a program that lowered its limit may
+    // still look at the numbers just above it (it keeps descriptors open
+    // there).
+    let base = if lim.rlim_max >= (FLOOR + SLOTS as i32) as u64 {
+        soft.max(FLOOR)
+    } else {
+        soft.max(lim.rlim_max.saturating_sub(SLOTS as u64) as i32)
+    };
+    let top = base as u64 + SLOTS as u64;
     let raised = libc::rlimit {
-        rlim_cur: if lim.rlim_max > soft as u64 {
+        rlim_cur: if lim.rlim_max > base as u64 {
             top.min(lim.rlim_max)
         } else {
             top
@@ -147,7 +158,7 @@ fn dup_high(n: i32) -> io::Result<i32> {
         unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, r) == 0 }
     };
     if set(&raised) {
-        let r = dup_at_least(n, soft);
+        let r = dup_at_least(n, base);
         set(&lim);
         if r.is_ok() {
             return r;

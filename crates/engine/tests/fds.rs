@@ -65,15 +65,16 @@ fn in_child(body: impl FnOnce() -> i32) -> i32 {
 fn adopted_descriptors_sit_above_the_soft_limit_and_close_on_exec() {
     let code = in_child(|| {
         let lim = rlimit();
-        if lim.rlim_max <= 512 || !set_rlimit(256, lim.rlim_max) {
+        if lim.rlim_max < 2048 || !set_rlimit(256, lim.rlim_max) {
             return 10;
         }
         let raw = memfd();
         let f = fds::adopt(raw).unwrap();
         let n = f.number();
         let checks = [
-            n >= 256,
-            n < 256 + 256,
+            // Not just above the low limit: at the floor above it.
+            n >= fds::FLOOR,
+            n < fds::FLOOR + 256,
             cloexec(n),
             !is_open(raw),
             fds::is_engine(n),
