@@ -5,11 +5,15 @@ use pagefold_engine::{Config, Engine, Hint, PAGE};
 
 fn fill(p: *mut u8, len: usize, seed: u8) {
     for i in 0..len {
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         unsafe { *p.add(i) = (i as u8).wrapping_mul(31).wrapping_add(seed) ^ ((i / PAGE) as u8) };
     }
 }
 
 fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
+    // SAFETY: the pointer and length describe a live block of this test, which outlives every use
+    // of the slice.
     unsafe { std::slice::from_raw_parts(p, len) }
 }
 
@@ -20,8 +24,12 @@ fn alloc_is_zeroed_and_writable() {
     assert!(!p.is_null());
     assert!(bytes(p, 11 * PAGE).iter().all(|&b| b == 0));
     fill(p, 11 * PAGE, 1);
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     assert_eq!(unsafe { *p.add(7) }, 7u8.wrapping_mul(31).wrapping_add(1));
     assert!(e.stats().frames_active);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { e.free(p) });
     assert_eq!(e.stats().frames_in_use, 0);
 }
@@ -34,22 +42,36 @@ fn virtual_copy_is_independent() {
     let b = e.alloc(n, Hint::None);
     fill(a, n, 3);
     let before = bytes(a, n).to_vec();
+    // SAFETY: both ranges lie inside live blocks this test allocated, each at least the length
+    // copied.
     unsafe { e.copy(b, a, n) };
     assert_eq!(bytes(b, n), &before[..]);
     let st = e.stats();
     assert_eq!(st.pages_shared_by_copy, 64);
     assert_eq!(st.frames_in_use, 64, "the copy shares the source's frames");
     // Writes on either side stay on that side.
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     unsafe { *a.add(5 * PAGE + 1) = 0xAA };
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     unsafe { *b.add(9 * PAGE + 2) = 0xBB };
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     assert_eq!(unsafe { *b.add(5 * PAGE + 1) }, before[5 * PAGE + 1]);
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     assert_eq!(unsafe { *a.add(9 * PAGE + 2) }, before[9 * PAGE + 2]);
     // Copy of a copy, at an odd offset and length.
     let c = e.alloc(n, Hint::None);
+    // SAFETY: both ranges lie inside live blocks this test allocated, each at least the length
+    // copied.
     unsafe { e.copy(c.add(100), b.add(100), n - 300) };
     let mut want = vec![0u8; n];
     want[100..n - 200].copy_from_slice(&bytes(b, n)[100..n - 200]);
     assert_eq!(bytes(c, n), &want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe {
         e.free(a);
         e.free(b);
@@ -66,8 +88,12 @@ fn scan_folds_zero_and_merges_duplicates() {
     // Pages 0..64 zero (but touched), 64..128 copies of 4 contents, the rest unique.
     for pg in 64..256 {
         let seed = if pg < 128 { (pg % 4) as u8 } else { pg as u8 };
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         let p = unsafe { a.add(pg * PAGE) };
         fill(p, PAGE, seed);
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         unsafe {
             *(p as *mut u64) = if pg < 128 {
                 (pg % 4) as u64
@@ -89,9 +115,17 @@ fn scan_folds_zero_and_merges_duplicates() {
     assert_eq!(r.merged, 60, "{r:?}");
     assert_eq!(bytes(a, n), &before[..]);
     // Writes after the merge must not leak into the other copies.
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     unsafe { *a.add(64 * PAGE + 8) ^= 0xFF };
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     assert_eq!(unsafe { *a.add(68 * PAGE + 8) }, before[68 * PAGE + 8]);
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     assert_ne!(unsafe { *a.add(64 * PAGE + 8) }, before[64 * PAGE + 8]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(a) };
     assert_eq!(e.stats().frames_in_use, 0);
 }
@@ -109,9 +143,13 @@ fn pages_that_change_between_scans_are_left_alone() {
     // Page 3 is rewritten with other zero-free content before every scan; the
     // rest stay zero. Only the settled pages may fold.
     for round in 1..4u8 {
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         unsafe { std::ptr::write_bytes(a.add(3 * PAGE), round, PAGE) };
         let r = e.scan();
         assert_eq!(r.volatile, 1, "round {round}: {r:?}");
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         assert_eq!(unsafe { *a.add(3 * PAGE + 100) }, round);
     }
     let off = Config {
@@ -121,6 +159,8 @@ fn pages_that_change_between_scans_are_left_alone() {
     let e2 = Engine::new(off);
     let b = e2.alloc(8 * PAGE, Hint::FullWrite);
     assert_eq!(e2.scan().zero_folded, 8, "without the check one scan folds");
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe {
         e.free(a);
         e2.free(b);

@@ -36,6 +36,8 @@ fn pattern(k: usize) -> Vec<u8> {
 fn resident_pages(p: *const u8, n: usize) -> usize {
     let mut v = vec![0u8; n];
     assert_eq!(
+        // SAFETY: the range is a live block of this test; the call changes or reads only that range
+        // (a mincore vector has one byte per page).
         unsafe { libc::mincore(p as *mut _, n * PAGE, v.as_mut_ptr()) },
         0
     );
@@ -78,7 +80,11 @@ struct Blk {
     want: Vec<u8>,
 }
 
+// SAFETY: Blk holds raw pointers into blocks the test owns; every thread that gets it only touches
+// those blocks while the test keeps them alive.
 unsafe impl Send for Blk {}
+// SAFETY: Blk holds raw pointers into blocks the test owns; every thread that gets it only touches
+// those blocks while the test keeps them alive.
 unsafe impl Sync for Blk {}
 
 impl Blk {
@@ -99,6 +105,8 @@ impl Blk {
         let ptr = match kind {
             Kind::Anon | Kind::Owned => {
                 let p = fresh(&e);
+                // SAFETY: source and destination are distinct live buffers of this test, each at
+                // least the length copied.
                 unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
                 p
             }
@@ -110,6 +118,8 @@ impl Blk {
                 } else {
                     want.clone()
                 };
+                // SAFETY: both ranges lie inside live blocks this test allocated, each at least the
+                // length copied.
                 unsafe {
                     std::ptr::copy_nonoverlapping(first.as_ptr(), src, first.len());
                     e.copy(dst, src, n * PAGE);
@@ -119,8 +129,12 @@ impl Blk {
                     "{kind:?}: not shared by copy"
                 );
                 if kind == Kind::SoleDiverged {
+                    // SAFETY: source and destination are distinct live buffers of this test, each
+                    // at least the length copied.
                     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), dst, want.len()) };
                 }
+                // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing
+                // uses it after this free.
                 assert!(unsafe { e.free(src) });
                 dst
             }
@@ -149,6 +163,8 @@ impl Blk {
     }
 
     fn page(&self, k: usize) -> *mut u8 {
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         unsafe { self.ptr.add(k * PAGE) }
     }
 
@@ -167,6 +183,8 @@ impl Blk {
     }
 
     fn write(&mut self, off: usize, data: &[u8]) {
+        // SAFETY: source and destination are distinct live buffers of this test, each at least the
+        // length copied.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), data.len()) };
         self.want[off..off + data.len()].copy_from_slice(data);
     }
@@ -176,6 +194,8 @@ impl Blk {
         self.check(ctx);
         let s = self.e.stats();
         assert_eq!(s.restore_errors, 0, "{ctx}: {s:?}");
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         assert!(unsafe { self.e.free(self.ptr) });
         let s = self.e.stats();
         assert_eq!(
@@ -246,6 +266,8 @@ fn must(what: &str, r: isize, len: usize) {
 fn temp_file(data: &[u8]) -> i32 {
     let path = std::env::temp_dir().join(format!("pagefold-evict-{}", std::process::id()));
     let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+    // names and local out-arrays; errors are checked.
     let fd = unsafe {
         libc::open(
             c.as_ptr(),
@@ -254,9 +276,13 @@ fn temp_file(data: &[u8]) -> i32 {
         )
     };
     assert!(fd >= 0);
+    // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+    // names and local out-arrays; errors are checked.
     unsafe { libc::unlink(c.as_ptr()) };
     must(
         "write temp file",
+        // SAFETY: the buffer is live and at least the length passed; the descriptor is this test's
+        // own.
         unsafe { libc::pwrite(fd, data.as_ptr().cast(), data.len(), 0) },
         data.len(),
     );
@@ -277,11 +303,15 @@ fn kernel_writes_into_evicted_pages() {
                 // read(2) from a pipe into the middle of page 1 and across pages 2-3.
                 must(
                     "pipe write",
+                    // SAFETY: the buffer is live and at least the length passed; the descriptor is
+                    // this test's own.
                     unsafe { libc::write(w, data.as_ptr().cast(), 2 * PAGE) },
                     2 * PAGE,
                 );
                 must(
                     "read(2) into evicted pages",
+                    // SAFETY: the buffer is live, writable and at least the length passed; the
+                    // descriptor is this test's own.
                     unsafe { libc::read(r, b.page(1).add(100).cast(), 2 * PAGE) },
                     2 * PAGE,
                 );
@@ -290,6 +320,8 @@ fn kernel_writes_into_evicted_pages() {
                 let fd = temp_file(&data);
                 must(
                     "pread(2) into an evicted page",
+                    // SAFETY: the buffer is live, writable and at least the length passed; the
+                    // descriptor is this test's own.
                     unsafe { libc::pread(fd, b.page(5).add(9).cast(), 1000, 17) },
                     1000,
                 );
@@ -298,11 +330,15 @@ fn kernel_writes_into_evicted_pages() {
                 let (s0, s1) = socketpair();
                 must(
                     "send",
+                    // SAFETY: the buffer is live and at least the length passed; the descriptor is
+                    // this test's own.
                     unsafe { libc::send(s0, data.as_ptr().cast(), 500, 0) },
                     500,
                 );
                 must(
                     "recv(2) into an evicted page",
+                    // SAFETY: the buffer is live, writable and at least the length passed; the
+                    // descriptor is this test's own.
                     unsafe { libc::recv(s1, b.page(7).add(3000).cast(), 500, 0) },
                     500,
                 );
@@ -313,15 +349,21 @@ fn kernel_writes_into_evicted_pages() {
                     iov_len: PAGE,
                 };
                 let remote = libc::iovec {
+                    // SAFETY: the address lies inside a live block this test allocated, and no
+                    // reference to those bytes exists during the access.
                     iov_base: unsafe { b.page(9).add(1) }.cast(),
                     iov_len: PAGE,
                 };
                 must(
                     "process_vm_writev into evicted pages",
+                    // SAFETY: the iovecs describe live buffers of this test, each as long as
+                    // stated.
                     unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) },
                     PAGE,
                 );
                 b.want[9 * PAGE + 1..10 * PAGE + 1].copy_from_slice(&data[..PAGE]);
+                // SAFETY: plain system calls on this test's own descriptors and paths, with
+                // NUL-terminated names and local out-arrays; errors are checked.
                 unsafe {
                     for fd in [r, w, fd, s0, s1] {
                         libc::close(fd);
@@ -349,11 +391,15 @@ fn kernel_reads_from_evicted_pages() {
                 let (r, w) = pipe();
                 must(
                     "write(2) from evicted pages",
+                    // SAFETY: the buffer is live and at least the length passed; the descriptor is
+                    // this test's own.
                     unsafe { libc::write(w, b.page(1).add(10).cast(), 2 * PAGE) },
                     2 * PAGE,
                 );
                 must(
                     "pipe read",
+                    // SAFETY: the buffer is live, writable and at least the length passed; the
+                    // descriptor is this test's own.
                     unsafe { libc::read(r, out.as_mut_ptr().cast(), 2 * PAGE) },
                     2 * PAGE,
                 );
@@ -365,11 +411,15 @@ fn kernel_reads_from_evicted_pages() {
                 let (s0, s1) = socketpair();
                 must(
                     "send(2) from an evicted page",
+                    // SAFETY: the buffer is live and at least the length passed; the descriptor is
+                    // this test's own.
                     unsafe { libc::send(s0, b.page(4).cast(), PAGE, 0) },
                     PAGE,
                 );
                 must(
                     "recv",
+                    // SAFETY: the buffer is live, writable and at least the length passed; the
+                    // descriptor is this test's own.
                     unsafe { libc::recv(s1, out.as_mut_ptr().cast(), PAGE, libc::MSG_WAITALL) },
                     PAGE,
                 );
@@ -383,11 +433,15 @@ fn kernel_reads_from_evicted_pages() {
                     iov_len: 2 * PAGE,
                 };
                 let remote = libc::iovec {
+                    // SAFETY: the address lies inside a live block this test allocated, and no
+                    // reference to those bytes exists during the access.
                     iov_base: unsafe { b.page(6).add(5) }.cast(),
                     iov_len: 2 * PAGE,
                 };
                 must(
                     "process_vm_readv from evicted pages",
+                    // SAFETY: the iovecs describe live buffers of this test, each as long as
+                    // stated.
                     unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) },
                     2 * PAGE,
                 );
@@ -399,11 +453,15 @@ fn kernel_reads_from_evicted_pages() {
                 let fd = temp_file(&[0u8; 16]);
                 must(
                     "pwrite(2) from an evicted page",
+                    // SAFETY: the buffer is live and at least the length passed; the descriptor is
+                    // this test's own.
                     unsafe { libc::pwrite(fd, b.page(10).cast(), PAGE, 0) },
                     PAGE,
                 );
                 must(
                     "pread back",
+                    // SAFETY: the buffer is live, writable and at least the length passed; the
+                    // descriptor is this test's own.
                     unsafe { libc::pread(fd, out.as_mut_ptr().cast(), PAGE, 0) },
                     PAGE,
                 );
@@ -412,6 +470,8 @@ fn kernel_reads_from_evicted_pages() {
                     b.want[10 * PAGE..11 * PAGE],
                     "{kind:?}: pwrite(2) wrote other bytes"
                 );
+                // SAFETY: plain system calls on this test's own descriptors and paths, with
+                // NUL-terminated names and local out-arrays; errors are checked.
                 unsafe {
                     for fd in [r, w, s0, s1, fd] {
                         libc::close(fd);
@@ -446,7 +506,11 @@ fn concurrent_faults_on_one_page() {
                             // Half the threads write their own byte, half read the whole page.
                             if t % 2 == 0 {
                                 let off = 64 + t * 8;
+                                // SAFETY: the address lies inside a live block this test allocated,
+                                // and no reference to those bytes exists during the access.
                                 unsafe { p.add(off).write_volatile(round as u8) };
+                                // SAFETY: the address lies inside a live block this test allocated,
+                                // and no reference to those bytes exists during the access.
                                 assert_eq!(unsafe { p.add(off).read_volatile() }, round as u8);
                             } else {
                                 let got = bytes(p, PAGE);
@@ -466,6 +530,8 @@ fn concurrent_faults_on_one_page() {
                     barrier.wait();
                     barrier.wait();
                     for t in (0..threads).step_by(2) {
+                        // SAFETY: the address lies inside a live block this test allocated, and no
+                        // reference to those bytes exists during the access.
                         let got = unsafe { b.page(1).add(64 + t * 8).read() };
                         assert_eq!(
                             got, round as u8,
@@ -503,10 +569,16 @@ fn no_write_lost_under_repeated_eviction() {
                         std::thread::spawn(move || {
                             let p = b.page(2 + t).cast::<u64>();
                             let mut n = 0u64;
+                            // SAFETY: the address lies inside a live block this test allocated, and
+                            // no reference to those bytes exists during the access.
                             unsafe { p.write_volatile(0) };
                             while !stop.load(Ordering::Relaxed) {
                                 n += 1;
+                                // SAFETY: the address lies inside a live block this test allocated,
+                                // and no reference to those bytes exists during the access.
                                 unsafe { p.write_volatile(n) };
+                                // SAFETY: the address lies inside a live block this test allocated,
+                                // and no reference to those bytes exists during the access.
                                 let got = unsafe { p.read_volatile() };
                                 assert_eq!(got, n, "{kind:?}: thread {t} wrote {n} and read {got}");
                             }
@@ -523,6 +595,8 @@ fn no_write_lost_under_repeated_eviction() {
                 for (t, w) in writers.into_iter().enumerate() {
                     let n = w.join().unwrap();
                     assert_eq!(
+                        // SAFETY: the address lies inside a live block this test allocated, and no
+                        // reference to those bytes exists during the access.
                         unsafe { b.page(2 + t).cast::<u64>().read() },
                         n,
                         "{kind:?}: last write lost"
@@ -546,6 +620,8 @@ fn what_is_not_evicted() {
     let src = e.alloc(n * PAGE, Hint::None);
     let dst = e.alloc(n * PAGE, Hint::None);
     let want: Vec<u8> = (0..n).flat_map(pattern).collect();
+    // SAFETY: both ranges lie inside live blocks this test allocated, each at least the length
+    // copied.
     unsafe {
         std::ptr::copy_nonoverlapping(want.as_ptr(), src, want.len());
         e.copy(dst, src, n * PAGE);
@@ -555,6 +631,8 @@ fn what_is_not_evicted() {
     assert_eq!((r.evicted, r.not_eligible), (0, n as u64), "{r:?}");
     // Never touched, and all zero.
     let fresh = e.alloc(n * PAGE, Hint::None);
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     unsafe { std::ptr::write_bytes(fresh.add(PAGE), 0, PAGE) };
     let r = e.evict(fresh, n * PAGE);
     assert_eq!(
@@ -565,6 +643,8 @@ fn what_is_not_evicted() {
     assert_eq!(bytes(dst, n * PAGE), &want[..]);
     assert_eq!(bytes(src, n * PAGE), &want[..]);
     for p in [src, dst, fresh] {
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         assert!(unsafe { e.free(p) });
     }
     assert_eq!(e.stats().frames_in_use, 0);
@@ -577,6 +657,8 @@ fn evict_then_free_releases_the_store() {
         let b = Blk::evicted(kind, 32);
         // Touch a few, leave the rest evicted.
         assert_eq!(bytes(b.page(0), PAGE), &b.want[..PAGE]);
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         assert!(unsafe { b.e.free(b.ptr) });
         let s = b.e.stats();
         assert_eq!(
@@ -600,20 +682,28 @@ fn evict_then_copy_either_way() {
         // Evicted source: the copy restores it and shares what it can.
         let b = Blk::evicted(kind, 32);
         let copy = b.e.alloc(32 * PAGE, Hint::None);
+        // SAFETY: both ranges lie inside live blocks this test allocated, each at least the length
+        // copied.
         unsafe { b.e.copy(copy, b.ptr, 32 * PAGE) };
         assert!(
             bytes(copy, 32 * PAGE) == &b.want[..],
             "{kind:?}: copy of an evicted block"
         );
         b.check(&format!("{kind:?}: source after the copy"));
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         assert!(unsafe { b.e.free(copy) });
         // Evicted destination (written plainly, so its pages are its own), whole pages and a ragged edge.
         let dst = b.e.alloc(32 * PAGE, Hint::None);
+        // SAFETY: source and destination are distinct live buffers of this test, each at least the
+        // length copied.
         unsafe { std::ptr::copy_nonoverlapping(b.want.as_ptr(), dst, 32 * PAGE) };
         let r = b.e.evict(dst, 32 * PAGE);
         assert!(r.evicted > 0, "{kind:?}: {r:?}");
         let src = b.e.alloc(32 * PAGE, Hint::None);
         let other: Vec<u8> = (200..232).flat_map(pattern).collect();
+        // SAFETY: both ranges lie inside live blocks this test allocated, each at least the length
+        // copied.
         unsafe {
             std::ptr::copy_nonoverlapping(other.as_ptr(), src, other.len());
             b.e.copy(dst.add(100), src.add(100), 30 * PAGE);
@@ -625,6 +715,8 @@ fn evict_then_copy_either_way() {
             "{kind:?}: copy onto an evicted block"
         );
         for p in [dst, src] {
+            // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing
+            // uses it after this free.
             assert!(unsafe { b.e.free(p) });
         }
         b.finish(&format!("{kind:?}"));
@@ -644,7 +736,11 @@ fn evict_then_scan_skips_evicted_pages() {
             want[k * PAGE..(k + 1) * PAGE].copy_from_slice(&pattern(k / 2));
         }
     }
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     let r = e.evict_with(unsafe { p.add(16 * PAGE) }, 16 * PAGE, STORE_ONLY);
     assert_eq!((r.evicted, r.zero), (14, 2), "{r:?}");
     let before = e.stats();
@@ -671,6 +767,8 @@ fn evict_then_scan_skips_evicted_pages() {
     let s = e.stats();
     assert_eq!((s.evicted_now, s.store.pages), (0, 0), "{s:?}");
     assert!(bytes(p, n * PAGE) == &want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { e.free(p) });
     assert_eq!(e.stats().frames_in_use, 0);
 }
@@ -683,6 +781,8 @@ fn discard_shrink_and_exempt_of_evicted_pages() {
         // Discard: reads zero, nothing restored, stored copies dropped.
         let rest = b.e.discard(b.page(4), 4 * PAGE);
         for (s, l) in rest {
+            // SAFETY: the range is a live block of this test; the call changes or reads only that
+            // range (a mincore vector has one byte per page).
             unsafe { libc::madvise(s as *mut _, l, libc::MADV_DONTNEED) };
         }
         b.want[4 * PAGE..8 * PAGE].fill(0);
@@ -724,6 +824,8 @@ fn refusals_leave_pages_untouched() {
     let n = 16;
     let p = e.alloc(n * PAGE, Hint::None);
     let want: Vec<u8> = (0..n as u64).flat_map(incompressible).collect();
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     let r = e.evict_with(p, n * PAGE, STORE_ONLY);
     assert_eq!((r.evicted, r.refused), (0, n as u64), "{r:?}");
@@ -735,6 +837,8 @@ fn refusals_leave_pages_untouched() {
         (n as u64, 0, 1),
         "{s:?}"
     );
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { e.free(p) });
 
     // A full store: what fits is evicted, the rest stays. The capacity is
@@ -750,6 +854,8 @@ fn refusals_leave_pages_untouched() {
     });
     let p = e.alloc(n * PAGE, Hint::None);
     let want: Vec<u8> = (0..n).flat_map(pattern).collect();
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     let r = e.evict_with(p, n * PAGE, STORE_ONLY);
     assert!(
@@ -758,6 +864,8 @@ fn refusals_leave_pages_untouched() {
     );
     assert_eq!(resident_pages(p, n), r.refused as usize);
     assert!(bytes(p, n * PAGE) == &want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { e.free(p) });
     assert_eq!(e.stats().store.pages, 0);
 }
@@ -809,14 +917,19 @@ fn a_failing_store_never_yields_wrong_bytes() {
     let n = 8;
     let p = e.alloc(n * PAGE, Hint::None);
     let want: Vec<u8> = (0..n).flat_map(pattern).collect();
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     let r = e.evict_with(p, n * PAGE, STORE_ONLY);
     assert_eq!((r.evicted, r.refused), (0, n as u64), "{r:?}");
     assert_eq!(store.puts.load(Ordering::Relaxed), n as u64);
     assert!(bytes(p, n * PAGE) == &want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { e.free(p) });
 
     // A store that loses a page: touching it must kill the toucher (SIGBUS), not read garbage.
+    // SAFETY: the child touches only this test's memory and leaves with _exit.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let e = Engine::new(cfg());
@@ -827,11 +940,17 @@ fn a_failing_store_never_yields_wrong_bytes() {
         });
         e.set_store(store);
         let p = e.alloc(PAGE, Hint::None);
+        // SAFETY: source and destination are distinct live buffers of this test, each at least the
+        // length copied.
         unsafe { std::ptr::copy_nonoverlapping(pattern(1).as_ptr(), p, PAGE) };
         if e.evict(p, PAGE).evicted != 1 {
+            // SAFETY: _exit ends the child at once, running no destructors.
             unsafe { libc::_exit(3) };
         }
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         let v = unsafe { p.read_volatile() };
+        // SAFETY: _exit ends the child at once, running no destructors.
         unsafe { libc::_exit(if v == pattern(1)[0] { 4 } else { 5 }) };
     }
     let sig = assert_killed_for_lost_page(pid, "a page whose stored copy is lost");
@@ -844,14 +963,19 @@ fn evict_then_fork_child_and_parent_read_right_bytes() {
     with_deadline("evict_then_fork", Duration::from_secs(60), || {
         for kind in KINDS {
             let mut b = Blk::evicted(kind, 32);
+            // SAFETY: the child touches only this test's memory and leaves with _exit.
             let pid = unsafe { libc::fork() };
             if pid == 0 {
                 let ok = bytes(b.ptr, b.want.len()) == &b.want[..];
                 // The child writes its own copy (the parent must not see it),
                 // then evicts on its own (new userfaultfd, new fault thread).
+                // SAFETY: the address lies inside a live block this test allocated, and no
+                // reference to those bytes exists during the access.
                 unsafe { std::ptr::write_bytes(b.ptr, 0x77, PAGE) };
                 b.want[..PAGE].fill(0x77);
                 let fresh = b.e.alloc(4 * PAGE, Hint::None);
+                // SAFETY: source and destination are distinct live buffers of this test, each at
+                // least the length copied.
                 unsafe { std::ptr::copy_nonoverlapping(b.want.as_ptr(), fresh, 4 * PAGE) };
                 let r = b.e.evict(fresh, 4 * PAGE);
                 let again = r.evicted == 4 && bytes(fresh, 4 * PAGE) == &b.want[..4 * PAGE];
@@ -862,9 +986,11 @@ fn evict_then_fork_child_and_parent_read_right_bytes() {
                 } else {
                     0
                 };
+                // SAFETY: _exit ends the child at once, running no destructors.
                 unsafe { libc::_exit(code) };
             }
             let mut status = 0;
+            // SAFETY: status is a writable local; waitpid reaps only the given child.
             assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
             assert!(
                 libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
@@ -953,6 +1079,8 @@ fn fallback(inject: Inject, name: &str) {
     let n = 16;
     let p = e.alloc(n * PAGE, Hint::None);
     let want: Vec<u8> = (0..n).flat_map(|k| pattern(k % 4)).collect();
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     let r = e.evict(p, n * PAGE);
     assert!(r.unavailable && r.evicted == 0, "{name}: {r:?}");
@@ -961,6 +1089,8 @@ fn fallback(inject: Inject, name: &str) {
     assert_eq!(resident_pages(p, n), n);
     // The rest still works.
     let q = e.alloc(n * PAGE, Hint::None);
+    // SAFETY: both ranges lie inside live blocks this test allocated, each at least the length
+    // copied.
     unsafe { e.copy(q, p, n * PAGE) };
     e.scan();
     e.scan();
@@ -968,6 +1098,8 @@ fn fallback(inject: Inject, name: &str) {
         bytes(p, n * PAGE) == &want[..] && bytes(q, n * PAGE) == &want[..],
         "{name}"
     );
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { e.free(p) && e.free(q) });
     assert_eq!(e.stats().frames_in_use, 0);
 }
@@ -1045,16 +1177,22 @@ fn kernel_io_while_another_thread_evicts() {
                     let len = 1 + (x >> 33) as usize % (2 * PAGE);
                     let off = (x >> 7) as usize % (n * PAGE - len);
                     let src = &data[(x >> 20) as usize % PAGE..][..len];
+                    // SAFETY: the address lies inside a live block this test allocated, and no
+                    // reference to those bytes exists during the access.
                     let dst = unsafe { b.ptr.add(off) };
                     match i % 5 {
                         0 => {
                             must(
                                 "pipe write",
+                                // SAFETY: the buffer is live and at least the length passed; the
+                                // descriptor is this test's own.
                                 unsafe { libc::write(w, src.as_ptr().cast(), len) },
                                 len,
                             );
                             must(
                                 "read(2) into pages being evicted",
+                                // SAFETY: the buffer is live, writable and at least the length
+                                // passed; the descriptor is this test's own.
                                 unsafe { libc::read(r, dst.cast(), len) },
                                 len,
                             );
@@ -1063,6 +1201,8 @@ fn kernel_io_while_another_thread_evicts() {
                             let at = src.as_ptr() as usize - data.as_ptr() as usize;
                             must(
                                 "pread(2) into pages being evicted",
+                                // SAFETY: the buffer is live, writable and at least the length
+                                // passed; the descriptor is this test's own.
                                 unsafe { libc::pread(fd, dst.cast(), len, at as i64) },
                                 len,
                             );
@@ -1070,11 +1210,15 @@ fn kernel_io_while_another_thread_evicts() {
                         2 => {
                             must(
                                 "send",
+                                // SAFETY: the buffer is live and at least the length passed; the
+                                // descriptor is this test's own.
                                 unsafe { libc::send(s0, src.as_ptr().cast(), len, 0) },
                                 len,
                             );
                             must(
                                 "recv(2) into pages being evicted",
+                                // SAFETY: the buffer is live, writable and at least the length
+                                // passed; the descriptor is this test's own.
                                 unsafe { libc::recv(s1, dst.cast(), len, libc::MSG_WAITALL) },
                                 len,
                             );
@@ -1082,11 +1226,15 @@ fn kernel_io_while_another_thread_evicts() {
                         3 => {
                             must(
                                 "write(2) from pages being evicted",
+                                // SAFETY: the buffer is live and at least the length passed; the
+                                // descriptor is this test's own.
                                 unsafe { libc::write(w, dst.cast(), len) },
                                 len,
                             );
                             must(
                                 "pipe read",
+                                // SAFETY: the buffer is live, writable and at least the length
+                                // passed; the descriptor is this test's own.
                                 unsafe { libc::read(r, out.as_mut_ptr().cast(), len) },
                                 len,
                             );
@@ -1108,6 +1256,8 @@ fn kernel_io_while_another_thread_evicts() {
                             };
                             must(
                                 "process_vm_readv",
+                                // SAFETY: the iovecs describe live buffers of this test, each as
+                                // long as stated.
                                 unsafe {
                                     libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0)
                                 },
@@ -1128,6 +1278,8 @@ fn kernel_io_while_another_thread_evicts() {
                 }
                 stop.store(true, Ordering::Relaxed);
                 let evicted = evictor.join().unwrap();
+                // SAFETY: plain system calls on this test's own descriptors and paths, with
+                // NUL-terminated names and local out-arrays; errors are checked.
                 unsafe {
                     for fd in [r, w, s0, s1, fd] {
                         libc::close(fd);
@@ -1156,6 +1308,8 @@ extern "C" fn touch_evicted_page(_: libc::c_int) {
     }
     let base = HANDLER_PAGES.load(Ordering::Relaxed) as *const u8;
     // Byte 100 of page k holds pattern(k)[100].
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     let got = unsafe { base.add(k as usize * PAGE + 100).read_volatile() };
     let want = ((((100 / 16) ^ k as usize) as u8).wrapping_mul(3)) | 1;
     if got != want {
@@ -1178,6 +1332,8 @@ fn signal_handler_touches_evicted_pages_while_its_thread_holds_the_engine_lock()
             let b = Blk::evicted(Kind::Owned, n);
             let other = b.e.alloc(HANDLER_N as usize * PAGE, Hint::None);
             let content: Vec<u8> = (0..HANDLER_N as usize).flat_map(pattern).collect();
+            // SAFETY: source and destination are distinct live buffers of this test, each at least
+            // the length copied.
             unsafe { std::ptr::copy_nonoverlapping(content.as_ptr(), other, content.len()) };
             assert_eq!(
                 b.e.evict_with(other, content.len(), STORE_ONLY).evicted,
@@ -1185,6 +1341,8 @@ fn signal_handler_touches_evicted_pages_while_its_thread_holds_the_engine_lock()
             );
             HANDLER_PAGES.store(other as u64, Ordering::Relaxed);
             HANDLER_NEXT.store(0, Ordering::Relaxed);
+            // SAFETY: signal setup and delivery on this test's own threads; the handler only does
+            // async-signal-safe work.
             unsafe {
                 let mut sa: libc::sigaction = std::mem::zeroed();
                 sa.sa_sigaction = touch_evicted_page as extern "C" fn(libc::c_int) as usize;
@@ -1192,6 +1350,8 @@ fn signal_handler_touches_evicted_pages_while_its_thread_holds_the_engine_lock()
                 libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut());
             }
             let dst = b.e.alloc(n * PAGE, Hint::None);
+            // SAFETY: signal setup and delivery on this test's own threads; the handler only does
+            // async-signal-safe work.
             let me = unsafe { libc::pthread_self() };
             let stop = Arc::new(AtomicBool::new(false));
             let kicker = {
@@ -1199,6 +1359,8 @@ fn signal_handler_touches_evicted_pages_while_its_thread_holds_the_engine_lock()
                 let me = me as usize;
                 std::thread::spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
+                        // SAFETY: signal setup and delivery on this test's own threads; the handler
+                        // only does async-signal-safe work.
                         unsafe { libc::pthread_kill(me as libc::pthread_t, libc::SIGUSR2) };
                         std::thread::sleep(Duration::from_micros(200));
                     }
@@ -1207,6 +1369,8 @@ fn signal_handler_touches_evicted_pages_while_its_thread_holds_the_engine_lock()
             // Copies from the evicted block until the handler has touched every page.
             let mut rounds = 0;
             while HANDLER_NEXT.load(Ordering::Relaxed) < HANDLER_N && rounds < 50 {
+                // SAFETY: both ranges lie inside live blocks this test allocated, each at least the
+                // length copied.
                 unsafe { b.e.copy(dst, b.ptr, n * PAGE) };
                 assert!(
                     bytes(dst, n * PAGE) == &b.want[..],
@@ -1217,6 +1381,8 @@ fn signal_handler_touches_evicted_pages_while_its_thread_holds_the_engine_lock()
             }
             stop.store(true, Ordering::Relaxed);
             kicker.join().unwrap();
+            // SAFETY: signal setup and delivery on this test's own threads; the handler only does
+            // async-signal-safe work.
             unsafe { libc::signal(libc::SIGUSR2, libc::SIG_DFL) };
             eprintln!(
                 "{rounds} copies of the evicted block; the handler touched {} evicted pages",
@@ -1232,6 +1398,8 @@ fn signal_handler_touches_evicted_pages_while_its_thread_holds_the_engine_lock()
                 "a signal handler read wrong bytes from an evicted page"
             );
             for p in [dst, other] {
+                // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing
+                // uses it after this free.
                 assert!(unsafe { b.e.free(p) });
             }
             b.finish("signal handler");

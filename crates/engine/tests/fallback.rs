@@ -42,6 +42,8 @@ fn seed() -> u64 {
 }
 
 fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
+    // SAFETY: the pointer and length describe a live block of this test, which outlives every use
+    // of the slice.
     unsafe { std::slice::from_raw_parts(p, len) }
 }
 
@@ -67,6 +69,8 @@ impl Blk {
         self.shadow.len()
     }
     fn write(&mut self, off: usize, data: &[u8]) {
+        // SAFETY: source and destination are distinct live buffers of this test, each at least the
+        // length copied.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), data.len()) };
         self.shadow[off..off + data.len()].copy_from_slice(data);
     }
@@ -150,6 +154,8 @@ fn workload(
             0 if blocks.len() > 2 => {
                 blocks[bi].check(&format!("{ctx}: before free"));
                 let b = blocks.swap_remove(bi);
+                // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing
+                // uses it after this free.
                 assert!(unsafe { e.free(b.ptr) }, "{ctx}: free returned false");
             }
             1 | 2 => {
@@ -191,6 +197,8 @@ fn workload(
                     rng.gen_range(0..=blocks[di].len() - len)
                 };
                 let (s, d) = (blocks[bi].ptr, blocks[di].ptr);
+                // SAFETY: both ranges lie inside live blocks this test allocated, each at least the
+                // length copied.
                 unsafe { e.copy(d.add(doff), s.add(soff), len) };
                 if bi == di {
                     blocks[bi].shadow.copy_within(soff..soff + len, doff);
@@ -221,6 +229,8 @@ fn workload(
     }
     let s = e.stats();
     for b in blocks.drain(..) {
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         assert!(unsafe { e.free(b.ptr) });
     }
     let end = e.stats();
@@ -469,6 +479,8 @@ impl Scatter {
                 continue;
             }
             let (s, d) = (self.blocks[si].ptr, self.blocks[di].ptr);
+            // SAFETY: both ranges lie inside live blocks this test allocated, each at least the
+            // length copied.
             unsafe { self.e.copy(d.add(dp * PAGE), s.add(sp * PAGE), PAGE) };
             let tmp = self.blocks[si].shadow[sp * PAGE..(sp + 1) * PAGE].to_vec();
             self.blocks[di].shadow[dp * PAGE..(dp + 1) * PAGE].copy_from_slice(&tmp);
@@ -495,6 +507,8 @@ impl Scatter {
 
     fn free(mut self) {
         for b in self.blocks.drain(..) {
+            // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing
+            // uses it after this free.
             assert!(unsafe { self.e.free(b.ptr) });
         }
         assert_eq!(self.e.stats().frames_in_use, 0);
@@ -697,6 +711,8 @@ fn a_block_computed_twice_merges_as_runs() {
     let a = e.alloc(n, Hint::None);
     let b = e.alloc(n, Hint::None);
     let content: Vec<u8> = (0..256).flat_map(unique).collect();
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe {
         std::ptr::copy_nonoverlapping(content.as_ptr(), a, n);
         std::ptr::copy_nonoverlapping(content.as_ptr(), b, n);
@@ -707,9 +723,15 @@ fn a_block_computed_twice_merges_as_runs() {
     let st = e.stats();
     assert_eq!((st.merged, st.fallbacks.mmap), (256, 0), "{st:?}");
     assert_eq!(st.frames_resident, 256, "one copy of the content left");
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     unsafe { *b.add(7 * PAGE + 1) ^= 0xff };
     assert_eq!(bytes(a, n), &want[..]);
     assert_eq!(bytes(b, 7 * PAGE), &want[..7 * PAGE]);
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     assert_eq!(unsafe { *b.add(7 * PAGE + 1) }, want[7 * PAGE + 1] ^ 0xff);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { e.free(a) && e.free(b) });
 }

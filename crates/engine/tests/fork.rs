@@ -74,6 +74,8 @@ fn seed() -> u64 {
 }
 
 fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
+    // SAFETY: the pointer and length describe a live block of this test, which outlives every use
+    // of the slice.
     unsafe { std::slice::from_raw_parts(p, len) }
 }
 
@@ -106,6 +108,8 @@ impl Blk {
         self.shadow.len()
     }
     fn write(&mut self, off: usize, data: &[u8]) {
+        // SAFETY: source and destination are distinct live buffers of this test, each at least the
+        // length copied.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), data.len()) };
         self.shadow[off..off + data.len()].copy_from_slice(data);
     }
@@ -145,6 +149,8 @@ fn fixture(e: &Engine) -> Vec<Blk> {
         src.write(p * PAGE, &pattern(100 + p));
     }
     let mut cow = Blk::new(e, "cow (copy of src)", n, Hint::None);
+    // SAFETY: both ranges lie inside live blocks this test allocated, each at least the length
+    // copied.
     unsafe { e.copy(cow.ptr, src.ptr, n * PAGE) };
     cow.shadow.copy_from_slice(&src.shadow);
     for p in 8..12 {
@@ -155,6 +161,8 @@ fn fixture(e: &Engine) -> Vec<Blk> {
     }
     // Half a virtual copy, half owned pages: one block, two kinds of mapping.
     let mut half = Blk::new(e, "half (copy + owned)", n, Hint::None);
+    // SAFETY: both ranges lie inside live blocks this test allocated, each at least the length
+    // copied.
     unsafe { e.copy(half.ptr, src.ptr, n / 2 * PAGE) };
     half.shadow[..n / 2 * PAGE].copy_from_slice(&src.shadow[..n / 2 * PAGE]);
     for p in n / 2..n {
@@ -226,6 +234,8 @@ fn churn(e: &Engine, blocks: &mut Vec<Blk>, rng: &mut StdRng, ops: usize, who: &
                     rng.gen_range(0..=blocks[di].len() - len)
                 };
                 let (s, d) = (blocks[bi].ptr, blocks[di].ptr);
+                // SAFETY: both ranges lie inside live blocks this test allocated, each at least the
+                // length copied.
                 unsafe { e.copy(d.add(doff), s.add(soff), len) };
                 if bi == di {
                     blocks[bi].shadow.copy_within(soff..soff + len, doff);
@@ -258,6 +268,8 @@ fn churn(e: &Engine, blocks: &mut Vec<Blk>, rng: &mut StdRng, ops: usize, who: &
             6 if blocks.len() > 3 => {
                 blocks[bi].check(&format!("{ctx}: before free"))?;
                 let b = blocks.swap_remove(bi);
+                // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing
+                // uses it after this free.
                 if !unsafe { e.free(b.ptr) } {
                     return Err(format!("{ctx}: free of '{}' returned false", b.name));
                 }
@@ -274,6 +286,8 @@ fn churn(e: &Engine, blocks: &mut Vec<Blk>, rng: &mut StdRng, ops: usize, who: &
 fn free_all(e: &Engine, blocks: &mut Vec<Blk>, who: &str) -> Check {
     check_all(blocks, &format!("{who} before freeing all"))?;
     for b in blocks.drain(..) {
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         if !unsafe { e.free(b.ptr) } {
             return Err(format!("{who}: free of '{}' returned false", b.name));
         }
@@ -293,13 +307,18 @@ struct Child {
 /// success, 1 on a failed check, 2 on a panic.
 fn spawn(body: impl FnOnce(i32) -> Check) -> Child {
     let (mut up, mut down) = ([0i32; 2], [0i32; 2]);
+    // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+    // names and local out-arrays; errors are checked.
     unsafe {
         assert_eq!(libc::pipe2(up.as_mut_ptr(), libc::O_CLOEXEC), 0);
         assert_eq!(libc::pipe2(down.as_mut_ptr(), libc::O_CLOEXEC), 0);
     }
+    // SAFETY: the child touches only this test's memory and leaves with _exit.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
+        // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+        // names and local out-arrays; errors are checked.
         unsafe {
             libc::close(up[0]);
             libc::close(down[1]);
@@ -310,11 +329,14 @@ fn spawn(body: impl FnOnce(i32) -> Check) -> Child {
             Ok(Err(m)) => (1, m),
             Err(p) => (2, format!("child panicked: {}", panic_text(&p))),
         };
+        // SAFETY: _exit ends the child at once, running no destructors.
         unsafe {
             libc::write(up[1], msg.as_ptr().cast(), msg.len());
             libc::_exit(code);
         }
     }
+    // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+    // names and local out-arrays; errors are checked.
     unsafe {
         libc::close(up[1]);
         libc::close(down[0]);
@@ -337,6 +359,8 @@ impl Child {
     /// Lets the child go on past its `wait_parent`.
     fn release(&self) {
         assert_eq!(
+            // SAFETY: the buffer is live and at least the length passed; the descriptor is this
+            // test's own.
             unsafe { libc::write(self.to_child, b"g".as_ptr().cast(), 1) },
             1
         );
@@ -347,11 +371,13 @@ impl Child {
         let t = Instant::now();
         let mut status = 0;
         loop {
+            // SAFETY: status is a writable local; waitpid reaps only the given child.
             let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
             if r == self.pid {
                 break;
             }
             if t.elapsed() > limit {
+                // SAFETY: status is a writable local; waitpid reaps only the given child.
                 unsafe {
                     libc::kill(self.pid, libc::SIGKILL);
                     libc::waitpid(self.pid, &mut status, 0);
@@ -366,12 +392,16 @@ impl Child {
         let mut msg = Vec::new();
         let mut buf = [0u8; 4096];
         loop {
+            // SAFETY: the buffer is live, writable and at least the length passed; the descriptor
+            // is this test's own.
             let n = unsafe { libc::read(self.report, buf.as_mut_ptr().cast(), buf.len()) };
             if n <= 0 {
                 break;
             }
             msg.extend_from_slice(&buf[..n as usize]);
         }
+        // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+        // names and local out-arrays; errors are checked.
         unsafe {
             libc::close(self.report);
             libc::close(self.to_child);
@@ -396,6 +426,8 @@ impl Child {
 /// In the child: blocks until the parent calls `release`.
 fn wait_parent(fd: i32) {
     let mut b = [0u8; 1];
+    // SAFETY: the buffer is live, writable and at least the length passed; the descriptor is this
+    // test's own.
     unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) };
 }
 
@@ -425,6 +457,8 @@ fn fork_after_copies_and_scan_keeps_both_processes_right_body() {
     let mut blocks = fixture(&e);
     let (ready_r, ready_w) = {
         let mut p = [0i32; 2];
+        // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+        // names and local out-arrays; errors are checked.
         assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
         (p[0], p[1])
     };
@@ -439,6 +473,8 @@ fn fork_after_copies_and_scan_keeps_both_processes_right_body() {
             scribble(blocks, 0xC1);
             check_all(blocks, "child after its writes")?;
             // Let the parent write too, then check the parent's writes did not reach us.
+            // SAFETY: the buffer is live and at least the length passed; the descriptor is this
+            // test's own.
             unsafe { libc::write(ready_w, b"r".as_ptr().cast(), 1) };
             wait_parent(from_parent);
             check_all(blocks, "child after the parent wrote its own copy")?;
@@ -453,10 +489,14 @@ fn fork_after_copies_and_scan_keeps_both_processes_right_body() {
             Ok(())
         })
     };
+    // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+    // names and local out-arrays; errors are checked.
     unsafe { libc::close(ready_w) };
     // The child has written; the parent's view must not have moved.
     let mut b = [0u8; 1];
     assert_eq!(
+        // SAFETY: the buffer is live, writable and at least the length passed; the descriptor is
+        // this test's own.
         unsafe { libc::read(ready_r, b.as_mut_ptr().cast(), 1) },
         1,
         "child died before writing"
@@ -467,6 +507,8 @@ fn fork_after_copies_and_scan_keeps_both_processes_right_body() {
     let child_result = child.wait(Duration::from_secs(120));
     parent_check.unwrap();
     child_result.unwrap();
+    // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+    // names and local out-arrays; errors are checked.
     unsafe { libc::close(ready_r) };
 
     check_all(&blocks, "parent after the child exited").unwrap();
@@ -576,6 +618,8 @@ fn parent_scans_after_fork_without_stranding_writers_body() {
         b.write(p * PAGE, &pattern(10 + p));
     }
     // b: pages 0..4 shared with a by a virtual copy, pages 4..8 owned.
+    // SAFETY: both ranges lie inside live blocks this test allocated, each at least the length
+    // copied.
     unsafe { e.copy(b.ptr, a.ptr, 4 * PAGE) };
     b.shadow[..4 * PAGE].copy_from_slice(&a.shadow);
     spawn(|_| Ok(())).wait(Duration::from_secs(30)).unwrap();
@@ -597,6 +641,8 @@ fn parent_scans_after_fork_without_stranding_writers_body() {
         .collect();
     std::thread::spawn(move || {
         for addr in targets {
+            // SAFETY: the address lies inside a live block this test allocated, and no reference to
+            // those bytes exists during the access.
             unsafe { *(addr as *mut u8) = 0x77 };
             let _ = tx.send(addr);
         }
@@ -703,6 +749,8 @@ fn repeated_forks_do_not_accumulate_pools_body() {
         "{forks} forks grew the address space by {} GiB",
         (vm1 - vm0) >> 20
     );
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(b.ptr) };
 }
 
@@ -742,6 +790,8 @@ fn fork_under_mmap_failures_keeps_processes_apart_body() {
     }
     let (ready_r, ready_w) = {
         let mut p = [0i32; 2];
+        // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+        // names and local out-arrays; errors are checked.
         assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
         (p[0], p[1])
     };
@@ -750,14 +800,20 @@ fn fork_under_mmap_failures_keeps_processes_apart_body() {
         spawn(move |from_parent| {
             b.check("child right after fork")?;
             b.write(0, &[0xEE; 64]);
+            // SAFETY: the buffer is live and at least the length passed; the descriptor is this
+            // test's own.
             unsafe { libc::write(ready_w, b"r".as_ptr().cast(), 1) };
             wait_parent(from_parent);
             b.check("child after the parent wrote page 1")
         })
     };
+    // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+    // names and local out-arrays; errors are checked.
     unsafe { libc::close(ready_w) };
     let mut x = [0u8; 1];
     assert_eq!(
+        // SAFETY: the buffer is live, writable and at least the length passed; the descriptor is
+        // this test's own.
         unsafe { libc::read(ready_r, x.as_mut_ptr().cast(), 1) },
         1,
         "child died early"
@@ -766,9 +822,13 @@ fn fork_under_mmap_failures_keeps_processes_apart_body() {
     b.write(PAGE, &[0xDD; 64]);
     child.release();
     let child_view = child.wait(Duration::from_secs(30));
+    // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+    // names and local out-arrays; errors are checked.
     unsafe { libc::close(ready_r) };
     let s = e.stats();
     parent_view.unwrap_or_else(|m| panic!("{m} (mmap fallbacks {})", s.fallbacks.mmap));
     child_view.unwrap();
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(b.ptr) };
 }

@@ -36,6 +36,8 @@ fn cfg() -> Config {
 }
 
 fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
+    // SAFETY: the pointer and length describe a live block of this test, which outlives every use
+    // of the slice.
     unsafe { std::slice::from_raw_parts(p, len) }
 }
 
@@ -97,6 +99,8 @@ impl Similar {
             want.extend(similar(&reference, change, seed * 1000 + k as u64));
         }
         let ptr = e.alloc(n * PAGE, Hint::None);
+        // SAFETY: source and destination are distinct live buffers of this test, each at least the
+        // length copied.
         unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), ptr, want.len()) };
         Similar { e, ptr, want }
     }
@@ -107,6 +111,8 @@ impl Similar {
 
     fn check(&self, ctx: &str) {
         for k in 0..self.pages() {
+            // SAFETY: the address lies inside a live block this test allocated, and no reference to
+            // those bytes exists during the access.
             let got = bytes(unsafe { self.ptr.add(k * PAGE) }, PAGE);
             assert!(
                 got == &self.want[k * PAGE..(k + 1) * PAGE],
@@ -157,6 +163,8 @@ fn similar_pages_become_patches_and_come_back_exactly() {
         b.check(&format!("{change:?}: read by the program"));
         let s = b.e.stats();
         assert_eq!((s.restored, s.restore_errors), (63, 0), "{s:?}");
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         assert!(unsafe { b.e.free(b.ptr) });
         assert_nothing_held(&b.e, &format!("{change:?}"));
     }
@@ -180,10 +188,14 @@ fn restored_by_another_thread_and_by_writes() {
     .join()
     .unwrap();
     for k in (2..32).step_by(2) {
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         unsafe { b.ptr.add(k * PAGE + 100).write_volatile(0x42) };
         b.want[k * PAGE + 100] = 0x42;
     }
     b.check("after reads by another thread and writes by this one");
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { b.e.free(b.ptr) });
     assert_nothing_held(&b.e, "threads");
 }
@@ -206,12 +218,16 @@ fn kernel_reads_and_writes_patched_pages() {
     // write(2) from patched pages: the kernel reads them.
     must(
         "write",
+        // SAFETY: the buffer is live and at least the length passed; the descriptor is this test's
+        // own.
         unsafe { libc::write(wr, b.ptr.add(PAGE).cast(), 4 * PAGE) },
         4 * PAGE,
     );
     let mut got = vec![0u8; 4 * PAGE];
     must(
         "read back",
+        // SAFETY: the buffer is live, writable and at least the length passed; the descriptor is
+        // this test's own.
         unsafe { libc::read(rd, got.as_mut_ptr().cast(), 4 * PAGE) },
         4 * PAGE,
     );
@@ -224,22 +240,30 @@ fn kernel_reads_and_writes_patched_pages() {
         let data = [k as u8; 100];
         must(
             "write",
+            // SAFETY: the buffer is live and at least the length passed; the descriptor is this
+            // test's own.
             unsafe { libc::write(wr, data.as_ptr().cast(), 100) },
             100,
         );
         must(
             "read into",
+            // SAFETY: the buffer is live, writable and at least the length passed; the descriptor
+            // is this test's own.
             unsafe { libc::read(rd, b.ptr.add(k * PAGE + 1000).cast(), 100) },
             100,
         );
         b.want[k * PAGE + 1000..k * PAGE + 1100].copy_from_slice(&data);
     }
+    // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+    // names and local out-arrays; errors are checked.
     unsafe {
         libc::close(rd);
         libc::close(wr);
     }
     b.check("after read(2) into and write(2) from patched pages");
     assert_eq!(b.e.stats().restore_errors, 0);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { b.e.free(b.ptr) });
     assert_nothing_held(&b.e, "kernel");
 }
@@ -250,6 +274,8 @@ fn reference_written_and_freed_patches_still_restore() {
     let e = Engine::new(cfg());
     let reference = kind_page(Kind::Random, 4);
     let r = e.alloc(PAGE, Hint::None);
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(reference.as_ptr(), r, PAGE) };
     // Patch-only eviction of the lone reference: nothing to patch against,
     // so it stays in memory and becomes a candidate.
@@ -267,6 +293,8 @@ fn reference_written_and_freed_patches_still_restore() {
         .flat_map(|k| similar(&reference, Change::Scattered, 40 + k as u64))
         .collect();
     let p = e.alloc(n * PAGE, Hint::None);
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     let rep = e.evict_with(
         p,
@@ -278,14 +306,20 @@ fn reference_written_and_freed_patches_still_restore() {
     );
     assert_eq!(rep.patched, n as u64, "{rep:?}");
     // The reference page is written (its frame stays as it was) ...
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     unsafe { std::ptr::write_bytes(r, 0x5a, 64) };
     assert_eq!(bytes(r, 64), &[0x5a; 64][..]);
     assert!(bytes(r, PAGE)[64..] == reference[64..]);
     assert!(
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         bytes(unsafe { p.add(PAGE) }, PAGE) == &want[PAGE..2 * PAGE],
         "after the reference was written"
     );
     // ... and freed: the frame lives on for the patches alone.
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { e.free(r) });
     let s = e.stats();
     assert_eq!(
@@ -298,6 +332,8 @@ fn reference_written_and_freed_patches_still_restore() {
         "after the reference was freed"
     );
     assert_eq!(e.stats().restore_errors, 0);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { e.free(p) });
     assert_nothing_held(&e, "reference freed");
 }
@@ -308,6 +344,8 @@ fn noted_references_serve_other_blocks() {
     let e = Engine::new(cfg());
     let reference = kind_page(Kind::Random, 10);
     let r = e.alloc(2 * PAGE, Hint::None);
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(reference.as_ptr(), r, PAGE) };
     // The second page is all zero: no reference.
     assert_eq!(e.note_references(r, 2 * PAGE), 1);
@@ -316,6 +354,8 @@ fn noted_references_serve_other_blocks() {
         ..cfg()
     });
     let a = anon.alloc(PAGE, Hint::None);
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(reference.as_ptr(), a, PAGE) };
     assert_eq!(
         anon.note_references(a, PAGE),
@@ -327,9 +367,13 @@ fn noted_references_serve_other_blocks() {
         .flat_map(|k| similar(&reference, Change::Scattered, 50 + k as u64))
         .collect();
     let p = e.alloc(n * PAGE, Hint::None);
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     assert_eq!(e.evict(p, n * PAGE).patched, n as u64);
     assert!(bytes(r, PAGE) == &reference[..] && bytes(p, n * PAGE) == &want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe {
         assert!(e.free(p) && e.free(r) && anon.free(a));
     }
@@ -347,6 +391,8 @@ fn the_detector_memory_is_bounded_and_counted() {
         });
         let p = e.alloc(n * PAGE, Hint::None);
         for k in 0..n {
+            // SAFETY: source and destination are distinct live buffers of this test, each at least
+            // the length copied.
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     kind_page(Kind::Random, k as u64).as_ptr(),
@@ -358,6 +404,8 @@ fn the_detector_memory_is_bounded_and_counted() {
         let before = e.stats().metadata_bytes;
         assert_eq!(e.note_references(p, n * PAGE), n as u64);
         let growth = e.stats().metadata_bytes - before;
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         assert!(unsafe { e.free(p) });
         growth
     };
@@ -384,16 +432,22 @@ fn patched_pages_outlive_the_engine() {
     drop(e);
     // Descriptor numbers the engine closed now name other files.
     let others: Vec<i32> = (0..4)
+        // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+        // names and local out-arrays; errors are checked.
         .map(|_| unsafe { libc::memfd_create(c"other".as_ptr(), 0) })
         .collect();
     for &fd in &others {
         assert!(fd >= 0);
+        // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+        // names and local out-arrays; errors are checked.
         assert_eq!(unsafe { libc::ftruncate(fd, 1 << 30) }, 0);
     }
     assert!(
         bytes(ptr, 16 * PAGE) == &want[..],
         "patched pages after the engine was dropped"
     );
+    // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+    // names and local out-arrays; errors are checked.
     others.into_iter().for_each(|fd| unsafe {
         libc::close(fd);
     });
@@ -412,6 +466,8 @@ fn no_reference_starts_with_the_zstd_dictionary_magic() {
         .flat_map(|k| similar(&reference, Change::Write16, k as u64))
         .collect();
     let p = e.alloc(n * PAGE, Hint::None);
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     assert_eq!(e.note_references(p, PAGE), 0);
     let rep = e.evict_with(
@@ -424,6 +480,8 @@ fn no_reference_starts_with_the_zstd_dictionary_magic() {
     );
     assert_eq!((rep.patched, rep.unpatched), (0, n as u64), "{rep:?}");
     // Without the magic the same pages patch.
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     unsafe { *p.add(PAGE) = 0 };
     assert_eq!(
         e.evict_with(
@@ -437,6 +495,8 @@ fn no_reference_starts_with_the_zstd_dictionary_magic() {
         .patched,
         n as u64 - 2
     );
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { e.free(p) });
     assert_nothing_held(&e, "zstd magic");
 }
@@ -452,6 +512,8 @@ fn a_taken_candidate_becomes_the_reference() {
     // Compressible, so that the store takes page 0 first.
     let src = Similar::of(Kind::Text, e.clone(), n, Change::Localised, 9);
     let dst = e.alloc(n * PAGE, Hint::None);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe {
         e.copy(dst, src.ptr, n * PAGE);
         assert!(e.free(src.ptr));
@@ -486,6 +548,8 @@ fn a_taken_candidate_becomes_the_reference() {
         (n as u64 - 1, 0, 0),
         "{s:?}"
     );
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { e.free(dst) });
     assert_nothing_held(&e, "taken candidate");
 }
@@ -502,6 +566,8 @@ fn a_page_whose_patch_is_too_big_goes_to_the_store_or_stays() {
     Rng::new(5).fill(&mut reference[PAGE / 2..]);
     Rng::new(6).fill(&mut other[PAGE / 2..]);
     let p = e.alloc(2 * PAGE, Hint::None);
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe {
         std::ptr::copy_nonoverlapping(reference.as_ptr(), p, PAGE);
         std::ptr::copy_nonoverlapping(other.as_ptr(), p.add(PAGE), PAGE);
@@ -525,7 +591,11 @@ fn a_page_whose_patch_is_too_big_goes_to_the_store_or_stays() {
         (0, 2),
         "both go to the store: {rep:?}"
     );
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     assert!(bytes(p, PAGE) == &reference[..] && bytes(unsafe { p.add(PAGE) }, PAGE) == &other[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { e.free(p) });
     assert_nothing_held(&e, "too big");
 }
@@ -533,6 +603,7 @@ fn a_page_whose_patch_is_too_big_goes_to_the_store_or_stays() {
 #[test]
 fn a_patch_that_does_not_decode_kills_the_toucher() {
     let _g = serial();
+    // SAFETY: the child touches only this test's memory and leaves with _exit.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let inject = Inject {
@@ -546,9 +617,13 @@ fn a_patch_that_does_not_decode_kills_the_toucher() {
             6,
         );
         if b.e.evict(b.ptr, 4 * PAGE).patched != 3 {
+            // SAFETY: _exit ends the child at once, running no destructors.
             unsafe { libc::_exit(3) };
         }
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         let v = unsafe { b.ptr.add(2 * PAGE).read_volatile() };
+        // SAFETY: _exit ends the child at once, running no destructors.
         unsafe { libc::_exit(if v == b.want[2 * PAGE] { 4 } else { 5 }) };
     }
     // (Exit status 3: nothing was patched.)
@@ -561,13 +636,18 @@ fn fork_with_patched_pages() {
     let _g = serial();
     let mut b = Similar::new(Engine::new(cfg()), 16, Change::Localised, 7);
     assert_eq!(b.e.evict(b.ptr, 16 * PAGE).patched, 15);
+    // SAFETY: the child touches only this test's memory and leaves with _exit.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let ok = bytes(b.ptr, b.want.len()) == &b.want[..];
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         unsafe { std::ptr::write_bytes(b.ptr.add(PAGE), 0x77, 10) };
+        // SAFETY: _exit ends the child at once, running no destructors.
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
     let mut status = 0;
+    // SAFETY: status is a writable local; waitpid reaps only the given child.
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
@@ -584,8 +664,12 @@ fn fork_with_patched_pages() {
     // only against what it writes after the fork.
     let rep = b.e.evict(b.ptr, 16 * PAGE);
     b.want[3 * PAGE] ^= 1;
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     unsafe { *b.ptr.add(3 * PAGE) ^= 1 };
     b.check(&format!("parent after eviction after fork ({rep:?})"));
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { b.e.free(b.ptr) });
     assert_eq!(b.e.stats().references_pinned, 0);
 }
@@ -600,14 +684,22 @@ fn patched_pages_under_scan_copy_and_free() {
     assert_eq!(b.e.stats().references_pinned, 1);
     // A copy over half of the patched pages replaces them (their patches go).
     let src = b.e.alloc(16 * PAGE, Hint::None);
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     unsafe { std::ptr::write_bytes(src, 3, 16 * PAGE) };
+    // SAFETY: both ranges lie inside live blocks this test allocated, each at least the length
+    // copied.
     unsafe { b.e.copy(b.ptr.add(16 * PAGE), src, 16 * PAGE) };
     let s = b.e.stats();
     assert_eq!((s.patched_now, s.references_pinned), (15, 1), "{s:?}");
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     assert!(bytes(unsafe { b.ptr.add(16 * PAGE) }, 16 * PAGE)
         .iter()
         .all(|&x| x == 3));
     assert!(bytes(b.ptr, 16 * PAGE) == &b.want[..16 * PAGE]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe {
         assert!(b.e.free(src));
         assert!(b.e.free(b.ptr));
@@ -641,7 +733,7 @@ fn concurrent_eviction_writes_and_kernel_io() {
     let (rd, wr) = pipe();
     let mut rng = Rng::new(12);
     let reference = b.want[..PAGE].to_vec();
-    let mut like_reference = |rng: &mut Rng, off: usize, len: usize| -> Vec<u8> {
+    let like_reference = |rng: &mut Rng, off: usize, len: usize| -> Vec<u8> {
         (off..off + len)
             .map(|o| {
                 if rng.below(16) == 0 {
@@ -664,21 +756,29 @@ fn concurrent_eviction_writes_and_kernel_io() {
         } else {
             rng.below((n * PAGE - len) as u64) as usize
         };
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         let dst = unsafe { b.ptr.add(off) };
         match i % 3 {
             0 => {
                 let v = like_reference(&mut rng, off, 1)[0];
+                // SAFETY: the address lies inside a live block this test allocated, and no
+                // reference to those bytes exists during the access.
                 unsafe { dst.write_volatile(v) };
                 b.want[off] = v;
             }
             1 => {
                 must(
                     "write(2) from patched pages",
+                    // SAFETY: the buffer is live and at least the length passed; the descriptor is
+                    // this test's own.
                     unsafe { libc::write(wr, dst.cast(), len) },
                     len,
                 );
                 must(
                     "pipe read",
+                    // SAFETY: the buffer is live, writable and at least the length passed; the
+                    // descriptor is this test's own.
                     unsafe { libc::read(rd, out.as_mut_ptr().cast(), len) },
                     len,
                 );
@@ -691,11 +791,15 @@ fn concurrent_eviction_writes_and_kernel_io() {
                 let data = like_reference(&mut rng, off, len);
                 must(
                     "pipe write",
+                    // SAFETY: the buffer is live and at least the length passed; the descriptor is
+                    // this test's own.
                     unsafe { libc::write(wr, data.as_ptr().cast(), len) },
                     len,
                 );
                 must(
                     "read(2) into patched pages",
+                    // SAFETY: the buffer is live, writable and at least the length passed; the
+                    // descriptor is this test's own.
                     unsafe { libc::read(rd, dst.cast(), len) },
                     len,
                 );
@@ -708,6 +812,8 @@ fn concurrent_eviction_writes_and_kernel_io() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let patched = evictor.join().unwrap();
+    // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+    // names and local out-arrays; errors are checked.
     unsafe {
         libc::close(rd);
         libc::close(wr);
@@ -715,6 +821,8 @@ fn concurrent_eviction_writes_and_kernel_io() {
     assert!(patched > 0, "the evictor patched nothing");
     b.check(&format!("after {i} operations and {patched} patches"));
     assert_eq!(b.e.stats().restore_errors, 0);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { b.e.free(b.ptr) });
     assert_nothing_held(&b.e, "concurrent");
     eprintln!("{i} operations, {patched} pages patched");
@@ -863,6 +971,8 @@ fn measure_one(
     let b = Similar::variants(kind, Engine::new(c), n, change, seed, base);
     // Warm: the fault thread and stores exist before timing.
     let warm = b.e.alloc(PAGE, Hint::None);
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     unsafe { std::ptr::write_bytes(warm, 1, PAGE) };
     b.e.evict(warm, PAGE);
     let before = footprint(&b.e.stats());
@@ -875,6 +985,8 @@ fn measure_one(
     let original = (n * PAGE) as f64;
     let t = Instant::now();
     for k in 0..n {
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         unsafe { b.ptr.add(k * PAGE).read_volatile() };
     }
     let touch_ns = t.elapsed().as_nanos() as f64;
@@ -903,6 +1015,8 @@ fn footprint(s: &Stats) -> f64 {
 fn resident_pages(p: *const u8, n: usize) -> usize {
     let mut v = vec![0u8; n];
     assert_eq!(
+        // SAFETY: the range is a live block of this test; the call changes or reads only that range
+        // (a mincore vector has one byte per page).
         unsafe { libc::mincore(p as *mut _, n * PAGE, v.as_mut_ptr()) },
         0
     );

@@ -14,10 +14,14 @@ fn engine(recycle_mb: usize) -> Engine {
 }
 
 fn fill(p: *mut u8, len: usize, byte: u8) {
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     unsafe { std::ptr::write_bytes(p, byte, len) };
 }
 
 fn all(p: *const u8, len: usize, byte: u8) -> bool {
+    // SAFETY: the pointer and length describe a live block of this test, which outlives every use
+    // of the slice.
     unsafe { std::slice::from_raw_parts(p, len) }
         .iter()
         .all(|&b| b == byte)
@@ -29,6 +33,8 @@ fn a_freed_block_serves_the_next_uninit_allocation_of_its_size() {
     let len = 16 * PAGE;
     let a = e.alloc(len, Hint::Uninit);
     fill(a, len, 7);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(a) };
     assert_eq!(e.stats().recycled_bytes, len as u64);
     let other_size = e.alloc(3 * PAGE, Hint::Uninit);
@@ -54,16 +60,24 @@ fn a_larger_block_is_split_and_its_tail_stays_recycled() {
     let e = engine(32);
     let a = e.alloc(16 * PAGE, Hint::Uninit);
     fill(a, 16 * PAGE, 2);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(a) };
     let head = e.alloc(8 * PAGE, Hint::Uninit);
     assert_eq!(head, a);
     assert_eq!(e.block_len(head), Some(8 * PAGE));
     assert_eq!(e.stats().recycled_bytes, 8 * PAGE as u64);
     let tail = e.alloc(8 * PAGE, Hint::Uninit);
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     assert_eq!(tail, unsafe { a.add(8 * PAGE) });
     fill(head, 8 * PAGE, 3);
     assert!(all(tail, 8 * PAGE, 2), "the halves are separate blocks");
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(head) };
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(tail) };
     std::thread::sleep(std::time::Duration::from_millis(300));
     e.scan();
@@ -84,6 +98,8 @@ fn the_age_limit_is_configurable() {
     });
     let a = e.alloc(8 * PAGE, Hint::Uninit);
     fill(a, 8 * PAGE, 1);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(a) };
     std::thread::sleep(std::time::Duration::from_millis(300));
     e.scan();
@@ -98,6 +114,8 @@ fn the_age_limit_is_configurable() {
         ..Config::default()
     });
     let a = e.alloc(8 * PAGE, Hint::Uninit);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(a) };
     std::thread::sleep(std::time::Duration::from_millis(5));
     e.scan();
@@ -113,6 +131,8 @@ fn blocks_idle_longer_than_the_age_limit_are_released() {
     let e = engine(32);
     let a = e.alloc(8 * PAGE, Hint::Uninit);
     fill(a, 8 * PAGE, 1);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(a) };
     std::thread::sleep(std::time::Duration::from_millis(300));
     let b = e.alloc(8 * PAGE, Hint::None);
@@ -130,6 +150,8 @@ fn zeroed_allocations_never_get_a_recycled_block() {
     let len = 8 * PAGE;
     let a = e.alloc(len, Hint::Uninit);
     fill(a, len, 0xAB);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(a) };
     let z = e.alloc(len, Hint::None);
     assert!(all(z, len, 0), "Hint::None promises zero-filled memory");
@@ -143,7 +165,11 @@ fn blocks_sharing_frames_are_not_recycled() {
     let src = e.alloc(len, Hint::Uninit);
     fill(src, len, 3);
     let dst = e.alloc(len, Hint::Uninit);
+    // SAFETY: both ranges lie inside live blocks this test allocated, each at least the length
+    // copied.
     unsafe { e.copy(dst, src, len) };
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(src) };
     assert_eq!(e.stats().recycled_bytes, 0, "src's frames are dst's too");
     let again = e.alloc(len, Hint::Uninit);
@@ -162,6 +188,8 @@ fn the_budget_releases_the_oldest_and_scans_release_the_stale() {
     let blocks: Vec<_> = (0..5).map(|_| e.alloc(len, Hint::Uninit)).collect();
     for &b in &blocks {
         fill(b, len, 1);
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         unsafe { e.free(b) };
     }
     assert_eq!(
@@ -170,6 +198,8 @@ fn the_budget_releases_the_oldest_and_scans_release_the_stale() {
         "1 MiB holds four of them"
     );
     let big = e.alloc(512 * PAGE, Hint::Uninit);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(big) };
     assert_eq!(
         e.stats().recycled_bytes,
@@ -198,16 +228,21 @@ fn fork_releases_recycled_blocks_first() {
     let len = 8 * PAGE;
     let a = e.alloc(len, Hint::Uninit);
     fill(a, len, 5);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(a) };
     assert_eq!(e.stats().recycled_bytes, len as u64);
+    // SAFETY: the child touches only this test's memory and leaves with _exit.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         // The child's allocation must not share frames with the parent's.
         let c = e.alloc(len, Hint::Uninit);
         fill(c, len, 0xCC);
+        // SAFETY: _exit ends the child at once, running no destructors.
         unsafe { libc::_exit(0) };
     }
     let mut status = 0;
+    // SAFETY: status is a writable local; waitpid reaps only the given child.
     unsafe { libc::waitpid(pid, &mut status, 0) };
     assert_eq!(status, 0);
     assert_eq!(e.stats().recycled_bytes, 0);
@@ -224,6 +259,8 @@ fn recycling_off_means_every_free_releases() {
     let e = engine(0);
     let a = e.alloc(8 * PAGE, Hint::Uninit);
     fill(a, 8 * PAGE, 1);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(a) };
     let s = e.stats();
     assert_eq!((s.recycled_bytes, s.frames_in_use), (0, 0));

@@ -251,6 +251,8 @@ struct Worker {
 }
 
 fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
+    // SAFETY: the pointer and length describe a live block of this test, which outlives every use
+    // of the slice.
     unsafe { std::slice::from_raw_parts(p, len) }
 }
 
@@ -313,6 +315,8 @@ impl Worker {
     /// Compares `[off, off+len)` of block `bi` with its shadow.
     fn compare(&self, bi: usize, off: usize, len: usize, why: &str) {
         let b = &self.blocks[bi];
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         let got = bytes(unsafe { b.ptr.add(off) }, len);
         let want = &b.shadow[off..off + len];
         if got == want {
@@ -323,6 +327,8 @@ impl Worker {
         let pg = first / PAGE;
         let pstart = pg * PAGE;
         let pend = (pstart + PAGE).min(b.len);
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         let page_now = bytes(unsafe { b.ptr.add(pstart) }, pend - pstart);
         let page_zero = page_now.iter().all(|&x| x == 0);
         let page_pat = (0..PATTERNS).find(|&p| page_now == &self.patterns[p][..pend - pstart]);
@@ -373,7 +379,7 @@ impl Worker {
         if ptr.is_null() {
             self.fail(&format!("alloc({len}, {hint:?}) returned null"), None);
         }
-        if ptr as usize % PAGE != 0 {
+        if !(ptr as usize).is_multiple_of(PAGE) {
             self.fail(&format!("alloc returned unaligned {ptr:p}"), None);
         }
         match self.engine.block_len(ptr) {
@@ -383,6 +389,8 @@ impl Worker {
                 None,
             ),
         }
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         if !self.engine.owns(unsafe { ptr.add(len - 1) }) {
             self.fail(
                 &format!("engine does not own the last byte of block {ptr:p}+{len}"),
@@ -415,6 +423,8 @@ impl Worker {
         let id = self.blocks[bi].id;
         self.record(Op::Free { blk: id });
         let b = self.blocks.swap_remove(bi);
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         if !unsafe { self.engine.free(b.ptr) } {
             self.blocks.push(b);
             let last = self.blocks.len() - 1;
@@ -448,6 +458,8 @@ impl Worker {
             val,
         });
         let b = &mut self.blocks[bi];
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         unsafe { b.ptr.add(off).write(val) };
         b.shadow[off] = val;
     }
@@ -469,6 +481,8 @@ impl Worker {
             len,
         });
         let b = &mut self.blocks[bi];
+        // SAFETY: source and destination are distinct live buffers of this test, each at least the
+        // length copied.
         unsafe { std::ptr::copy_nonoverlapping(self.scratch.as_ptr(), b.ptr.add(off), len) };
         b.shadow[off..off + len].copy_from_slice(&self.scratch);
     }
@@ -495,6 +509,8 @@ impl Worker {
         for p in page..page + n {
             let end = ((p + 1) * PAGE).min(b.len);
             let src = &self.patterns[pat][..end - p * PAGE];
+            // SAFETY: source and destination are distinct live buffers of this test, each at least
+            // the length copied.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), b.ptr.add(p * PAGE), src.len()) };
             b.shadow[p * PAGE..end].copy_from_slice(src);
         }
@@ -510,6 +526,8 @@ impl Worker {
         });
         let b = &mut self.blocks[bi];
         let (s, e) = (page * PAGE, ((page + n) * PAGE).min(b.len));
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         unsafe { std::ptr::write_bytes(b.ptr.add(s), 0, e - s) };
         b.shadow[s..e].fill(0);
     }
@@ -524,6 +542,8 @@ impl Worker {
             page,
             n,
         });
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         let addr = unsafe { self.blocks[bi].ptr.add(page * PAGE) };
         for (s, l) in self.engine.discard(addr, n * PAGE) {
             if s < addr as usize || s + l > addr as usize + n * PAGE {
@@ -532,6 +552,8 @@ impl Worker {
                     Some(bi),
                 );
             }
+            // SAFETY: the range is a live block of this test; the call changes or reads only that
+            // range (a mincore vector has one byte per page).
             unsafe { libc::madvise(s as *mut libc::c_void, l, libc::MADV_DONTNEED) };
         }
         let b = &mut self.blocks[bi];
@@ -600,6 +622,8 @@ impl Worker {
             dpage: dp,
         });
         let (s, d) = (self.blocks[si].ptr, self.blocks[di].ptr);
+        // SAFETY: source and destination are distinct live buffers of this test, each at least the
+        // length copied.
         unsafe { std::ptr::copy_nonoverlapping(s.add(sp * PAGE), d.add(dp * PAGE), PAGE) };
         let tmp = self.blocks[si].shadow[sp * PAGE..(sp + 1) * PAGE].to_vec();
         self.blocks[di].shadow[dp * PAGE..(dp + 1) * PAGE].copy_from_slice(&tmp);
@@ -624,6 +648,8 @@ impl Worker {
             len,
         });
         let (s, d) = (self.blocks[si].ptr, self.blocks[di].ptr);
+        // SAFETY: both ranges lie inside live blocks this test allocated, each at least the length
+        // copied.
         unsafe { self.engine.copy(d.add(doff), s.add(soff), len) };
         if si == di {
             self.blocks[si].shadow.copy_within(soff..soff + len, doff);
@@ -681,7 +707,7 @@ impl Worker {
         } else {
             let mut d = self.rng.gen_range(0..=dlen - len);
             if d % PAGE == soff % PAGE {
-                if d + 1 <= dlen - len {
+                if d < dlen - len {
                     d += 1;
                 } else if d > 0 {
                     d -= 1;
@@ -759,6 +785,8 @@ impl Worker {
                 len,
             });
             let mut out = vec![0u8; len];
+            // SAFETY: both ranges lie inside live blocks this test allocated, each at least the
+            // length copied.
             unsafe { self.engine.copy(out.as_mut_ptr(), ptr.add(off), len) };
             if out[..] != self.blocks[bi].shadow[off..off + len] {
                 self.compare(bi, off, len, "source of a copy out to plain memory");
@@ -775,6 +803,8 @@ impl Worker {
             });
             let rng = &mut self.rng;
             let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+            // SAFETY: both ranges lie inside live blocks this test allocated, each at least the
+            // length copied.
             unsafe { self.engine.copy(ptr.add(off), data.as_ptr(), len) };
             self.blocks[bi].shadow[off..off + len].copy_from_slice(&data);
             self.compare(bi, off, len, "copy in from plain memory");
@@ -788,6 +818,8 @@ impl Worker {
         if b.len <= PAGE {
             return;
         }
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         let inside = unsafe {
             b.ptr
                 .add(PAGE * self.rng.gen_range(1..b.len.div_ceil(PAGE)))
@@ -795,6 +827,8 @@ impl Worker {
         self.record(Op::BogusFree {
             blk: self.blocks[bi].id,
         });
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         if unsafe { self.engine.free(inside) } {
             self.fail(
                 "free() of an address inside a block returned true",
@@ -835,6 +869,8 @@ impl Worker {
         });
         let r = self
             .engine
+            // SAFETY: the address lies inside a live block this test allocated, and no reference to
+            // those bytes exists during the access.
             .evict(unsafe { self.blocks[bi].ptr.add(page * PAGE) }, n * PAGE);
         if r.unavailable {
             self.fail(&format!("evict unavailable: {r:?}"), Some(bi));
@@ -891,12 +927,14 @@ impl Worker {
             _ => self.scan(),
         }
         self.op_no += 1;
-        if self.op_no % 200 == 0 {
+        if self.op_no.is_multiple_of(200) {
             self.verify_all("periodic full check");
         }
     }
 }
 
+// SAFETY: Worker holds raw pointers into blocks the test owns; every thread that gets it only
+// touches those blocks while the test keeps them alive.
 unsafe impl Send for Worker {}
 
 /// Runs the shadow workload; returns the engine's stats after every block
@@ -1287,8 +1325,14 @@ fn zero_length_alloc_is_one_page() {
     assert!(!p.is_null());
     assert_eq!(e.block_len(p), Some(PAGE));
     assert!(bytes(p, PAGE).iter().all(|&b| b == 0));
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     unsafe { p.write(7) };
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(unsafe { e.free(p) });
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     assert!(!unsafe { e.free(p) }, "double free accepted");
     let s = e.stats();
     assert_eq!((s.blocks, s.frames_in_use), (0, 0), "{s:?}");
@@ -1316,6 +1360,8 @@ fn near_duplicates_merge_only_with_exact_duplicates() {
         want[k * PAGE..(k + 1) * PAGE].copy_from_slice(&v);
         want[(n + k) * PAGE..(n + k + 1) * PAGE].copy_from_slice(&v);
     }
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), a, want.len()) };
     // The first scan only looks (volatility check); the second merges.
     e.scan();
@@ -1330,6 +1376,8 @@ fn near_duplicates_merge_only_with_exact_duplicates() {
     );
     // A second block with the same contents merges onto the stable frames.
     let b = e.alloc(n * PAGE, Hint::FullWrite);
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), b, n * PAGE) };
     e.scan();
     let r2 = e.scan();
@@ -1339,15 +1387,21 @@ fn near_duplicates_merge_only_with_exact_duplicates() {
         "the second block should merge page for page: {r2:?}"
     );
     // The merged pages stay independent.
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     unsafe { *a.add(5 * PAGE + 100 + 5) = 0 };
     want[5 * PAGE + 100 + 5] = 0;
     assert!(bytes(a, want.len()) == &want[..]);
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     assert_eq!(unsafe { *b.add(5 * PAGE + 105) }, 0xAB);
     let s = e.stats();
     assert!(
         s.frames_in_use <= (n + 2) as u64,
         "about one frame per distinct page: {s:?}"
     );
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe {
         e.free(a);
         e.free(b);

@@ -8,6 +8,8 @@ use pagefold_engine::{Config, Engine, Hint, PAGE};
 fn fill_unique(p: *mut u8, pages: usize, seed: u64) {
     for k in 0..pages {
         let words =
+            // SAFETY: the pointer and length describe a live block of this test, which outlives
+            // every use of the slice.
             unsafe { std::slice::from_raw_parts_mut(p.add(k * PAGE) as *mut u64, PAGE / 8) };
         for (w, word) in words.iter_mut().enumerate() {
             *word = (seed << 40) ^ ((k as u64) << 16) ^ w as u64 ^ 0x9e37_79b9_7f4a_7c15;
@@ -45,6 +47,8 @@ fn unchanging_unique_pages_are_looked_at_less_often_and_all_together_every_8th_s
         "smart scan off: every page every scan"
     );
     assert_eq!(plain.stats().scan_skipped_idle, 0);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe {
         e.free(p);
         plain.free(q);
@@ -62,7 +66,11 @@ fn a_duplicate_of_an_idle_page_is_still_merged() {
     }
     let b = e.alloc(pages * PAGE, Hint::None);
     fill_unique(b, pages, 4);
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(a.add(10 * PAGE), b.add(20 * PAGE), PAGE) };
+    // SAFETY: the pointer and length describe a live block of this test, which outlives every use
+    // of the slice.
     let before = unsafe { std::slice::from_raw_parts(b, pages * PAGE) }.to_vec();
     let mut scans = 0;
     while e.stats().merged == 0 && scans < 10 {
@@ -75,9 +83,13 @@ fn a_duplicate_of_an_idle_page_is_still_merged() {
         "idle pages are all looked at every 8th scan; took {scans}"
     );
     assert_eq!(
+        // SAFETY: the pointer and length describe a live block of this test, which outlives every
+        // use of the slice.
         unsafe { std::slice::from_raw_parts(b, pages * PAGE) },
         &before[..]
     );
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe {
         e.free(a);
         e.free(b);
@@ -93,6 +105,8 @@ fn an_idle_page_the_program_zeroes_is_still_folded() {
     for _ in 0..6 {
         e.scan();
     }
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     unsafe { std::ptr::write_bytes(a.add(7 * PAGE), 0, PAGE) };
     let mut scans = 0;
     while e.stats().zero_folded == 0 && scans < 20 {
@@ -104,8 +118,12 @@ fn an_idle_page_the_program_zeroes_is_still_folded() {
         scans <= 17,
         "two full looks at most (the volatility check needs both); took {scans}"
     );
+    // SAFETY: the pointer and length describe a live block of this test, which outlives every use
+    // of the slice.
     let bytes = unsafe { std::slice::from_raw_parts(a, pages * PAGE) };
     assert!(bytes[7 * PAGE..8 * PAGE].iter().all(|&x| x == 0));
     assert!(bytes[8 * PAGE..].iter().any(|&x| x != 0));
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(a) };
 }

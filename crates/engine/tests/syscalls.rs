@@ -41,6 +41,8 @@ fn seed() -> u64 {
 }
 
 fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
+    // SAFETY: the pointer and length describe a live block of this test, which outlives every use
+    // of the slice.
     unsafe { std::slice::from_raw_parts(p, len) }
 }
 
@@ -76,6 +78,8 @@ impl Blk {
         self.shadow.len()
     }
     fn write(&mut self, off: usize, data: &[u8]) {
+        // SAFETY: source and destination are distinct live buffers of this test, each at least the
+        // length copied.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), data.len()) };
         self.shadow[off..off + data.len()].copy_from_slice(data);
     }
@@ -123,6 +127,8 @@ impl Fixture {
             src.write(p * PAGE, &page);
         }
         let mut cow = Blk::new(&e, "cow (virtual copy of src)", n, Hint::None);
+        // SAFETY: both ranges lie inside live blocks this test allocated, each at least the length
+        // copied.
         unsafe { e.copy(cow.ptr, src.ptr, n * PAGE) };
         cow.shadow.copy_from_slice(&src.shadow);
         // Pages 20..28 of the copy diverge, then turn zero: diverged zero pages to fold.
@@ -180,6 +186,8 @@ impl Drop for Fixture {
             return;
         }
         for b in &self.blocks {
+            // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing
+            // uses it after this free.
             assert!(unsafe { self.e.free(b.ptr) });
         }
         let s = self.e.stats();
@@ -218,6 +226,8 @@ impl DataFile {
 
 fn close(fds: &[i32]) {
     for &fd in fds {
+        // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+        // names and local out-arrays; errors are checked.
         unsafe { libc::close(fd) };
     }
 }
@@ -289,6 +299,8 @@ impl Io {
         let file = DataFile::new(1 << 20, seed);
         file.file.sync_all().unwrap();
         let path = std::ffi::CString::new(format!("/proc/self/fd/{}", file.fd())).unwrap();
+        // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+        // names and local out-arrays; errors are checked.
         let fd = unsafe {
             libc::open(
                 path.as_ptr(),
@@ -320,6 +332,8 @@ impl Io {
         match how {
             KernelWrite::FilePread => {
                 let off = rng.gen_range(0..=self.file.data.len() - len);
+                // SAFETY: the buffer is live, writable and at least the length passed; the
+                // descriptor is this test's own.
                 transfer(&what, len, |d| unsafe {
                     libc::pread(
                         self.file.fd(),
@@ -337,9 +351,13 @@ impl Io {
                 } else {
                     self.pipe
                 };
+                // SAFETY: the buffer is live and at least the length passed; the descriptor is this
+                // test's own.
                 transfer(&format!("{what}: feeding"), len, |d| unsafe {
                     libc::write(wfd, data.as_ptr().add(d).cast(), len - d)
                 });
+                // SAFETY: the buffer is live, writable and at least the length passed; the
+                // descriptor is this test's own.
                 transfer(&what, len, |d| unsafe {
                     match how {
                         KernelWrite::PipeRead => libc::read(rfd, dst.add(d).cast(), len - d),
@@ -366,11 +384,13 @@ impl Io {
             }
             KernelWrite::DirectPread => {
                 assert!(
-                    dst as usize % PAGE == 0 && len % PAGE == 0,
+                    (dst as usize).is_multiple_of(PAGE) && len.is_multiple_of(PAGE),
                     "O_DIRECT needs whole pages"
                 );
                 let fd = self.direct.expect("no O_DIRECT here");
                 let off = rng.gen_range(0..=(self.file.data.len() - len) / PAGE) * PAGE;
+                // SAFETY: the buffer is live, writable and at least the length passed; the
+                // descriptor is this test's own.
                 let r = unsafe { libc::pread(fd, dst.cast(), len, off as libc::off_t) };
                 if r != len as isize {
                     panic!(
@@ -382,6 +402,7 @@ impl Io {
             }
             KernelWrite::ProcessVmWritev => {
                 let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+                // SAFETY: the iovecs describe live buffers of this test, each as long as stated.
                 transfer(&what, len, |d| unsafe {
                     let local = libc::iovec {
                         iov_base: data.as_ptr().add(d) as *mut _,
@@ -403,9 +424,13 @@ impl Io {
         let mut buf = vec![0u8; len];
         // write(2) to a file, read back.
         let file = DataFile::new(0, src as u64 ^ len as u64);
+        // SAFETY: the buffer is live and at least the length passed; the descriptor is this test's
+        // own.
         transfer(&format!("{ctx}: write to file"), len, |d| unsafe {
             libc::write(file.fd(), src.add(d).cast(), len - d)
         });
+        // SAFETY: the buffer is live, writable and at least the length passed; the descriptor is
+        // this test's own.
         transfer(&format!("{ctx}: read file back"), len, |d| unsafe {
             libc::pread(
                 file.fd(),
@@ -420,9 +445,13 @@ impl Io {
         );
         // write(2) to a pipe.
         buf.fill(0);
+        // SAFETY: the buffer is live and at least the length passed; the descriptor is this test's
+        // own.
         transfer(&format!("{ctx}: write to pipe"), len, |d| unsafe {
             libc::write(self.pipe.1, src.add(d).cast(), len - d)
         });
+        // SAFETY: the buffer is live, writable and at least the length passed; the descriptor is
+        // this test's own.
         transfer(&format!("{ctx}: read pipe"), len, |d| unsafe {
             libc::read(self.pipe.0, buf.as_mut_ptr().add(d).cast(), len - d)
         });
@@ -432,9 +461,13 @@ impl Io {
         );
         // send(2) on a socket.
         buf.fill(0);
+        // SAFETY: the buffer is live and at least the length passed; the descriptor is this test's
+        // own.
         transfer(&format!("{ctx}: send"), len, |d| unsafe {
             libc::send(self.sock.1, src.add(d).cast(), len - d, 0)
         });
+        // SAFETY: the buffer is live, writable and at least the length passed; the descriptor is
+        // this test's own.
         transfer(&format!("{ctx}: recv"), len, |d| unsafe {
             libc::recv(self.sock.0, buf.as_mut_ptr().add(d).cast(), len - d, 0)
         });
@@ -444,6 +477,7 @@ impl Io {
         );
         // process_vm_readv.
         buf.fill(0);
+        // SAFETY: the iovecs describe live buffers of this test, each as long as stated.
         transfer(&format!("{ctx}: process_vm_readv"), len, |d| unsafe {
             let local = libc::iovec {
                 iov_base: buf.as_mut_ptr().add(d).cast(),
@@ -493,6 +527,8 @@ fn kernel_writes_into_shared_folded_and_merged_pages() {
                 } else {
                     (off, len)
                 };
+                // SAFETY: the address lies inside a live block this test allocated, and no
+                // reference to those bytes exists during the access.
                 let dst = unsafe { f.blocks[bi].ptr.add(off) };
                 let data = io.kernel_write(how, dst, len, &mut rng);
                 f.blocks[bi].shadow[off..off + len].copy_from_slice(&data);
@@ -519,11 +555,15 @@ fn kernel_reads_from_shared_folded_and_merged_pages() {
     // A block never touched at all: the kernel must read zeros.
     let fresh = f.e.alloc(8 * PAGE, Hint::None);
     io.kernel_read_all_ways(fresh, 8 * PAGE, &vec![0u8; 8 * PAGE], "untouched block");
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { f.e.free(fresh) };
     for b in &f.blocks {
         io.kernel_read_all_ways(b.ptr, b.len(), &b.shadow, &format!("whole '{}'", b.name));
         let (off, len) = (3 * PAGE - 7, 4 * PAGE + 11);
         io.kernel_read_all_ways(
+            // SAFETY: the address lies inside a live block this test allocated, and no reference to
+            // those bytes exists during the access.
             unsafe { b.ptr.add(off) },
             len,
             &b.shadow[off..off + len],
@@ -553,6 +593,8 @@ fn watchdog(
                     "\n{ctx}: no progress for 60 s at iteration {now}: a system call into engine memory \
                      never returned (page left write-protected?); aborting\n"
                 );
+                // SAFETY: the buffer is live and at least the length passed; the descriptor is this
+                // test's own.
                 unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
                 std::process::abort();
             }
@@ -640,6 +682,8 @@ fn concurrent(cfg: Config, name: &str, kinds: &[KernelWrite], pages: usize, nblo
                     let di = (bi + 1 + rng.gen_range(0..blocks.len() - 1)) % blocks.len();
                     let n = rng.gen_range(1..=32);
                     let (sp, dp) = (rng.gen_range(0..=pages - n), rng.gen_range(0..=pages - n));
+                    // SAFETY: both ranges lie inside live blocks this test allocated, each at least
+                    // the length copied.
                     unsafe {
                         e.copy(
                             blocks[di].ptr.add(dp * PAGE),
@@ -662,9 +706,13 @@ fn concurrent(cfg: Config, name: &str, kinds: &[KernelWrite], pages: usize, nblo
                     };
                     let t = std::time::Instant::now();
                     let data =
+                        // SAFETY: the address lies inside a live block this test allocated, and no
+                        // reference to those bytes exists during the access.
                         io.kernel_write(how, unsafe { blocks[bi].ptr.add(off) }, len, &mut rng);
                     slow += (t.elapsed() > std::time::Duration::from_micros(500)) as u64;
                     blocks[bi].shadow[off..off + len].copy_from_slice(&data);
+                    // SAFETY: the address lies inside a live block this test allocated, and no
+                    // reference to those bytes exists during the access.
                     let got = bytes(unsafe { blocks[bi].ptr.add(off) }, len);
                     if got != &data[..] {
                         let first = (0..len).find(|&i| got[i] != data[i]).unwrap();
@@ -711,6 +759,8 @@ fn concurrent(cfg: Config, name: &str, kinds: &[KernelWrite], pages: usize, nblo
         "[{name}] {s:?}"
     );
     for b in &blocks {
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         assert!(unsafe { e.free(b.ptr) });
     }
     assert_eq!(e.stats().frames_in_use, 0);
@@ -788,16 +838,22 @@ fn madvise_dontneed_never_exposes_another_blocks_data() {
         a.write(p * PAGE, &pattern(10 + p));
     }
     let mut b = Blk::new(&e, "b (copy of a, then rewritten)", n, Hint::None);
+    // SAFETY: both ranges lie inside live blocks this test allocated, each at least the length
+    // copied.
     unsafe { e.copy(b.ptr, a.ptr, n * PAGE) };
     for p in 0..n {
         b.write(p * PAGE, &pattern(20 + p)); // b's pages diverge
     }
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(a.ptr) };
     e.scan(); // frames of diverged pages are released, then reused:
     let mut c = Blk::new(&e, "c", n, Hint::None);
     for p in 0..n {
         c.write(p * PAGE, &pattern(30 + p));
     }
+    // SAFETY: the range is a live block of this test; the call changes or reads only that range (a
+    // mincore vector has one byte per page).
     unsafe { libc::madvise(b.ptr.cast(), n * PAGE, libc::MADV_DONTNEED) };
     let got = bytes(b.ptr, n * PAGE);
     for p in 0..n {
@@ -812,6 +868,8 @@ fn madvise_dontneed_never_exposes_another_blocks_data() {
     b.shadow.fill(0);
     b.check("b after madvise(MADV_DONTNEED) (plain memory reads zero)");
     for blk in [&b, &c] {
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         unsafe { e.free(blk.ptr) };
     }
 }
@@ -827,10 +885,14 @@ static HANDLER_RUNS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 /// signal stack where it has one.
 extern "C" fn on_usr1(_: libc::c_int) {
     let t =
+        // SAFETY: signal setup and delivery on this test's own threads; the handler only does
+        // async-signal-safe work.
         (unsafe { libc::pthread_self() } as u64 == SCANNER_THREAD.load(Ordering::SeqCst)) as usize;
     let n = HANDLER_RUNS[t].fetch_add(1, Ordering::SeqCst) + 1;
     let p = HANDLER_PAGE.load(Ordering::SeqCst);
     let mut local = [0u8; 2048];
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     unsafe {
         std::ptr::write_volatile(&mut local[(n as usize * 7) % 2048], n as u8);
         *p.add(t * PAGE / 2 + n as usize % (PAGE / 2)) = n as u8;
@@ -914,6 +976,8 @@ fn signals_child(seed: u64) {
     let alt = e.alloc(alt_len, Hint::None);
     let hpage = e.alloc(PAGE, Hint::None);
     HANDLER_PAGE.store(hpage, Ordering::SeqCst);
+    // SAFETY: signal setup and delivery on this test's own threads; the handler only does
+    // async-signal-safe work.
     unsafe {
         let ss = libc::stack_t {
             ss_sp: alt.cast(),
@@ -941,6 +1005,8 @@ fn signals_child(seed: u64) {
     let scanner = {
         let (e, stop) = (e.clone(), stop.clone());
         std::thread::spawn(move || {
+            // SAFETY: signal setup and delivery on this test's own threads; the handler only does
+            // async-signal-safe work.
             SCANNER_THREAD.store(unsafe { libc::pthread_self() } as u64, Ordering::SeqCst);
             while !stop.load(Ordering::Relaxed) {
                 e.scan();
@@ -955,6 +1021,8 @@ fn signals_child(seed: u64) {
     // scanning thread writing to a page that very thread protected would wait
     // for itself, unless the scan keeps signals out while a chunk is protected.
     let targets = [
+        // SAFETY: signal setup and delivery on this test's own threads; the handler only does
+        // async-signal-safe work.
         unsafe { libc::pthread_self() } as u64,
         SCANNER_THREAD.load(Ordering::SeqCst),
     ];
@@ -963,6 +1031,8 @@ fn signals_child(seed: u64) {
         std::thread::spawn(move || {
             let mut i = 0usize;
             while !stop.load(Ordering::Relaxed) {
+                // SAFETY: signal setup and delivery on this test's own threads; the handler only
+                // does async-signal-safe work.
                 unsafe { libc::pthread_kill(targets[i % 2] as libc::pthread_t, libc::SIGUSR1) };
                 i += 1;
                 std::thread::sleep(std::time::Duration::from_micros(50));
@@ -973,7 +1043,7 @@ fn signals_child(seed: u64) {
     let mut it = 0u64;
     while t.elapsed() < std::time::Duration::from_millis(1500) {
         let bi = rng.gen_range(0..blocks.len());
-        if it % 5 == 0 {
+        if it.is_multiple_of(5) {
             // Duplicates for the scan to merge, again and again.
             for _ in 0..8 {
                 let p = rng.gen_range(0..pages);
@@ -984,10 +1054,12 @@ fn signals_child(seed: u64) {
             let how = COPYING[rng.gen_range(0..COPYING.len())];
             let len = rng.gen_range(1..=6 * PAGE);
             let off = rng.gen_range(0..=pages * PAGE - len);
+            // SAFETY: the address lies inside a live block this test allocated, and no reference to
+            // those bytes exists during the access.
             let data = io.kernel_write(how, unsafe { blocks[bi].ptr.add(off) }, len, &mut rng);
             blocks[bi].shadow[off..off + len].copy_from_slice(&data);
         }
-        if it % 50 == 0 {
+        if it.is_multiple_of(50) {
             for b in &blocks {
                 b.check(&format!("seed {seed}, with signals, iteration {it}"));
             }
@@ -997,6 +1069,8 @@ fn signals_child(seed: u64) {
     stop.store(true, Ordering::Relaxed);
     signaller.join().unwrap();
     scanner.join().unwrap();
+    // SAFETY: signal setup and delivery on this test's own threads; the handler only does
+    // async-signal-safe work.
     unsafe {
         // Block the signal: no handler may run while we check its page.
         let mut set: libc::sigset_t = std::mem::zeroed();

@@ -46,6 +46,8 @@ fn filled(e: &Engine, n: usize, first: usize) -> (*mut u8, Vec<u8>) {
     let p = e.alloc(n * PAGE, Hint::None);
     assert!(!p.is_null());
     let want: Vec<u8> = (first..first + n).flat_map(pattern).collect();
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     (p, want)
 }
@@ -54,6 +56,8 @@ fn filled(e: &Engine, n: usize, first: usize) -> (*mut u8, Vec<u8>) {
 fn resident(p: *const u8, n: usize) -> Vec<bool> {
     let mut v = vec![0u8; n];
     assert_eq!(
+        // SAFETY: the range is a live block of this test; the call changes or reads only that range
+        // (a mincore vector has one byte per page).
         unsafe { libc::mincore(p as *mut _, n * PAGE, v.as_mut_ptr()) },
         0
     );
@@ -106,6 +110,8 @@ fn the_background_scanner_evicts_cold_pages_and_they_read_back_exactly() {
     assert_eq!(st.restored, n as u64);
     assert_eq!(st.restore_errors, 0);
     e.stop_background();
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(p) };
 }
 
@@ -119,6 +125,8 @@ fn pages_written_every_pass_are_never_evicted() {
     for round in 0..8u8 {
         for k in 0..n {
             // Offset 0 is among the bytes a look samples.
+            // SAFETY: the address lies inside a live block this test allocated, and no reference to
+            // those bytes exists during the access.
             unsafe { *hot.add(k * PAGE) = round.wrapping_add(7) };
             hot_want[k * PAGE] = round.wrapping_add(7);
         }
@@ -142,6 +150,8 @@ fn pages_written_every_pass_are_never_evicted() {
     assert!(resident(cold, n).iter().all(|r| !r));
     assert_eq!(bytes(hot, n * PAGE), &hot_want[..]);
     assert_eq!(bytes(cold, n * PAGE), &cold_want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe {
         e.free(hot);
         e.free(cold);
@@ -174,6 +184,8 @@ fn a_restored_page_is_not_evicted_again_until_it_is_cold_again() {
     assert!(!resident(p, 1)[0], "cold again: evicted again");
     assert_eq!(e.stats().clock.total.evicted, n as u64 + 1);
     assert_eq!(bytes(p, n * PAGE), &want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(p) };
 }
 
@@ -215,6 +227,8 @@ fn duplicate_cold_pages_are_merged_not_compressed() {
     assert_eq!(bytes(a, dups * PAGE), &a_want[..]);
     assert_eq!(bytes(b, dups * PAGE), &b_want[..]);
     assert_eq!(bytes(u, unique * PAGE), &u_want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe {
         e.free(a);
         e.free(b);
@@ -284,6 +298,8 @@ fn above_the_high_watermark_c3_pages_are_compressed_until_below_the_low_one() {
     );
     assert_eq!(spy.spill_asked.load(Ordering::SeqCst), 0);
     assert_eq!(bytes(p, 1024 * PAGE), &want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { calm.free(p) };
 
     let (high, low) = (2u64 << 20, 1u64 << 20);
@@ -303,6 +319,8 @@ fn above_the_high_watermark_c3_pages_are_compressed_until_below_the_low_one() {
     );
     assert!(st.clock.spilled >= 3 << 20, "{:?}", st.clock);
     assert_eq!(bytes(p, 1024 * PAGE), &want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { spilled.free(p) };
 
     let (e, p, want, spy) = two_passes(marks, false);
@@ -326,6 +344,8 @@ fn above_the_high_watermark_c3_pages_are_compressed_until_below_the_low_one() {
         st.clock
     );
     assert_eq!(bytes(p, 1024 * PAGE), &want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(p) };
 }
 
@@ -344,6 +364,8 @@ fn tiering_off_evicts_nothing() {
     assert_eq!((st.evicted, st.clock.passes), (0, 0));
     assert!(resident(p, 32).iter().all(|&r| r));
     assert_eq!(bytes(p, 32 * PAGE), &want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(p) };
 }
 
@@ -376,6 +398,8 @@ fn without_userfaultfd_missing_mode_passes_classify_merge_and_evict_nothing() {
     );
     assert_eq!(bytes(a, 16 * PAGE), &a_want[..]);
     assert_eq!(bytes(b, 16 * PAGE), &b_want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe {
         e.free(a);
         e.free(b);
@@ -391,6 +415,8 @@ fn incompressible_pages_are_offered_once_until_written() {
     let mut want: Vec<u8> = (0..n as u64)
         .flat_map(|k| incompressible(2 * k + 1))
         .collect();
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     scans(&e, 8); // C4 from the third pass on
     let c = e.stats().clock;
@@ -407,6 +433,8 @@ fn incompressible_pages_are_offered_once_until_written() {
     // New, compressible content: seen by the smart scan's next look (at
     // most 8 scans), then cold after two passes, offered again and taken.
     let fresh = pattern(900);
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(fresh.as_ptr(), p, PAGE) };
     want[..PAGE].copy_from_slice(&fresh);
     let mut passes = 0;
@@ -422,6 +450,8 @@ fn incompressible_pages_are_offered_once_until_written() {
     let c = e.stats().clock;
     assert_eq!((c.total.refused, c.total.evicted), (n as u64, 1), "{c:?}");
     assert_eq!(bytes(p, n * PAGE), &want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(p) };
 }
 
@@ -435,6 +465,8 @@ fn a_copy_of_evicted_pages_shares_them_instead_of_copying_plainly() {
     assert_eq!(e.stats().evicted_now, n as u64);
     let dst = e.alloc(n * PAGE, Hint::None);
     let before = e.stats();
+    // SAFETY: both ranges lie inside live blocks this test allocated, each at least the length
+    // copied.
     unsafe { e.copy(dst, p, n * PAGE) };
     let after = e.stats();
     assert_eq!(
@@ -449,6 +481,8 @@ fn a_copy_of_evicted_pages_shares_them_instead_of_copying_plainly() {
     );
     assert_eq!(bytes(dst, n * PAGE), &want[..]);
     assert_eq!(bytes(p, n * PAGE), &want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe {
         e.free(p);
         e.free(dst);
@@ -475,6 +509,8 @@ fn the_policy_patches_similar_cold_pages_against_a_reference_and_they_read_back_
         (0..16).for_each(|j| page[j * 256 + 3] = (k as u8).wrapping_add(j as u8) | 1);
         want.extend_from_slice(&page);
     }
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     scans(&e, 4);
     let st = e.stats();
@@ -492,12 +528,16 @@ fn the_policy_patches_similar_cold_pages_against_a_reference_and_they_read_back_
     );
     // Writing every page (the reference included) restores and changes them; nothing is lost.
     for k in 0..n {
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         unsafe { *p.add(k * PAGE + 100) ^= 0x5a };
         want[k * PAGE + 100] ^= 0x5a;
     }
     assert_eq!(bytes(p, n * PAGE), &want[..]);
     scans(&e, 4);
     assert_eq!(bytes(p, n * PAGE), &want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(p) };
 }
 
@@ -515,6 +555,8 @@ fn a_page_without_a_reference_is_not_offered_a_patch_again_until_written() {
     let mut want: Vec<u8> = (0..n as u64)
         .flat_map(|k| incompressible(0x2545 + k))
         .collect();
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     scans(&e, 4);
     let tried = e.stats().patch_work_ns;
@@ -527,6 +569,8 @@ fn a_page_without_a_reference_is_not_offered_a_patch_again_until_written() {
         "not offered again while unwritten"
     );
     // A write (seen by the next look) makes the page a candidate again.
+    // SAFETY: the address lies inside a live block this test allocated, and no reference to those
+    // bytes exists during the access.
     unsafe { *p.add(5 * PAGE + 9) ^= 1 };
     want[5 * PAGE + 9] ^= 1;
     scans(&e, 4);
@@ -535,5 +579,7 @@ fn a_page_without_a_reference_is_not_offered_a_patch_again_until_written() {
         "a written page is offered again"
     );
     assert_eq!(bytes(p, n * PAGE), &want[..]);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
     unsafe { e.free(p) };
 }

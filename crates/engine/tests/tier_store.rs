@@ -52,6 +52,8 @@ fn count() {
     }
 }
 
+// SAFETY: every method passes its layout and pointer to System unchanged, which upholds the
+// GlobalAlloc contract; counting touches only an atomic.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         count();
@@ -107,7 +109,11 @@ struct Fixture {
     want: Vec<u8>,
 }
 
+// SAFETY: Fixture holds raw pointers into blocks the test owns; every thread that gets it only
+// touches those blocks while the test keeps them alive.
 unsafe impl Send for Fixture {}
+// SAFETY: Fixture holds raw pointers into blocks the test owns; every thread that gets it only
+// touches those blocks while the test keeps them alive.
 unsafe impl Sync for Fixture {}
 
 impl Fixture {
@@ -120,6 +126,8 @@ impl Fixture {
         let want: Vec<u8> = (0..n).flat_map(content_page).collect();
         let ptr = e.alloc(n * PAGE, Hint::None);
         assert!(!ptr.is_null());
+        // SAFETY: source and destination are distinct live buffers of this test, each at least the
+        // length copied.
         unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), ptr, want.len()) };
         Fixture {
             e,
@@ -168,6 +176,8 @@ impl Fixture {
     }
 
     fn page(&self, k: usize) -> *mut u8 {
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         unsafe { self.ptr.add(k * PAGE) }
     }
 
@@ -186,6 +196,8 @@ impl Fixture {
         self.check(ctx);
         let s = self.e.stats();
         assert_eq!(s.restore_errors, 0, "{ctx}: {s:?}");
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         assert!(unsafe { self.e.free(self.ptr) });
         let b = self.store.bytes();
         assert_eq!((b.pages, b.payload, b.swapped), (0, 0, 0), "{ctx}: {b:?}");
@@ -219,6 +231,8 @@ fn touch(f: Fixture, how: Toucher, ctx: &str) -> Fixture {
                 );
             }
             for k in (1..n).step_by(2) {
+                // SAFETY: the address lies inside a live block this test allocated, and no
+                // reference to those bytes exists during the access.
                 unsafe { f.page(k).add(11).write_volatile(0xEE) };
                 f.want[k * PAGE + 11] = 0xEE;
             }
@@ -237,15 +251,21 @@ fn touch(f: Fixture, how: Toucher, ctx: &str) -> Fixture {
             let mut out = vec![0u8; n * PAGE];
             must(
                 "write(2) from evicted pages",
+                // SAFETY: the buffer is live and at least the length passed; the descriptor is this
+                // test's own.
                 unsafe { libc::write(w, f.ptr.cast(), n * PAGE) },
                 n * PAGE,
             );
             must(
                 "pipe read",
+                // SAFETY: the buffer is live, writable and at least the length passed; the
+                // descriptor is this test's own.
                 unsafe { libc::read(r, out.as_mut_ptr().cast(), n * PAGE) },
                 n * PAGE,
             );
             assert!(out == f.want, "{ctx}: write(2) sent other bytes");
+            // SAFETY: plain system calls on this test's own descriptors and paths, with
+            // NUL-terminated names and local out-arrays; errors are checked.
             unsafe { (libc::close(r), libc::close(w)) };
         }
         Toucher::KernelWrite => {
@@ -254,15 +274,21 @@ fn touch(f: Fixture, how: Toucher, ctx: &str) -> Fixture {
             let data: Vec<u8> = (0..2 * PAGE).map(|i| (i * 13 + 1) as u8).collect();
             must(
                 "pipe write",
+                // SAFETY: the buffer is live and at least the length passed; the descriptor is this
+                // test's own.
                 unsafe { libc::write(w, data.as_ptr().cast(), data.len()) },
                 data.len(),
             );
             must(
                 "read(2) into evicted pages",
+                // SAFETY: the buffer is live, writable and at least the length passed; the
+                // descriptor is this test's own.
                 unsafe { libc::read(r, f.page(1).add(100).cast(), data.len()) },
                 data.len(),
             );
             f.want[PAGE + 100..3 * PAGE + 100].copy_from_slice(&data);
+            // SAFETY: plain system calls on this test's own descriptors and paths, with
+            // NUL-terminated names and local out-arrays; errors are checked.
             unsafe { (libc::close(r), libc::close(w)) };
         }
     }
@@ -359,8 +385,12 @@ fn the_fault_path_allocates_nothing() {
             ARMED.store(true, Ordering::SeqCst);
             let mut sum = 0u64;
             for k in 0..15 {
+                // SAFETY: the address lies inside a live block this test allocated, and no
+                // reference to those bytes exists during the access.
                 sum = sum.wrapping_add(unsafe { f.page(k).add(8).read_volatile() } as u64);
             }
+            // SAFETY: the buffer is live and at least the length passed; the descriptor is this
+            // test's own.
             let written = unsafe { libc::write(w, f.page(15).cast(), 15 * PAGE) };
             ARMED.store(false, Ordering::SeqCst);
             std::hint::black_box(sum);
@@ -371,6 +401,8 @@ fn the_fault_path_allocates_nothing() {
                 0,
                 "swap {swap}: the fault thread allocated"
             );
+            // SAFETY: plain system calls on this test's own descriptors and paths, with
+            // NUL-terminated names and local out-arrays; errors are checked.
             unsafe { (libc::close(r), libc::close(w)) };
             f.finish(&format!("no allocation, swap {swap}"));
         }
@@ -386,6 +418,8 @@ fn the_fault_path_allocates_nothing() {
             (0..16).for_each(|j| page[j * 256 + 5] = (k * 16 + j) as u8 | 1);
             want.extend_from_slice(&page);
         }
+        // SAFETY: source and destination are distinct live buffers of this test, each at least the
+        // length copied.
         unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
         let r = e.evict_with(
             p,
@@ -400,6 +434,8 @@ fn the_fault_path_allocates_nothing() {
         ARMED.store(true, Ordering::SeqCst);
         let mut sum = 0u64;
         for k in 0..n {
+            // SAFETY: the address lies inside a live block this test allocated, and no reference to
+            // those bytes exists during the access.
             sum = sum.wrapping_add(unsafe { p.add(k * PAGE + 8).read_volatile() } as u64);
         }
         ARMED.store(false, Ordering::SeqCst);
@@ -410,10 +446,14 @@ fn the_fault_path_allocates_nothing() {
             "the fault thread allocated restoring patches"
         );
         assert_eq!(
+            // SAFETY: the pointer and length describe a live block of this test, which outlives
+            // every use of the slice.
             unsafe { std::slice::from_raw_parts(p, n * PAGE) },
             &want[..]
         );
         assert!(e.stats().patch_restores >= r.patched);
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         assert!(unsafe { e.free(p) });
     });
 }
@@ -438,6 +478,8 @@ fn evicted_text(
         .flat_map(|k| kind_page(Kind::Text, k))
         .collect();
     let p = e.alloc(n * PAGE, Hint::None);
+    // SAFETY: source and destination are distinct live buffers of this test, each at least the
+    // length copied.
     unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
     let r = e.evict_with(p, n * PAGE, STORE_ONLY);
     (e, p, want, r)
@@ -478,6 +520,8 @@ fn a_full_disk_keeps_pages_in_memory() {
         );
         let st = e.stats();
         assert_eq!((st.restore_errors, st.restored), (0, r.evicted), "{st:?}");
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         assert!(unsafe { e.free(p) });
         assert_eq!(s.bytes().pages, 0);
         eprintln!("full disk: {r:?}, {c:?}");
@@ -493,13 +537,16 @@ fn a_full_disk_keeps_pages_in_memory() {
 
 /// Runs `body` in a forked child and returns its wait status.
 fn in_child(body: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: the child touches only this test's memory and leaves with _exit.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         // A panic must end the child, not unwind into the test harness.
         let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(99);
+        // SAFETY: _exit ends the child at once, running no destructors.
         unsafe { libc::_exit(code) };
     }
     let mut status = 0;
+    // SAFETY: status is a writable local; waitpid reaps only the given child.
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     status
 }
@@ -512,6 +559,8 @@ fn open_swap_file(prefix: &std::path::Path) -> Option<i32> {
         let link = std::fs::read_link(entry.path()).ok()?;
         if link.to_str().is_some_and(|l| l.starts_with(want)) {
             let c = std::ffi::CString::new(entry.path().to_str()?).ok()?;
+            // SAFETY: plain system calls on this test's own descriptors and paths, with
+            // NUL-terminated names and local out-arrays; errors are checked.
             let fd = unsafe { libc::open(c.as_ptr(), libc::O_WRONLY) };
             return (fd >= 0).then_some(fd);
         }
@@ -534,6 +583,8 @@ fn damaged_swap(tag: &str, victim: usize, intact: usize, damage: fn(i32, usize))
         if bytes(f.page(intact), PAGE) != &f.want[intact * PAGE..(intact + 1) * PAGE] {
             return 4;
         }
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
         let v = unsafe { f.page(victim).add(100).read_volatile() };
         if v == f.want[victim * PAGE + 100] {
             5
@@ -555,6 +606,8 @@ fn a_corrupted_swap_slot_poisons_the_page() {
     damaged_swap("corrupt", 0, 1, |fd, slot| {
         let junk = [0x5au8; 64];
         assert_eq!(
+            // SAFETY: the buffer is live and at least the length passed; the descriptor is this
+            // test's own.
             unsafe { libc::pwrite(fd, junk.as_ptr().cast(), junk.len(), slot as i64 + 10) },
             64
         );
@@ -566,6 +619,8 @@ fn a_truncated_swap_file_poisons_the_page() {
     let _g = serial();
     // Cut at the victim's slot: its read comes back short.
     damaged_swap("truncated", 3, 0, |fd, slot| {
+        // SAFETY: plain system calls on this test's own descriptors and paths, with NUL-terminated
+        // names and local out-arrays; errors are checked.
         assert_eq!(unsafe { libc::ftruncate(fd, slot as i64) }, 0)
     });
 }
@@ -595,9 +650,13 @@ fn accounting_equals_the_tables_after_churn() {
             agree(&format!("round {round}: half spilled"));
             // Touch every third page of a, every other of b; reconcile.
             for k in (round..a.pages()).step_by(3) {
+                // SAFETY: the address lies inside a live block this test allocated, and no
+                // reference to those bytes exists during the access.
                 unsafe { a.page(k).read_volatile() };
             }
             for k in (0..b.pages()).step_by(2) {
+                // SAFETY: the address lies inside a live block this test allocated, and no
+                // reference to those bytes exists during the access.
                 unsafe { b.page(k).write_volatile(round as u8) };
             }
             a.e.scan();
@@ -632,6 +691,8 @@ impl Fixture {
     /// Frees the block after a check, without asserting the shared store is empty.
     fn finish_keep(self) -> Engine {
         self.check("finish");
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         assert!(unsafe { self.e.free(self.ptr) });
         self.e
     }
@@ -653,6 +714,8 @@ fn fork_with_swapped_pages() {
             // The child evicts and swaps on its own, into its own file (a
             // fresh block: pre-fork frames are not evicted, the parent maps them).
             let fresh = f.e.alloc(want.len(), Hint::None);
+            // SAFETY: source and destination are distinct live buffers of this test, each at least
+            // the length copied.
             unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), fresh, want.len()) };
             f.e.evict_with(fresh, want.len(), STORE_ONLY);
             if f.store.spill(u64::MAX) == 0 || f.store.bytes().swapped == 0 {
@@ -683,6 +746,8 @@ fn fork_with_swapped_pages() {
         f.e.scan();
         assert_eq!(f.store.bytes().pages, 0);
         let fresh = f.e.alloc(want.len(), Hint::None);
+        // SAFETY: source and destination are distinct live buffers of this test, each at least the
+        // length copied.
         unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), fresh, want.len()) };
         assert_eq!(f.e.evict_with(fresh, want.len(), STORE_ONLY).evicted, 30);
         f.store.spill(u64::MAX);
@@ -691,6 +756,8 @@ fn fork_with_swapped_pages() {
             bytes(fresh, want.len()) == &want[..],
             "parent: wrong bytes from its swap file after the child swapped"
         );
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         assert!(unsafe { f.e.free(fresh) });
         f.finish("fork");
     });
@@ -715,6 +782,8 @@ fn without_a_usable_swap_file_a_full_store_refuses() {
             s.counts()
         );
         assert!(bytes(p, n * PAGE) == &want[..], "{prefix:?}: wrong bytes");
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+        // after this free.
         assert!(unsafe { e.free(p) });
         assert_eq!(s.audit().unwrap(), s.bytes());
     }
@@ -745,10 +814,13 @@ fn fork_while_another_thread_holds_the_store_lock() {
     };
     held_rx.recv().unwrap();
     let want: Vec<u8> = (0..8).flat_map(content_page).collect();
+    // SAFETY: the child touches only this test's memory and leaves with _exit.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let p = e.alloc(want.len(), Hint::None);
+            // SAFETY: source and destination are distinct live buffers of this test, each at least
+            // the length copied.
             unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, want.len()) };
             let r = e.evict_with(p, want.len(), STORE_ONLY);
             let right = bytes(p, want.len()) == &want[..];
@@ -759,14 +831,19 @@ fn fork_while_another_thread_holds_the_store_lock() {
             }
         }))
         .unwrap_or(99);
+        // SAFETY: _exit ends the child at once, running no destructors.
         unsafe { libc::_exit(code) };
     }
     // The child has 10 s; a child waiting for the lock is killed and fails the test.
     let mut status = 0;
     let t = std::time::Instant::now();
+    // SAFETY: status is a writable local; waitpid reaps only the given child.
     while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
         if t.elapsed() > Duration::from_secs(10) {
+            // SAFETY: signal setup and delivery on this test's own threads; the handler only does
+            // async-signal-safe work.
             unsafe { libc::kill(pid, libc::SIGKILL) };
+            // SAFETY: status is a writable local; waitpid reaps only the given child.
             unsafe { libc::waitpid(pid, &mut status, 0) };
             go_tx.send(()).unwrap();
             panic!("the child hung on the store's lock, held by a thread it does not have");
