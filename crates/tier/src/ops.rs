@@ -688,7 +688,7 @@ pub fn run_part(cfg: &OpsConfig, part: &str) -> String {
     );
     let _ = writeln!(
         s,
-        "| op | page kind | median µs | p10-p90 | stored | mean bytes | DE µs | issue target (met) | strict target (met) |"
+        "| op | page kind | median µs | p10-p90 | stored | mean bytes | DE µs | target (met) | strict target (met) |"
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
