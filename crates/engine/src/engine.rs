@@ -333,9 +333,9 @@ impl State {
         let on_frames = !crate::fds::lost() && self.placement.on_frames(self.cfg.fresh, npages);
         let (ptr, pages) = match on_frames.then(|| self.alloc_frames(npages)).flatten() {
             Some(x) => x,
-            None => match sys::map(std::ptr::null_mut(), npages * PAGE, None, 0, false, false) {
-                Ok(p) => (p, vec![Page::Anon; npages]),
-                Err(_) => return std::ptr::null_mut(),
+            None => match self.map_anonymous(npages) {
+                Some(p) => (p, vec![Page::Anon; npages]),
+                None => return std::ptr::null_mut(),
             },
         };
         if hint == Hint::FullWrite {
@@ -346,6 +346,22 @@ impl State {
         self.vmas += block.vmas;
         self.blocks.insert(ptr as usize, block);
         ptr
+    }
+
+    /// `npages` of fresh anonymous memory. If memory or address space ran out
+    /// while freed blocks are kept for reuse, they are given back first (as
+    /// glibc trims its heap) and the mapping is tried again: the program must
+    /// not fail where plain memory would not.
+    fn map_anonymous(&mut self, npages: usize) -> Option<*mut u8> {
+        let map = || sys::map(std::ptr::null_mut(), npages * PAGE, None, 0, false, false);
+        match map() {
+            Ok(p) => Some(p),
+            Err(_) if !self.recycled.is_empty() => {
+                self.flush_recycled();
+                map().ok()
+            }
+            Err(_) => None,
+        }
     }
 
     /// A fresh run of owned frames mapped shared; None (counted) on any failure.

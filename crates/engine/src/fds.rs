@@ -10,18 +10,20 @@
 //!
 //! So every descriptor the engine holds beyond one call is *adopted* here:
 //!
-//! - It is moved to a number at or above the program's soft `RLIMIT_NOFILE`,
+//! - It is moved to a number at or above the program's soft `RLIMIT_NOFILE`
 //!   and at or above `FLOOR` (a program that lowered its limit may still look
-//!   just above it, where it keeps descriptors open) (the limit is raised for the one `fcntl(F_DUPFD_CLOEXEC)` and put back;
-//!   where soft and hard limit are equal, both are raised, which needs
-//!   CAP_SYS_RESOURCE). The kernel hands the program only numbers below its
-//!   limit, and checks that walk "every descriptor up to the limit" never look
-//!   there. Where the limit cannot be raised (equal limits without the
-//!   capability, or the call is forbidden) the number is the highest free one
-//!   below it; where the limit is huge, it sits at `CEILING`, because the
-//!   kernel's descriptor table grows with the highest number in use (8 bytes a
-//!   slot). In both cases a program that walks every number up to its limit
-//!   sees the engine's descriptors.
+//!   just above it, where it keeps descriptors open). The soft limit is raised
+//!   for the one `fcntl(F_DUPFD_CLOEXEC)` and put back; where soft and hard
+//!   limit are equal both are raised, which needs CAP_SYS_RESOURCE. The kernel
+//!   hands the program only numbers below its limit, and checks that walk
+//!   "every descriptor up to the limit" never look there.
+//! - Where the limit cannot be raised (equal limits without the capability, or
+//!   the call is forbidden) the number is the highest free one below it, and a
+//!   walk up to the limit sees it. Below a limit under `FLOOR` it takes none:
+//!   every number may be one the program needs, so the engine declines the
+//!   descriptor (and runs without it, as when memfd is unavailable). Above a
+//!   limit over `CEILING` it sits at `CEILING`, inside the limit: the kernel's
+//!   descriptor table grows with the highest number in use (8 bytes a slot).
 //! - It is close-on-exec, so no program the process executes inherits it.
 //! - Its identity (`st_dev`, `st_ino`) is recorded. `Fd::with` checks it before
 //!   every use: if the number no longer names our file (the program replaced it
@@ -164,7 +166,13 @@ fn dup_high(n: i32) -> io::Result<i32> {
             return r;
         }
     }
-    // Below the limit: the highest free number in its top SLOTS.
+    // Below the limit only where the program has numbers to spare: with a
+    // small limit every number may be one it needs, and the engine declines
+    // (it then runs without frames, as when memfd is unavailable).
+    if soft < FLOOR {
+        return Err(io::Error::from_raw_os_error(libc::EMFILE));
+    }
+    // The highest free number in the top SLOTS below the limit.
     let mut min = (soft - SLOTS as i32).max(3);
     loop {
         match dup_at_least(n, min) {
