@@ -6,7 +6,7 @@
 #   bench/compat/cpython_suite.sh [--out DIR] [--timeout S] [-- REGRTEST ARGS...]
 #
 # Without REGRTEST ARGS it runs every test this machine can run (`-j2`, no
-# extra resources). A subset, e.g. for CI:
+# extra resources, a hung test stopped after 900 s). A subset, e.g. for CI:
 #   bench/compat/cpython_suite.sh -- -j2 test_subprocess test_mmap test_array
 #
 # Both runs get --junit-xml and PYTHONHASHSEED=0 and run one after the other
@@ -33,7 +33,7 @@ while :; do
 done
 [ "${1:-}" = "--" ] && shift
 args=("$@")
-[ ${#args[@]} -eq 0 ] && args=(-j2)
+[ ${#args[@]} -eq 0 ] && args=(-j2 --timeout 900)
 
 die() { echo "cpython_suite: $*" >&2; exit 2; }
 [ -x "$pagefold" ] || die "$pagefold not found (cargo build --release -p pagefold -p pagefold-preload)"
