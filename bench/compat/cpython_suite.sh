@@ -13,7 +13,7 @@
 # in a scratch directory. --timeout S stops each whole run after S seconds
 # (it then counts as incomplete, and the script fails). Results (junit XML,
 # logs, the pagefold report) stay in DIR (default: a new temporary directory,
-# printed). Needs a Python with its test package (Debian: the
+# printed). Needs a Python with its regression tests (Debian: the
 # libpython3.X-testsuite package). Environment: PAGEFOLD (the pagefold
 # binary, default target/release/pagefold of this checkout), PYTHON (default
 # python3).
@@ -37,8 +37,8 @@ args=("$@")
 
 die() { echo "cpython_suite: $*" >&2; exit 2; }
 [ -x "$pagefold" ] || die "$pagefold not found (cargo build --release -p pagefold -p pagefold-preload)"
-"$python" -c 'import test.libregrtest' 2>/dev/null \
-  || die "$python has no test package (Debian: apt-get install libpython3-testsuite)"
+"$python" -c "import importlib.util as u; assert u.find_spec('test.test_subprocess')" 2>/dev/null \
+  || die "$python has no regression tests (Debian: apt-get install libpython3.X-testsuite)"
 if [ -z "$out" ]; then out="$(mktemp -d /tmp/cpython_suite.XXXXXX)"; fi
 mkdir -p "$out" && out="$(cd "$out" && pwd)"
 work="$out/cwd"; mkdir -p "$work"
