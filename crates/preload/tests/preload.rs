@@ -628,3 +628,34 @@ fn resource_limits_the_program_set_itself() {
         }
     }
 }
+
+/// A seccomp filter the program installs itself makes memfd_create,
+/// userfaultfd or both fail: the output is a plain run's, and the engine
+/// reports the fallback (no frames: nothing shared; no write protection: no
+/// folds or merges, copies still shared).
+#[test]
+fn seccomp_denied_memfd_or_userfaultfd() {
+    let exe = c_program("seccomp");
+    let exe = exe.to_str().unwrap();
+    for (mode, check) in [
+        (
+            "memfd",
+            (|r| stat(r, "fallbacks.memfd") >= 1 && stat(r, "frames_active") == 0)
+                as fn(&[Value]) -> bool,
+        ),
+        ("uffd", |r| {
+            stat(r, "fallbacks.uffd") >= 1
+                && stat(r, "protected_scan") == 0
+                && stat(r, "pages_shared_by_copy") > 0
+                && stat(r, "zero_folded") + stat(r, "merged") == 0
+        }),
+        ("both", |r| {
+            stat(r, "fallbacks.memfd") >= 1 && stat(r, "protected_scan") == 0
+        }),
+    ] {
+        let want = plain(&[exe, mode]);
+        let (got, r) = preloaded(&[exe, mode], &[]);
+        assert_eq!(want, got, "{mode}");
+        assert!(!r.is_empty() && check(&r), "{mode}: {r:?}");
+    }
+}
