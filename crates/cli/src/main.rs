@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod analyze;
 mod demo;
 mod measure;
+mod preload;
 mod run;
 
 #[derive(Parser)]
@@ -36,16 +37,32 @@ enum Cmd {
     /// Engine micro-benchmarks, the fold comparison against kernel KSM, and the workload
     /// suites (synthetic, R, Python) under plain, pagefold and kernel KSM.
     Bench(pagefold_bench::Args),
+    /// Print the path of the preload library `pagefold run` uses (for
+    /// LD_PRELOAD in a kernel spec or a service file).
+    Preload,
 }
 
 fn main() {
     let cli = Cli::parse();
+    if let Err(e) = preload::provide() {
+        eprintln!("pagefold: {e}");
+    }
     let code = match cli.cmd {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Measure(a) => measure::run(a),
         Cmd::Analyze(a) => analyze::run(a),
         Cmd::Bench(a) => pagefold_bench::run(a),
         Cmd::Run(a) => run::run(a),
+        Cmd::Preload => match preload::path() {
+            Ok(p) => {
+                println!("{}", p.display());
+                0
+            }
+            Err(e) => {
+                eprintln!("pagefold: {e}");
+                1
+            }
+        },
     };
     std::process::exit(code);
 }

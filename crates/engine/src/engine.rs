@@ -765,7 +765,7 @@ impl State {
         s.block_bytes = self.blocks.values().map(|b| b.len() as u64).sum();
         s.frames_in_use = self.pools.iter().map(|p| p.in_use()).sum();
         s.frames_resident = self.pools.iter().map(|p| p.resident_frames()).sum();
-        s.pages_sharing = self.pages_sharing();
+        (s.pages_sharing, s.pages_saved_by_sharing) = self.pages_sharing();
         s.vmas_used = self.vmas as u64;
         s.recycled_bytes = self.recycled_bytes as u64;
         s.metadata_bytes = self.metadata_bytes() as u64;
@@ -789,7 +789,9 @@ impl State {
         s
     }
 
-    fn pages_sharing(&self) -> u64 {
+    /// Pages mapping a frame another page maps too, and the pages of memory
+    /// that sharing saves now (each shared frame stands for all its pages).
+    fn pages_sharing(&self) -> (u64, u64) {
         let mut per_frame: HashMap<FrameId, u64> = HashMap::new();
         for b in self.blocks.values() {
             for p in &b.pages {
@@ -798,7 +800,8 @@ impl State {
                 }
             }
         }
-        per_frame.values().filter(|&&n| n > 1).sum()
+        let shared = per_frame.values().filter(|&&n| n > 1);
+        (shared.clone().sum(), shared.map(|n| n - 1).sum())
     }
 
     pub fn metadata_bytes(&self) -> usize {

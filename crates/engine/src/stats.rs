@@ -32,6 +32,8 @@ pub struct Stats {
     pub frames_resident: u64,
     /// Pages currently mapping a frame that another page maps too.
     pub pages_sharing: u64,
+    /// Pages of memory sharing saves now: those pages less the frames they map.
+    pub pages_saved_by_sharing: u64,
     /// Total pages turned into copy-on-write views by `copy`.
     pub pages_shared_by_copy: u64,
     /// Total pages a copy wrote from anonymous memory into fresh frames it then shared.

@@ -1,6 +1,7 @@
-//! What a program (in practice: a test) may ask the preload while it runs:
-//! a statistic of its engine by name, and a scan right now. Both are optional
-//! extras found with dlsym; a program that does not look for them is unaffected.
+//! What a program may ask the preload while it runs: a statistic of its
+//! engine by name, all of them as JSON (the Python package's
+//! `engine_stats()`), and a scan right now (tests). All are optional extras
+//! found with dlsym; a program that does not look for them is unaffected.
 
 use std::ffi::{c_char, CStr};
 
@@ -40,4 +41,29 @@ pub extern "C" fn pagefold_scan() -> i64 {
         (r.zero_folded + r.merged) as i64
     })
     .unwrap_or(-1)
+}
+
+/// Writes the running engine's statistics as JSON (the exit report's
+/// `stats`) into `buf`, NUL-terminated if it fits, and returns the JSON's
+/// length; 0 if no engine runs. A return of `len` or more means `buf` was too
+/// small (nothing usable was written).
+///
+/// # Safety
+/// `buf` is NULL or valid for writing `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn pagefold_stats_json(buf: *mut c_char, len: usize) -> usize {
+    let Some(e) = running() else { return 0 };
+    let Some(json) = with_busy(|| serde_json::to_string(&e.stats()).ok()).flatten() else {
+        return 0;
+    };
+    if !buf.is_null() && json.len() < len {
+        // SAFETY: buf is valid for len bytes (the caller's guarantee) and
+        // json.len() + 1 <= len bytes are written; the source is a distinct
+        // Rust string.
+        unsafe {
+            std::ptr::copy_nonoverlapping(json.as_ptr(), buf.cast::<u8>(), json.len());
+            *buf.add(json.len()) = 0;
+        }
+    }
+    json.len()
 }

@@ -1,0 +1,104 @@
+//! The Python package as a user gets it: a fresh virtualenv, `pip install` of
+//! this checkout (maturin builds the `pagefold` command with the preload
+//! library inside), then python/tests run there with pytest: the command,
+//! `python -m pagefold`, the Python API, and a notebook executed by nbclient
+//! on the Jupyter kernel `python -m pagefold kernel install` registers.
+//!
+//! Needs python3 with venv and pip, and PyPI (maturin, pytest, ipykernel,
+//! nbclient, nbformat are installed into the virtualenv). Cargo builds into
+//! this workspace's target directory, so only what the wheel adds is built.
+//! `PAGEFOLD_PYTHON_SKIP=1` skips it explicitly (printed).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn run(what: &str, cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot start {cmd:?}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{text}",
+        out.status
+    );
+    text
+}
+
+#[test]
+fn pip_install_then_command_api_and_jupyter_kernel() {
+    if std::env::var_os("PAGEFOLD_PYTHON_SKIP").is_some_and(|v| v == "1") {
+        eprintln!("python package test SKIPPED because PAGEFOLD_PYTHON_SKIP=1");
+        return;
+    }
+    let target = pagefold_testkit::profile_dir()
+        .parent()
+        .expect("target dir")
+        .to_path_buf();
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pagefold-venv");
+    let _ = std::fs::remove_dir_all(&venv);
+    run(
+        "creating a virtualenv",
+        Command::new("python3").args(["-m", "venv"]).arg(&venv),
+    );
+    let py = venv.join("bin/python");
+    run(
+        "installing the test tools",
+        Command::new(&py).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "pytest",
+            "ipykernel",
+            "jupyter_client",
+            "nbclient",
+            "nbformat",
+        ]),
+    );
+    run(
+        "pip install of the checkout",
+        Command::new(&py)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg(repo())
+            .env("CARGO_TARGET_DIR", &target),
+    );
+    // Outside the checkout, so `import pagefold` finds the installed package.
+    let out = Command::new(&py)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"])
+        .arg(repo().join("python/tests"))
+        .current_dir(&venv)
+        .env_remove("LD_PRELOAD")
+        .env_remove("PAGEFOLD_PRELOAD")
+        .output()
+        .expect("running pytest");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{text}");
+    match out.status.code() {
+        Some(0) => assert!(!text.contains(" skipped"), "a test was skipped:\n{text}"),
+        Some(5) => panic!("pytest collected no tests:\n{text}"),
+        c => panic!("pytest failed ({c:?}):\n{text}"),
+    }
+}
