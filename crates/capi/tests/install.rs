@@ -85,7 +85,7 @@ fn make_install_then_a_c_program_links_with_pkg_config() {
     assert_eq!(out.trim(), "copy shared: yes, bytes equal: yes");
     let version = ok(
         "installed pagefold --version",
-        &mut Command::new(root.join("bin/pagefold")).arg("--version"),
+        Command::new(root.join("bin/pagefold")).arg("--version"),
     );
     assert!(version.starts_with("pagefold "));
 }
