@@ -18,7 +18,7 @@ SCRIPT = textwrap.dedent(
     a = bytearray(32 << 20)
     for i in range(0, len(a), 4096):
         a[i] = i % 251
-    copies = [bytes(a) for _ in range(4)]
+    copies = [bytearray(a) for _ in range(4)]
     print(sum(c[4096 * 17] for c in copies), len(copies[3]))
     """
 )
@@ -110,7 +110,7 @@ def test_a_notebook_on_the_pagefold_kernel(tmp_path):
         nbformat.v4.new_code_cell("%load_ext pagefold"),
         nbformat.v4.new_code_cell(SCRIPT),
         nbformat.v4.new_code_cell("%pagefold"),
-        nbformat.v4.new_code_cell("%%pagefold\nmore = [bytes(a) for _ in range(4)]"),
+        nbformat.v4.new_code_cell("%%pagefold\nmore = [bytearray(a) for _ in range(4)]"),
         nbformat.v4.new_code_cell("import pagefold; print(pagefold.engine_stats()['pages_shared_by_copy'] > 0)"),
     ]
     NotebookClient(nb, kernel_name="pagefold-test", timeout=300).execute()
