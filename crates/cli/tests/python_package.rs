@@ -1,6 +1,7 @@
-//! The Python package as a user gets it: a fresh virtualenv, `pip install` of
-//! this checkout (maturin builds the `pagefold` command with the preload
-//! library inside), then python/tests run there with pytest: the command,
+//! The Python package as a user gets it: a fresh virtualenv, the wheel
+//! maturin builds installed with pip, then `pip install` of this checkout
+//! over it (maturin builds the `pagefold` command with the preload library
+//! inside), then python/tests run there with pytest: the command,
 //! `python -m pagefold`, the Python API, and a notebook executed by nbclient
 //! on the Jupyter kernel `python -m pagefold kernel install` registers.
 //!
@@ -68,24 +69,46 @@ fn pip_install_then_command_api_and_jupyter_kernel() {
             "nbformat",
         ]),
     );
+    // The wheel maturin builds (what `maturin build --release` makes), installed
+    // as a user installs a downloaded one; then `pip install <checkout>` over it.
+    let pip = |args: &[&str]| {
+        let mut c = Command::new(&py);
+        c.args([
+            "-m",
+            "pip",
+            args[0],
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(&args[1..])
+        .env("CARGO_TARGET_DIR", &target);
+        c
+    };
+    let wheels = venv.join("wheels");
+    run(
+        "building the wheel",
+        pip(&["wheel", "--no-deps", "--wheel-dir"])
+            .arg(&wheels)
+            .arg(repo()),
+    );
+    let wheel = std::fs::read_dir(&wheels)
+        .expect("wheel directory")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .expect("a .whl file");
+    run("pip install of the wheel", pip(&["install"]).arg(&wheel));
     run(
         "pip install of the checkout",
-        Command::new(&py)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .arg(repo())
-            .env("CARGO_TARGET_DIR", &target),
+        pip(&["install", "--force-reinstall", "--no-deps"]).arg(repo()),
     );
     // Outside the checkout, so `import pagefold` finds the installed package.
     let out = Command::new(&py)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"])
         .arg(repo().join("python/tests"))
         .current_dir(&venv)
+        // As a user's shell has it: no library path cargo set for its tests.
+        .env_remove("LD_LIBRARY_PATH")
         .env_remove("LD_PRELOAD")
         .env_remove("PAGEFOLD_PRELOAD")
         .output()
