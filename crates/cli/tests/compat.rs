@@ -190,16 +190,11 @@ fn cpython_test_subset_under_pagefold_adds_no_failure() {
             r.map(|o| o.status)
         ),
     }
-    // The engine's descriptors stay out of a child's view where the soft
-    // descriptor limit is below the hard one, as most systems set it; with
-    // equal limits test_pass_fds_redirected sees them (docs/COMPAT.md).
     let mut args = vec!["--timeout", "1200", "--", "-j2", "--timeout", "300"];
     args.extend_from_slice(CPYTHON_SUBSET);
     let out = scratch("cpython");
     let path = repo().join("bench/compat/cpython_suite.sh");
     let output = Command::new("bash")
-        .arg("-c")
-        .arg(r#"ulimit -Sn 1024 2>/dev/null; exec bash "$0" "$@""#)
         .arg(&path)
         .arg("--out")
         .arg(&out)

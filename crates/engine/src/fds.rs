@@ -82,19 +82,26 @@ const RELOCATE_WAIT: std::time::Duration = std::time::Duration::from_millis(1000
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fd(u16);
 
-fn fstat(n: i32) -> io::Result<(u64, u64)> {
+/// fstat(2) as a system call (see `close_raw`: a preload hides these
+/// descriptors from the program's fstat too).
+fn stat_raw(n: i32) -> io::Result<libc::stat> {
     // SAFETY: an all-zero stat is a valid value of the plain C struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: st is a live local for fstat to fill; a bad number is reported as an error.
-    if unsafe { libc::fstat(n, &mut st) } != 0 {
+    // SAFETY: the fstat system call fills st, a live local of the kernel's struct stat layout
+    // on this architecture; a bad number is reported as an error.
+    if unsafe { libc::syscall(libc::SYS_fstat, n, &mut st as *mut libc::stat) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok((st.st_dev, st.st_ino))
+    Ok(st)
 }
 
-// close and fcntl are system calls here, not libc calls: a preload that
-// answers the program's close and fcntl on these descriptors with EBADF
-// would otherwise answer the engine's own calls the same way.
+fn fstat(n: i32) -> io::Result<(u64, u64)> {
+    stat_raw(n).map(|st| (st.st_dev, st.st_ino))
+}
+
+// close, fcntl and fstat are system calls here, not libc calls: a preload
+// that answers the program's close, fcntl and fstat on these descriptors with
+// EBADF would otherwise answer the engine's own calls the same way.
 
 fn close_raw(n: i32) {
     // SAFETY: the close system call takes a plain integer; callers pass a number this module
@@ -284,6 +291,12 @@ impl Fd {
     /// (fstat for accounting) and for tests.
     pub fn number(self) -> i32 {
         TABLE[self.0 as usize].num.load(Ordering::Acquire)
+    }
+
+    /// fstat of the descriptor, without the identity check (for accounting:
+    /// a replaced number then describes the program's file, which is harmless).
+    pub fn stat(self) -> io::Result<libc::stat> {
+        stat_raw(self.number())
     }
 
     /// A second adopted descriptor of the same file.

@@ -333,14 +333,7 @@ impl Pool {
         if self.closed {
             return 0;
         }
-        // SAFETY: libc::stat is plain old data; all zero is a valid value that fstat
-        // overwrites.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: st is a live local stat for fstat to fill; a bad fd is reported as an error.
-        // A replaced number makes this count the program's file: accounting only, no harm.
-        if unsafe { libc::fstat(self.fd.number(), &mut st) } != 0 {
-            return 0;
-        }
+        let Ok(st) = self.fd.stat() else { return 0 };
         st.st_blocks as u64 * 512 / PAGE as u64
     }
 

@@ -1,11 +1,15 @@
 //! The exported descriptor calls: close, close_range, closefrom, dup, dup2,
-//! dup3, fcntl and fcntl64. The engine's own descriptors (memfd pools, its
+//! dup3, fcntl, fcntl64 and the fstat family (fstat, fstat64, and fstatat,
+//! fstatat64, statx on a descriptor itself). The engine's own descriptors (memfd pools, its
 //! userfaultfd, pagemap) sit above the program's descriptor limit, where a
 //! plain program has nothing open (the engine's fds.rs); these hooks make
 //! every call the program makes through libc answer as it would plain:
 //!
-//! - a call on an engine descriptor (close, dup, fcntl) fails with EBADF, as
-//!   on a number that is not open, and leaves the descriptor to the engine;
+//! - a call on an engine descriptor (close, dup, fcntl, fstat) fails with
+//!   EBADF, as on a number that is not open, and leaves the descriptor to the
+//!   engine: a program that walks its descriptors with fstat or fcntl (as
+//!   CPython's tests and close-everything loops do) does not meet them, even
+//!   where they must sit below its limit;
 //! - close_range and closefrom close everything in the range but the engine's
 //!   descriptors;
 //! - dup2 and dup3 onto an engine descriptor's number (possible only once the
@@ -21,7 +25,7 @@
 //! name; its `# Safety` section is that function's contract, which the C
 //! caller keeps.
 
-use std::ffi::{c_int, c_uint, CStr};
+use std::ffi::{c_char, c_int, c_uint, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pagefold_engine::fds::{is_engine, relocate};
@@ -227,5 +231,118 @@ pub unsafe extern "C" fn closefrom(lowfd: c_int) {
     if close_range_around(lowfd.max(0) as c_uint, c_uint::MAX, 0) != 0 {
         // SAFETY: abort has no precondition.
         unsafe { libc::abort() };
+    }
+}
+
+static FSTAT: AtomicUsize = AtomicUsize::new(0);
+static FSTAT64: AtomicUsize = AtomicUsize::new(0);
+static FSTATAT: AtomicUsize = AtomicUsize::new(0);
+static FSTATAT64: AtomicUsize = AtomicUsize::new(0);
+static STATX: AtomicUsize = AtomicUsize::new(0);
+
+type Fstat = unsafe extern "C" fn(c_int, *mut libc::stat) -> c_int;
+type Fstat64 = unsafe extern "C" fn(c_int, *mut libc::stat64) -> c_int;
+type Fstatat = unsafe extern "C" fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int;
+type Fstatat64 = unsafe extern "C" fn(c_int, *const c_char, *mut libc::stat64, c_int) -> c_int;
+type Statx = unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int;
+
+/// Whether a *at call with (`fd`, `path`, `flags`) looks at `fd` itself (an
+/// empty path with AT_EMPTY_PATH) and `fd` is the engine's.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string.
+unsafe fn at_engine_fd(fd: c_int, path: *const c_char, flags: c_int) -> bool {
+    // SAFETY: the caller's guarantee; only the first byte is read.
+    flags & libc::AT_EMPTY_PATH != 0 && (path.is_null() || unsafe { *path } == 0) && is_engine(fd)
+}
+
+/// # Safety
+/// As for C fstat: `st` is valid for writing a struct stat.
+#[no_mangle]
+pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
+    if is_engine(fd) {
+        return fail(libc::EBADF);
+    }
+    match next(&FSTAT, c"fstat") {
+        0 => fail(libc::ENOSYS),
+        // SAFETY: glibc's fstat, of type Fstat; the caller's guarantee is fstat's.
+        f => unsafe { std::mem::transmute::<usize, Fstat>(f)(fd, st) },
+    }
+}
+
+/// # Safety
+/// As for C fstat64: `st` is valid for writing a struct stat64.
+#[no_mangle]
+pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat64) -> c_int {
+    if is_engine(fd) {
+        return fail(libc::EBADF);
+    }
+    match next(&FSTAT64, c"fstat64") {
+        0 => fail(libc::ENOSYS),
+        // SAFETY: glibc's fstat64, of type Fstat64; the caller's guarantee is fstat64's.
+        f => unsafe { std::mem::transmute::<usize, Fstat64>(f)(fd, st) },
+    }
+}
+
+/// # Safety
+/// As for C fstatat: `path` is a NUL-terminated string (or NULL with
+/// AT_EMPTY_PATH), `st` valid for writing a struct stat.
+#[no_mangle]
+pub unsafe extern "C" fn fstatat(
+    fd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's guarantee on path.
+    if unsafe { at_engine_fd(fd, path, flags) } {
+        return fail(libc::EBADF);
+    }
+    match next(&FSTATAT, c"fstatat") {
+        0 => fail(libc::ENOSYS),
+        // SAFETY: glibc's fstatat, of type Fstatat; the caller's guarantee is fstatat's.
+        f => unsafe { std::mem::transmute::<usize, Fstatat>(f)(fd, path, st, flags) },
+    }
+}
+
+/// # Safety
+/// As for C fstatat64.
+#[no_mangle]
+pub unsafe extern "C" fn fstatat64(
+    fd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat64,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's guarantee on path.
+    if unsafe { at_engine_fd(fd, path, flags) } {
+        return fail(libc::EBADF);
+    }
+    match next(&FSTATAT64, c"fstatat64") {
+        0 => fail(libc::ENOSYS),
+        // SAFETY: glibc's fstatat64, of type Fstatat64; the caller's guarantee is fstatat64's.
+        f => unsafe { std::mem::transmute::<usize, Fstatat64>(f)(fd, path, st, flags) },
+    }
+}
+
+/// # Safety
+/// As for C statx: `path` is a NUL-terminated string (or NULL with
+/// AT_EMPTY_PATH), `out` valid for writing a struct statx.
+#[no_mangle]
+pub unsafe extern "C" fn statx(
+    fd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: c_uint,
+    out: *mut libc::statx,
+) -> c_int {
+    // SAFETY: the caller's guarantee on path.
+    if unsafe { at_engine_fd(fd, path, flags) } {
+        return fail(libc::EBADF);
+    }
+    match next(&STATX, c"statx") {
+        0 => fail(libc::ENOSYS),
+        // SAFETY: glibc's statx, of type Statx; the caller's guarantee is statx's.
+        f => unsafe { std::mem::transmute::<usize, Statx>(f)(fd, path, flags, mask, out) },
     }
 }

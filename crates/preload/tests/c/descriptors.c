@@ -122,6 +122,8 @@ int main(void) {
             errno = 0;
             CHECK(close(ours[i]) == -1 && errno == EBADF);   /* not the program's */
             CHECK(fcntl(ours[i], F_GETFD) == -1 && errno == EBADF);
+            struct stat st;
+            CHECK(fstat(ours[i], &st) == -1 && errno == EBADF);
             CHECK(dup2(f, ours[i]) == ours[i]);
             CHECK(file_intact(ours[i]));
             taken++;
