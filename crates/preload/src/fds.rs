@@ -47,6 +47,34 @@ fn next(cache: &AtomicUsize, name: &CStr) -> usize {
     }
 }
 
+/// Looks every hooked function up as soon as the library is loaded: a hook
+/// first called in a child between fork and exec (subprocess modules close
+/// and dup2 there) must not call dlsym, which may wait for a loader lock some
+/// other thread of the parent held at fork.
+#[used]
+#[link_section = ".init_array"]
+static RESOLVE_AT_LOAD: extern "C" fn() = {
+    extern "C" fn init() {
+        for (cache, name) in [
+            (&CLOSE, c"close"),
+            (&DUP, c"dup"),
+            (&DUP2, c"dup2"),
+            (&DUP3, c"dup3"),
+            (&FCNTL, c"fcntl"),
+            (&FCNTL64, c"fcntl64"),
+            (&CLOSE_RANGE, c"close_range"),
+            (&FSTAT, c"fstat"),
+            (&FSTAT64, c"fstat64"),
+            (&FSTATAT, c"fstatat"),
+            (&FSTATAT64, c"fstatat64"),
+            (&STATX, c"statx"),
+        ] {
+            next(cache, name);
+        }
+    }
+    init
+};
+
 /// Fails the call as libc does: errno `e`, result -1.
 fn fail(e: c_int) -> c_int {
     set_errno(e);
