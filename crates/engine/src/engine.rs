@@ -81,6 +81,8 @@ pub(crate) struct State {
     /// The thread restoring evicted pages, once eviction was used.
     pub fault_thread: Option<std::thread::JoinHandle<()>>,
     pub pagemap: Option<sys::Pagemap>,
+    /// Counts the process's mappings; kept open so no scan opens a file.
+    pub proc_maps: Option<sys::ProcMaps>,
     /// Frozen frames by content (kernel KSM's stable tree).
     pub stable: ContentIndex<FrameId>,
     /// Mappings used by all blocks.
@@ -263,6 +265,8 @@ impl State {
         };
         let protector = State::open_protector(&cfg);
         let max_map = cfg.inject.max_map_count.unwrap_or_else(sys::max_map_count);
+        let proc_maps = sys::ProcMaps::open().ok();
+        let other_maps = proc_maps.as_ref().map_or(0, sys::ProcMaps::count);
         State {
             pools,
             blocks: BTreeMap::new(),
@@ -273,9 +277,10 @@ impl State {
             patching: None,
             fault_thread: None,
             pagemap: sys::Pagemap::open().ok(),
+            proc_maps,
             stable: ContentIndex::default(),
             vmas: 0,
-            other_maps: sys::count_maps(),
+            other_maps,
             max_map,
             remaps_since_count: 0,
             scanning: false,
@@ -499,7 +504,8 @@ impl State {
 
     pub fn refresh_other_maps(&mut self) {
         self.remaps_since_count = 0;
-        self.other_maps = sys::count_maps().saturating_sub(self.vmas);
+        let maps = self.proc_maps.as_ref().map_or(0, sys::ProcMaps::count);
+        self.other_maps = maps.saturating_sub(self.vmas);
     }
 
     /// Maps pages `[i, i+n)` of block `base` privately onto frames from `first`

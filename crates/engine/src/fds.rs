@@ -1,7 +1,8 @@
 //! The engine's file descriptors, kept out of the program's way.
 //!
 //! A program under the preload never opened the engine's descriptors (memfd
-//! pools, the userfaultfd, /proc/self/pagemap) and must never meet them: not
+//! pools, the userfaultfd, /proc/self/pagemap and maps, the swap file) and
+//! must never meet them: not
 //! in a list of its open descriptors, not as the number its next `open`
 //! returns, not as the target of its `dup2`. And the engine must never act on
 //! a file of the program's that came to sit on one of its numbers: a punch,
@@ -44,7 +45,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Descriptors the engine can hold at once (pools, their duplicates for
-/// patches, the userfaultfd, pagemap).
+/// patches, the userfaultfd, pagemap, maps, swap files).
 const SLOTS: usize = 256;
 /// The most numbers `numbers_in` can report.
 pub const MAX_HELD: usize = SLOTS;
@@ -299,12 +300,10 @@ impl Fd {
         stat_raw(self.number())
     }
 
-    /// A second adopted descriptor of the same file.
+    /// A second adopted descriptor of the same file, made directly at its
+    /// high number (never for a moment at a low one the program could see).
     pub fn duplicate(self) -> io::Result<Fd> {
-        self.with(|n| {
-            let d = dup_at_least(n, 0)?;
-            adopt(d)
-        })
+        self.with(adopt_number)
     }
 
     /// Closes the descriptor and frees its slot.

@@ -206,9 +206,10 @@ impl State {
         }
     }
 
-    /// The inherited userfaultfd and pagemap describe the parent.
+    /// The inherited userfaultfd, pagemap and maps describe the parent.
     fn reopen_process_handles(&mut self) {
         self.pagemap = sys::Pagemap::open().ok();
+        self.proc_maps = sys::ProcMaps::open().ok();
         if let Some(thread) = self.fault_thread.take() {
             // The fault thread is not here: its handle must not be joined or
             // detached, and the references it held will never be dropped.

@@ -270,22 +270,56 @@ pub fn max_map_count() -> usize {
         .unwrap_or(65_530)
 }
 
-/// Mappings the process has now (lines of /proc/self/maps).
-pub fn count_maps() -> usize {
-    use std::io::Read;
-    let mut f = match std::fs::File::open("/proc/self/maps") {
-        Ok(f) => f,
-        Err(_) => return 0,
-    };
-    let mut buf = vec![0u8; 1 << 16];
-    let mut lines = 0;
-    loop {
-        match f.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => lines += buf[..n].iter().filter(|&&b| b == b'\n').count(),
-        }
+/// Opens a file of this process's own /proc entry read-only and moves the
+/// descriptor into the engine's range. Only ever called at engine start or in a
+/// child right after fork: every later read goes through the kept descriptor,
+/// so the engine's background threads never hold a descriptor at a number the
+/// program could see.
+fn open_own(path: &std::ffi::CStr) -> io::Result<crate::fds::Fd> {
+    // SAFETY: path is a NUL-terminated C string that outlives the call.
+    let fd = check(unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })?;
+    crate::fds::adopt(fd)
+}
+
+/// Counts the process's mappings (lines of /proc/self/maps) through one
+/// descriptor kept for the engine's life.
+pub struct ProcMaps {
+    fd: crate::fds::Fd,
+}
+
+impl ProcMaps {
+    pub fn open() -> io::Result<ProcMaps> {
+        Ok(ProcMaps {
+            fd: open_own(c"/proc/self/maps")?,
+        })
     }
-    lines
+
+    /// Mappings the process has now; 0 if the file cannot be read.
+    pub fn count(&self) -> usize {
+        let mut buf = vec![0u8; 1 << 16];
+        self.fd
+            .with(|fd| {
+                let mut lines = 0;
+                let mut off: libc::off_t = 0;
+                loop {
+                    // SAFETY: buf is a live, exclusively borrowed buffer of buf.len() bytes.
+                    let r = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), off) };
+                    if r <= 0 {
+                        return Ok(lines);
+                    }
+                    lines += buf[..r as usize].iter().filter(|&&b| b == b'\n').count();
+                    off += r as libc::off_t;
+                }
+            })
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for ProcMaps {
+    fn drop(&mut self) {
+        // Opened in ProcMaps::open and owned by this ProcMaps only: closed once, here.
+        self.fd.close();
+    }
 }
 
 pub fn thread_cpu_ns() -> u64 {
@@ -320,15 +354,8 @@ pub const PM_FILE: u64 = 1 << 61;
 
 impl Pagemap {
     pub fn open() -> io::Result<Pagemap> {
-        // SAFETY: the path is a static NUL-terminated C string literal.
-        let fd = check(unsafe {
-            libc::open(
-                c"/proc/self/pagemap".as_ptr(),
-                libc::O_RDONLY | libc::O_CLOEXEC,
-            )
-        })?;
         Ok(Pagemap {
-            fd: crate::fds::adopt(fd)?,
+            fd: open_own(c"/proc/self/pagemap")?,
         })
     }
 

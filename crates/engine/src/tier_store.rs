@@ -37,13 +37,17 @@
 //! (`after_fork_in_child`), never waited for.
 
 use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::mem::ManuallyDrop;
+use std::os::unix::io::{FromRawFd, IntoRawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use pagefold_tier::compress::{Compressor, Method};
 use pagefold_tier::store::{Handle as SlabHandle, Store, StoreConfig};
-use pagefold_tier::swap::{Slot, SwapConfig, SwapFile};
+use pagefold_tier::swap::{Slot, SwapConfig, SwapDescriptor, SwapFile};
 
 use crate::store::{Handle, PageStore, StoreBytes, StoreError};
 use crate::PAGE;
@@ -56,6 +60,34 @@ const SPILL_STEP: u64 = 1 << 20;
 const SWAP_GROW_SLOTS: u32 = 64;
 /// Objects written per hold of the inner lock: a fault waits for at most this many writes.
 const SPILL_BATCH: usize = 32;
+
+/// The swap file's descriptor, adopted like every engine descriptor
+/// (fds.rs): out of the program's range, identity checked before each use.
+struct AdoptedSwap(crate::fds::Fd);
+
+impl SwapDescriptor for AdoptedSwap {
+    fn with_file(&self, f: &mut dyn FnMut(&File) -> io::Result<()>) -> io::Result<()> {
+        self.0.with(|n| {
+            // SAFETY: n is the engine's open swap file descriptor for this call (checked
+            // by `with`); ManuallyDrop keeps the borrowed File from closing it.
+            let file = ManuallyDrop::new(unsafe { File::from_raw_fd(n) });
+            f(&file)
+        })
+    }
+}
+
+impl Drop for AdoptedSwap {
+    fn drop(&mut self) {
+        // Adopted in `adopt_swap` and owned by this value only: closed once, here.
+        self.0.close();
+    }
+}
+
+fn adopt_swap(file: File) -> io::Result<Box<dyn SwapDescriptor>> {
+    Ok(Box::new(AdoptedSwap(crate::fds::adopt(
+        file.into_raw_fd(),
+    )?)))
+}
 
 /// Where a swap file goes and how large it may grow.
 #[derive(Clone, Debug)]
@@ -466,6 +498,7 @@ impl Inner {
             let mut sc = SwapConfig::new(PathBuf::from(path));
             sc.max_slots = (settings.max_bytes / PAGE as u64).min(u32::MAX as u64) as u32;
             sc.grow_slots = SWAP_GROW_SLOTS;
+            sc.adopt = Some(adopt_swap);
             match SwapFile::create(&sc) {
                 Ok(f) => {
                     // Open descriptors keep it; nothing is left behind on exit.

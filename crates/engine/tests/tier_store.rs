@@ -911,3 +911,71 @@ fn counted_memory_follows_what_the_kernel_sees() {
     }
     assert_eq!(s.audit().unwrap(), s.bytes());
 }
+
+/// Number of this process's descriptor whose target starts with `prefix`.
+fn descriptor_of(prefix: &std::path::Path) -> Option<i32> {
+    let want = prefix.to_str()?;
+    std::fs::read_dir("/proc/self/fd")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let link = std::fs::read_link(entry.path()).ok()?;
+            link.to_str()?
+                .starts_with(want)
+                .then(|| entry.file_name().to_str()?.parse().ok())?
+        })
+}
+
+/// The swap file's descriptor is the engine's like its others: out of the
+/// program's range, close-on-exec, hidden from the program. A program that
+/// puts its own file on that number with a raw dup3 gets no write into it: the
+/// next spill is refused and the pages it would have moved stay in memory.
+#[test]
+fn the_swap_file_descriptor_is_kept_out_of_the_programs_way() {
+    let _g = serial();
+    let prefix = swap_prefix("adopted");
+    let theirs = std::env::temp_dir().join(format!("pagefold-theirs-{}", std::process::id()));
+    let pattern: Vec<u8> = (0..2 * PAGE).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&theirs, &pattern).unwrap();
+    let status = in_child(|| {
+        let s = store(u64::MAX, Some(prefix.clone()));
+        let f = Fixture::evicted(s.clone(), 5, true);
+        let Some(n) = descriptor_of(&prefix) else {
+            return 3;
+        };
+        // SAFETY: fcntl F_GETFD on a number takes no pointer.
+        let flags = unsafe { libc::fcntl(n, libc::F_GETFD) };
+        if !pagefold_engine::fds::is_engine(n) || flags & libc::FD_CLOEXEC == 0 || n < 1024 - 256 {
+            return 4;
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&theirs)
+            .unwrap();
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: dup3 of this test's own open file onto a number; no pointer.
+        let r = unsafe { libc::syscall(libc::SYS_dup3, file.as_raw_fd(), n, libc::O_CLOEXEC) };
+        if r != n as i64 {
+            return 5;
+        }
+        let g = Fixture::new(s.clone(), 5);
+        let r = g.e.evict_with(g.ptr, g.want.len(), STORE_ONLY);
+        let before = s.bytes();
+        s.spill(u64::MAX);
+        let after = s.bytes();
+        if r.evicted != 5 || after.swapped != before.swapped || !pagefold_engine::fds::lost() {
+            return 6;
+        }
+        g.check("pages whose spill was refused");
+        std::mem::forget(f);
+        0
+    });
+    let after = std::fs::read(&theirs).unwrap();
+    let _ = std::fs::remove_file(&theirs);
+    assert_eq!(
+        status, 0,
+        "child status {status:#x} (3: no swap file, 4: not adopted, 5: dup3, 6: spill not refused)"
+    );
+    assert!(after == pattern, "the program's file was written");
+}

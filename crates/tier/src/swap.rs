@@ -29,6 +29,11 @@
 //! around one threshold). Swap-out requests (from a user, a cgroup memory
 //! event) are hints: they add to the next eviction, bounded, and the engine
 //! may satisfy them with any candidate page.
+//!
+//! The file's descriptor is reached only through [`SwapDescriptor`]: by
+//! default the `File` itself; an embedder that must keep its descriptors out
+//! of a program's way ([`SwapConfig::adopt`]) moves it to a number of its
+//! choosing and checks it before each use.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -44,6 +49,33 @@ use crate::{Error, PAGE};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Slot(pub u32);
 
+/// How every read, write and resize reaches the swap file.
+pub trait SwapDescriptor: Send {
+    /// Calls `f` with the open file, or returns an error without calling it
+    /// (the descriptor is no longer the swap file's).
+    fn with_file(&self, f: &mut dyn FnMut(&File) -> io::Result<()>) -> io::Result<()>;
+}
+
+impl SwapDescriptor for File {
+    fn with_file(&self, f: &mut dyn FnMut(&File) -> io::Result<()>) -> io::Result<()> {
+        f(self)
+    }
+}
+
+/// Runs `f` on the file behind `d`; EBADF if `d` refused to call it.
+fn on<R>(d: &dyn SwapDescriptor, mut f: impl FnMut(&File) -> io::Result<R>) -> io::Result<R> {
+    let mut out = None;
+    d.with_file(&mut |file| {
+        out = Some(f(file)?);
+        Ok(())
+    })?;
+    out.ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
+}
+
+/// Takes the newly created file and returns what every later use goes
+/// through (see [`SwapConfig::adopt`]).
+pub type AdoptSwap = fn(File) -> io::Result<Box<dyn SwapDescriptor>>;
+
 #[derive(Debug, Clone)]
 pub struct SwapConfig {
     pub path: PathBuf,
@@ -53,6 +85,10 @@ pub struct SwapConfig {
     pub grow_slots: u32,
     /// Open with O_DIRECT (falls back to buffered if refused).
     pub direct: bool,
+    /// Where the descriptor goes once the file is created (None: the `File`
+    /// is kept as it is). Failure to adopt fails the creation; the file is
+    /// deleted.
+    pub adopt: Option<AdoptSwap>,
 }
 
 impl SwapConfig {
@@ -62,6 +98,7 @@ impl SwapConfig {
             max_slots: 1 << 22, // 16 GiB
             grow_slots: 256,    // 1 MiB
             direct: false,
+            adopt: None,
         }
     }
 }
@@ -136,7 +173,7 @@ pub enum FailOn {
 
 /// A swap file: see the module documentation.
 pub struct SwapFile {
-    file: File,
+    file: Box<dyn SwapDescriptor>,
     path: PathBuf,
     direct: bool,
     max_slots: u32,
@@ -179,10 +216,24 @@ impl SwapFile {
             }
             Err(e) => return Err(e.into()),
         };
-        let aligned = if direct {
-            Some(AlignedPage::new()?)
-        } else {
-            None
+        let adopted = match cfg.adopt {
+            Some(adopt) => adopt(file),
+            None => Ok(Box::new(file) as Box<dyn SwapDescriptor>),
+        };
+        let aligned = adopted.and_then(|file| {
+            let aligned = if direct {
+                Some(AlignedPage::new()?)
+            } else {
+                None
+            };
+            Ok((file, aligned))
+        });
+        let (file, aligned) = match aligned {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = std::fs::remove_file(&cfg.path);
+                return Err(e.into());
+            }
         };
         Ok(SwapFile {
             file,
@@ -247,18 +298,23 @@ impl SwapFile {
         self.injected(FailOn::Grow)?;
         let off = self.allocated as i64 * PAGE as i64;
         let len = add as i64 * PAGE as i64;
-        // SAFETY: fallocate takes no pointer; it only extends the swap file
-        // behind our own open descriptor.
-        let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, off, len) };
-        if r != 0 {
-            let e = io::Error::last_os_error();
+        let r = on(&*self.file, |file| {
+            // SAFETY: fallocate takes no pointer; it only extends the swap file
+            // behind our own open descriptor.
+            match unsafe { libc::fallocate(file.as_raw_fd(), 0, off, len) } {
+                0 => Ok(()),
+                _ => Err(io::Error::last_os_error()),
+            }
+        });
+        if let Err(e) = r {
             if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
                 // Give back what a partial fallocate may have taken.
-                let _ = self.file.set_len(self.allocated as u64 * PAGE as u64);
+                let keep = self.allocated as u64 * PAGE as u64;
+                let _ = on(&*self.file, |file| file.set_len(keep));
                 return Err(e.into());
             }
             // No fallocate here: extend the size; writes will tell.
-            self.file.set_len((off + len) as u64)?;
+            on(&*self.file, |file| file.set_len((off + len) as u64))?;
         }
         self.allocated += add;
         self.bitmap
@@ -382,9 +438,10 @@ impl SwapFile {
             slot[..d.len()].copy_from_slice(d);
             slot[d.len()..].fill(0);
         }
-        let r = self
-            .file
-            .write_all_at(&buf[..items.len() * PAGE], first as u64 * PAGE as u64);
+        let data = &buf[..items.len() * PAGE];
+        let r = on(&*self.file, |file| {
+            file.write_all_at(data, first as u64 * PAGE as u64)
+        });
         self.batch = Some(b);
         Ok(r?)
     }
@@ -397,9 +454,9 @@ impl SwapFile {
                 let buf = a.buf();
                 buf[..data.len()].copy_from_slice(data);
                 buf[data.len()..].fill(0);
-                self.file.write_all_at(buf, off)?;
+                on(&*self.file, |file| file.write_all_at(buf, off))?;
             }
-            None => self.file.write_all_at(data, off)?,
+            None => on(&*self.file, |file| file.write_all_at(data, off))?,
         }
         Ok(())
     }
@@ -425,10 +482,10 @@ impl SwapFile {
         match self.aligned.as_mut() {
             Some(a) => {
                 let buf = a.buf();
-                self.file.read_exact_at(buf, off)?;
+                on(&*self.file, |file| file.read_exact_at(buf, off))?;
                 out[..len].copy_from_slice(&buf[..len]);
             }
-            None => self.file.read_exact_at(&mut out[..len], off)?,
+            None => on(&*self.file, |file| file.read_exact_at(&mut out[..len], off))?,
         }
         if xxh3_64(&out[..len]) != m.sum {
             return Err(Error::Corrupt("swap slot checksum mismatch"));
@@ -461,7 +518,7 @@ impl SwapFile {
             .map_or(0, |s| s + 1);
         let keep = last.div_ceil(self.grow_slots) * self.grow_slots;
         if keep < self.allocated {
-            self.file.set_len(keep as u64 * PAGE as u64)?;
+            on(&*self.file, |file| file.set_len(keep as u64 * PAGE as u64))?;
             self.allocated = keep;
             self.bitmap.truncate((keep as usize).div_ceil(64));
             self.first_free_word = self.first_free_word.min(self.bitmap.len());
