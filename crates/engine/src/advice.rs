@@ -78,6 +78,18 @@ impl Engine {
         !bases.is_empty()
     }
 
+    /// The program ran out of mappings (a call of its own failed with
+    /// ENOMEM at `vm.max_map_count`): the engine gives back the mappings it
+    /// added. Recycled blocks are released, then blocks split into several
+    /// mappings move onto one anonymous mapping each, most split first (their
+    /// sharing is given up: they cost what plain memory would). The program's
+    /// mappings are counted afresh, so later remaps leave them their room.
+    /// Returns how many mappings were given back (0: retrying cannot help).
+    pub fn give_back_mappings(&self) -> usize {
+        let mut st = self.inner.lock();
+        st.give_back_mappings()
+    }
+
     /// Cuts the block at `ptr` down to the pages covering `len` bytes; the
     /// pages beyond are unmapped and their frames released (realloc to a
     /// smaller size). False if `ptr` is not a block or the kernel refused.
@@ -87,6 +99,10 @@ impl Engine {
             .shrink(ptr as usize, len.max(1).div_ceil(PAGE))
     }
 }
+
+/// How close to `vm.max_map_count` a failed call must find the process for
+/// the engine to count it a shortage of mappings (a call may need a few).
+const MAPPINGS_SLACK: usize = 16;
 
 /// End of `[start, start+len)` rounded up to a page, as the kernel's madvise
 /// does; None if `start` is not page-aligned, `len` is 0 or the range wraps.
@@ -274,14 +290,60 @@ impl State {
         }
     }
 
+    /// See `Engine::give_back_mappings`.
+    fn give_back_mappings(&mut self) -> usize {
+        self.stats.mapping_shortages += 1;
+        let before = self.vmas;
+        self.flush_recycled();
+        self.refresh_other_maps();
+        // Not a shortage of mappings (memory or address space): giving up
+        // sharing would only cost memory.
+        if self.other_maps + self.vmas + MAPPINGS_SLACK < self.max_map {
+            let given = before.saturating_sub(self.vmas);
+            self.stats.mappings_given_back += given as u64;
+            return given;
+        }
+        // The mappings the first move needs; each move gives back more.
+        if let Some(spares) = self.spare_mappings.take() {
+            sys::unmap_spares(spares as *mut u8);
+        }
+        let mut split: Vec<(usize, usize)> = self
+            .blocks
+            .iter()
+            .filter(|(_, b)| !b.exempt && b.vmas > 1)
+            .map(|(&base, b)| (b.vmas, base))
+            .collect();
+        split.sort_unstable_by(|a, b| b.cmp(a));
+        for (_, base) in split {
+            let n = self.blocks[&base].pages.len();
+            self.restore_evicted(base, 0, n);
+            // The temporary mapping is the one the program could not get:
+            // once the kernel refuses it, nothing more can be given back.
+            if !self.move_unbudgeted(base) {
+                break;
+            }
+        }
+        self.spare_mappings = sys::map_spares().map(|p| p as usize);
+        self.refresh_other_maps();
+        let given = before.saturating_sub(self.vmas);
+        self.stats.mappings_given_back += given as u64;
+        given
+    }
+
     fn move_block_to_anon(&mut self, base: usize) -> bool {
+        if !self.vma_room(1) {
+            self.stats.fallbacks.vma_budget += 1;
+            return false;
+        }
+        self.move_unbudgeted(base)
+    }
+
+    /// `move_block_to_anon` without asking the mapping budget (the kernel
+    /// answers for the one temporary mapping).
+    fn move_unbudgeted(&mut self, base: usize) -> bool {
         let (n, len) = (self.blocks[&base].pages.len(), self.blocks[&base].len());
         if self.protector.is_none() {
             self.stats.fallbacks.uffd += 1;
-            return false;
-        }
-        if !self.vma_room(1) {
-            self.stats.fallbacks.vma_budget += 1;
             return false;
         }
         let Ok(tmp) = sys::map(std::ptr::null_mut(), len, None, 0, false, false) else {

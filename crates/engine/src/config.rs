@@ -118,6 +118,9 @@ pub struct Inject {
     pub max_map_count: Option<usize>,
     /// Every patch fails to decode when restored: the page is poisoned (SIGBUS).
     pub fail_patch: bool,
+    /// Pauses of up to this many microseconds at the points where eviction,
+    /// restoring and reconciling race (race.rs).
+    pub race_pause_us: u64,
 }
 
 impl Default for Config {
@@ -295,6 +298,7 @@ impl Inject {
             fail_mmap_after: num("PAGEFOLD_INJECT_MMAP_AFTER"),
             max_map_count: num("PAGEFOLD_INJECT_MAX_MAP_COUNT").map(|v| v as usize),
             fail_patch: on("PAGEFOLD_INJECT_FAIL_PATCH"),
+            race_pause_us: num("PAGEFOLD_INJECT_RACE_US").unwrap_or(0),
         }
     }
 }

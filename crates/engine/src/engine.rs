@@ -81,6 +81,8 @@ pub(crate) struct State {
     /// The thread restoring evicted pages, once eviction was used.
     pub fault_thread: Option<std::thread::JoinHandle<()>>,
     pub pagemap: Option<sys::Pagemap>,
+    /// Mappings kept to be given up when the process runs out (advice.rs).
+    pub spare_mappings: Option<usize>,
     /// Counts the process's mappings; kept open so no scan opens a file.
     pub proc_maps: Option<sys::ProcMaps>,
     /// Frozen frames by content (kernel KSM's stable tree).
@@ -107,6 +109,7 @@ impl Engine {
     /// plain memory or fewer mechanisms and says so in its statistics.
     pub fn new(cfg: Config) -> Engine {
         sys::set_mmap_allowance(cfg.inject.fail_mmap_after);
+        crate::race::set(cfg.inject.race_pause_us);
         let state = State::new(cfg.clone());
         let inner = Arc::new(Inner {
             cfg,
@@ -278,6 +281,7 @@ impl State {
             fault_thread: None,
             pagemap: sys::Pagemap::open().ok(),
             proc_maps,
+            spare_mappings: sys::map_spares().map(|p| p as usize),
             stable: ContentIndex::default(),
             vmas: 0,
             other_maps,

@@ -231,6 +231,7 @@ impl State {
         let mask = sys::block_signals();
         self.with_registered(base, i, c, |st| st.evict_chunk(base, i, c, allow, rep));
         sys::restore_signals(&mask);
+        crate::race::pause();
         self.settle_pins();
     }
 
@@ -251,6 +252,7 @@ impl State {
             self.stats.fallbacks.uffd += 1;
             return;
         }
+        crate::race::pause();
         self.refresh_divergence(base, i, c);
         let mut resident = vec![0u8; c];
         if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
@@ -350,6 +352,7 @@ impl State {
             // SAFETY: page is page k of the live block at base, readable for PAGE bytes while
             // the engine lock is held; buf is a local array of PAGE bytes, distinct from it.
             unsafe { std::ptr::copy_nonoverlapping(page, buf.as_mut_ptr(), PAGE) };
+            crate::race::pause();
             let punch = match self.blocks[&base].pages[k] {
                 Page::Owned(f) | Page::Shared(f) => Some(f),
                 _ => None,
@@ -491,6 +494,7 @@ impl State {
                 run.iter()
                     .for_each(|p| t.insert(self.blocks[&base].page_addr(p.k) as usize, p.handle));
             }
+            crate::race::pause();
             if !self.arm(base, a, n) {
                 // Still in memory and right; the chunk's end unregisters the run.
                 let mut t = ev.lock();
@@ -500,7 +504,9 @@ impl State {
             }
             // Evicted even if freeing failed (part of) the run: a page still
             // present reads what was stored, and one freed faults and is restored.
+            crate::race::pause();
             self.free_run(base, &run);
+            crate::race::pause();
             self.mark_evicted(base, &run);
             let patched = run
                 .iter()
@@ -583,6 +589,7 @@ impl State {
         }
         for (a, b) in consecutive(&restored) {
             let addr = self.blocks[&base].page_addr(a);
+            crate::race::pause();
             self.unregister(addr, (b - a) * PAGE);
             let block = self
                 .blocks

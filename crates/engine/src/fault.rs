@@ -155,6 +155,7 @@ impl Evictions {
 
     /// Answers one missing-page fault at `addr`.
     fn serve(&self, uffd: &Protector, addr: usize, buf: &mut [u8; PAGE]) {
+        crate::race::pause();
         let mut l = self.lock_here();
         match l.records.get(&addr).copied() {
             Some(Record::Evicted { handle, at }) => {
@@ -270,6 +271,7 @@ impl Table {
         handle: Content,
         buf: &mut [u8; PAGE],
     ) -> bool {
+        crate::race::pause();
         if !self.read_content(handle, buf) {
             self.lose(uffd, addr);
         } else if let Err(e) = uffd.copy(addr, buf) {

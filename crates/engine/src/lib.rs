@@ -77,6 +77,7 @@ mod index;
 mod patching;
 #[doc(hidden)]
 pub mod protect;
+mod race;
 mod recycle;
 mod scan;
 mod space;

@@ -192,6 +192,7 @@ impl State {
         let addr = self.blocks[&base].page_addr(i);
         let was = std::mem::replace(&mut self.scanning, true);
         self.register(addr, n * PAGE);
+        crate::race::pause();
         let r = f(self);
         self.unregister_unevicted(base, i, n);
         self.scanning = was;

@@ -54,6 +54,10 @@ pub struct Stats {
     /// Blocks taken out of the engine's hands (the program changed their
     /// protection or set fork/dump advice on them): plain memory since.
     pub exempted: u64,
+    /// Times the program ran out of mappings (`vm.max_map_count`) and the
+    /// engine gave its own back, and the mappings it gave back (advice.rs).
+    pub mappings_given_back: u64,
+    pub mapping_shortages: u64,
     /// Allocations served by a recycled block (recycle.rs).
     pub recycled: u64,
     /// Bytes of freed blocks kept for reuse now.

@@ -212,6 +212,47 @@ pub fn unmap(addr: *mut u8, len: usize) {
     unsafe { libc::munmap(addr.cast(), len) };
 }
 
+/// Spare mappings the engine can give up when the process has none left to
+/// make (`vm.max_map_count`), so that it can make the few it needs (a
+/// temporary mapping, malloc's) to give more back. `SPARE_MAPPINGS`
+/// inaccessible pages with a hole between each two, so that no two merge and
+/// unmapping each frees one mapping. Returns the first page; page `2i` is
+/// spare `i`.
+pub fn map_spares() -> Option<*mut u8> {
+    let len = 2 * SPARE_MAPPINGS * PAGE;
+    // SAFETY: a new private anonymous mapping at an address the kernel picks;
+    // no existing memory is touched.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    let p: *mut u8 = p.cast();
+    for i in 0..SPARE_MAPPINGS {
+        // SAFETY: the odd pages of the mapping just made, which nothing uses.
+        unsafe { libc::munmap(p.add((2 * i + 1) * PAGE).cast(), PAGE) };
+    }
+    Some(p)
+}
+
+/// Gives up the spares `map_spares` made at `p`.
+pub fn unmap_spares(p: *mut u8) {
+    for i in 0..SPARE_MAPPINGS {
+        // SAFETY: the spare pages made by map_spares at p, used by nothing.
+        unsafe { libc::munmap(p.add(2 * i * PAGE).cast(), PAGE) };
+    }
+}
+
+pub const SPARE_MAPPINGS: usize = 8;
+
 pub fn try_unmap(addr: *mut u8, len: usize) -> io::Result<()> {
     // SAFETY: the caller passes a range it mapped and no longer uses; errors are returned.
     check(unsafe { libc::munmap(addr.cast(), len) }).map(|_| ())
@@ -294,9 +335,11 @@ impl ProcMaps {
         })
     }
 
-    /// Mappings the process has now; 0 if the file cannot be read.
+    /// Mappings the process has now; 0 if the file cannot be read. Allocates
+    /// nothing: it is asked when the process may be out of mappings, and so
+    /// out of the mappings malloc would need.
     pub fn count(&self) -> usize {
-        let mut buf = vec![0u8; 1 << 16];
+        let mut buf = [0u8; 4096];
         self.fd
             .with(|fd| {
                 let mut lines = 0;

@@ -89,12 +89,17 @@ unsafe impl Sync for Blk {}
 
 impl Blk {
     fn new(kind: Kind, n: usize) -> Blk {
+        Blk::with(kind, n, cfg())
+    }
+
+    /// As `new`, on an engine configured as `cfg`.
+    fn with(kind: Kind, n: usize, cfg: Config) -> Blk {
         let e = Engine::new(match kind {
             Kind::Anon => Config {
                 frames: false,
-                ..cfg()
+                ..cfg
             },
-            _ => cfg(),
+            _ => cfg,
         });
         let want: Vec<u8> = (0..n).flat_map(pattern).collect();
         let fresh = |e: &Engine| {
@@ -1140,14 +1145,28 @@ fn without_missing_mode_evict_is_refused() {
 /// scan, docs/MECHANISMS.md; not tested here.)
 #[test]
 fn kernel_io_while_another_thread_evicts() {
+    kernel_io_race(0);
+}
+
+/// The same with pauses injected where eviction, restoring and reconciling
+/// race (PAGEFOLD_INJECT_RACE_US): other interleavings than the machine's
+/// timing gives.
+#[test]
+fn kernel_io_while_another_thread_evicts_with_pauses() {
+    kernel_io_race(100);
+}
+
+fn kernel_io_race(pause_us: u64) {
     let _g = serial();
+    let mut cfg = cfg();
+    cfg.inject.race_pause_us = pause_us;
     with_deadline(
         "kernel_io_while_another_thread_evicts",
         Duration::from_secs(120),
-        || {
+        move || {
             for kind in [Kind::Owned, Kind::Anon, Kind::SoleShared] {
                 let n = 32;
-                let mut b = Blk::new(kind, n);
+                let mut b = Blk::with(kind, n, cfg.clone());
                 let stop = Arc::new(AtomicBool::new(false));
                 let evictor = {
                     let (e, p, stop) = (b.e.clone(), b.ptr as usize, stop.clone());

@@ -17,6 +17,12 @@
 //!   remap would silently drop the protection or flag.
 //! - anything else goes straight to the kernel (harmless on engine memory).
 //!
+//! And mmap, munmap, mremap and mprotect that fail with ENOMEM: the process
+//! may have run out of mappings (`vm.max_map_count`), some of which are the
+//! engine's (a copy or merge into the middle of a block splits its mapping).
+//! The engine gives its own back (`Engine::give_back_mappings`) and the call
+//! is made once more, so a program gets as many mappings as it would plain.
+//!
 //! The kernel is reached with syscall(2), never through a symbol lookup that
 //! could find these hooks again. Calls from inside the engine (its scanner, or
 //! a handler interrupting it) go straight to the kernel: `with_busy` refuses
@@ -161,6 +167,23 @@ pub unsafe extern "C" fn posix_madvise(addr: *mut c_void, len: usize, advice: c_
     r
 }
 
+/// Makes `call`; if it failed with ENOMEM and the engine gave mappings back,
+/// makes it once more. `call` answers with its result and whether it failed.
+fn with_mappings<T>(call: impl Fn() -> (T, bool)) -> T {
+    let (r, failed) = call();
+    if !failed || errno() != libc::ENOMEM {
+        return r;
+    }
+    let given = running()
+        .and_then(|e| with_busy(|| e.give_back_mappings()))
+        .unwrap_or(0);
+    if given == 0 {
+        set_errno(libc::ENOMEM);
+        return r;
+    }
+    call().0
+}
+
 /// # Safety
 /// As for C mprotect: the caller may change the protection of
 /// `[addr, addr+len)`.
@@ -169,8 +192,82 @@ pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: c_int) ->
     if prot != libc::PROT_READ | libc::PROT_WRITE {
         exempt(addr, len);
     }
-    // SAFETY: the C caller's range and protection, passed on.
-    unsafe { sys(libc::SYS_mprotect, addr, len, prot as c_long) }
+    with_mappings(|| {
+        // SAFETY: the C caller's range and protection, passed on.
+        let r = unsafe { sys(libc::SYS_mprotect, addr, len, prot as c_long) };
+        (r, r != 0)
+    })
+}
+
+/// # Safety
+/// As for C mmap: a MAP_FIXED mapping replaces what the caller had there.
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: libc::off_t,
+) -> *mut c_void {
+    with_mappings(|| {
+        // SAFETY: the C caller's arguments, passed on; the kernel checks them.
+        let p = unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) };
+        (p as *mut c_void, p == -1)
+    })
+}
+
+/// # Safety
+/// As for C mmap64 (the same call on 64-bit Linux).
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: libc::off_t,
+) -> *mut c_void {
+    // SAFETY: the C caller's contract for mmap64, which is mmap's.
+    unsafe { mmap(addr, len, prot, flags, fd, off) }
+}
+
+/// # Safety
+/// As for C munmap: the caller gives up `[addr, addr+len)`.
+#[no_mangle]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
+    with_mappings(|| {
+        // SAFETY: the C caller's range, passed on.
+        let r = unsafe { libc::syscall(libc::SYS_munmap, addr, len) as c_int };
+        (r, r != 0)
+    })
+}
+
+/// C's mremap takes the new address as a variadic fifth argument, read only
+/// with MREMAP_FIXED; on x86-64 and arm64 it arrives in the register of a
+/// fifth fixed argument, so this fixed signature receives it.
+///
+/// # Safety
+/// As for C mremap: the caller's mapping at `old` may move or change size.
+#[no_mangle]
+pub unsafe extern "C" fn mremap(
+    old: *mut c_void,
+    old_len: usize,
+    new_len: usize,
+    flags: c_int,
+    new_addr: *mut c_void,
+) -> *mut c_void {
+    let fixed = flags & libc::MREMAP_FIXED != 0;
+    let new_addr = if fixed {
+        new_addr
+    } else {
+        std::ptr::null_mut()
+    };
+    with_mappings(|| {
+        // SAFETY: the C caller's arguments, passed on; the kernel checks them.
+        let p = unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) };
+        (p as *mut c_void, p == -1)
+    })
 }
 
 /// # Safety

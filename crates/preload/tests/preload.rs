@@ -576,6 +576,25 @@ fn count_after(out: &str, what: &str) -> i64 {
         .unwrap_or_else(|| panic!("no '{what}' in {out}"))
 }
 
+/// A program that needs every mapping `vm.max_map_count` allows, after
+/// thousands of copies that split the engine's blocks: it gets as many as it
+/// does plain (the preload's own library and threads take a few), because
+/// the engine gives back the mappings it added when the program runs out.
+#[test]
+fn a_program_gets_every_mapping_it_would_plain() {
+    let exe = c_program("mappings");
+    let exe = exe.to_str().unwrap();
+    let want = plain(&[exe]);
+    let (got, r) = preloaded(&[exe], &[]);
+    let what = "single-page mappings until ENOMEM:";
+    let (w, g) = (count_after(&want, what), count_after(&got, what));
+    assert!(g <= w && w - g <= 64, "plain {w}, preloaded {g}");
+    let last = |s: &str| s.lines().last().unwrap_or("").to_string();
+    assert_eq!(last(&want), last(&got));
+    assert!(stat(&r, "mapping_shortages") >= 1, "{r:?}");
+    assert!(stat(&r, "mappings_given_back") >= 4000, "{r:?}");
+}
+
 /// Resource limits the program set itself. Below 1024 descriptors the engine
 /// takes none of the program's (it runs without frames); at or above, with
 /// soft and hard limits equal, it takes four at the top; under RLIMIT_AS it
