@@ -2,9 +2,8 @@
 //!
 //! A program under the preload never opened the engine's descriptors (memfd
 //! pools, the userfaultfd, /proc/self/pagemap and maps, the swap file) and
-//! must never meet them: not
-//! in a list of its open descriptors, not as the number its next `open`
-//! returns, not as the target of its `dup2`. And the engine must never act on
+//! must never meet them: not in a list of its open descriptors, not as the
+//! number its next `open` returns, not as the target of its `dup2`. And the engine must never act on
 //! a file of the program's that came to sit on one of its numbers: a punch,
 //! write or mapping through such a number would destroy or expose the
 //! program's data.

@@ -5,8 +5,8 @@
 //! may need microsecond timing to show, and how often it shows depends on
 //! the machine's load. With `PAGEFOLD_INJECT_RACE_US=N` each point marked
 //! with `pause()` sleeps a pseudo-random 0..N µs one time in four, so that a
-//! test meets every interleaving of those points in a short run on any
-//! machine. Off, a point costs one relaxed load. No allocation: the fault
+//! test also meets interleavings its machine's timing alone would rarely
+//! give. Off, a point costs one relaxed load. No allocation: the fault
 //! thread calls it too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
