@@ -144,6 +144,13 @@ impl Engine {
         self.inner.lock().find(ptr as usize, 1).is_some()
     }
 
+    /// Start and length in bytes of the block holding `ptr`, if one does.
+    pub fn block_of(&self, ptr: *const u8) -> Option<(*mut u8, usize)> {
+        let st = self.inner.lock();
+        let base = st.find(ptr as usize, 1)?;
+        Some((base as *mut u8, st.blocks[&base].len()))
+    }
+
     /// Length in bytes of the block starting at `ptr`.
     pub fn block_len(&self, ptr: *const u8) -> Option<usize> {
         self.inner

@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering;
 use pagefold_engine::{Hint, PAGE};
 
 use crate::global::{engine, note_free, running, with_busy, COPY_MIN, THRESHOLD};
+use crate::placement;
 use crate::real::{self, set_errno};
 
 fn large(n: usize) -> bool {
@@ -36,14 +37,46 @@ fn engine_alloc(n: usize, hint: Hint) -> *mut c_void {
     }
 }
 
-/// Length of the engine block at `p`, if `p` is one. Only page-aligned
-/// pointers can be, which spares glibc's pointers the engine's lock.
-fn engine_len(p: *mut c_void) -> Option<usize> {
-    if !(p as usize).is_multiple_of(PAGE) {
-        return None;
+/// A large allocation of `n` bytes from the engine, started where its size
+/// class's copies line up (placement.rs); null if the engine does not take it.
+fn engine_malloc(n: usize) -> *mut c_void {
+    let offset = placement::offset_for(n);
+    if offset > 0 {
+        if let Some(total) = n.checked_add(offset) {
+            let base = engine_alloc(total, Hint::Uninit);
+            if !base.is_null() {
+                // SAFETY: the block is `total` bytes, so base + offset and the
+                // n bytes after it lie inside it.
+                let p = unsafe { base.cast::<u8>().add(offset) };
+                if placement::insert(p as usize) {
+                    return p.cast();
+                }
+                return base;
+            }
+        }
     }
+    engine_alloc(n, Hint::Uninit)
+}
+
+/// The engine block `p` starts or was placed in: (block start, offset of `p`).
+/// Only page-aligned pointers and placed ones can be, which spares glibc's
+/// pointers the engine's lock.
+fn engine_block(p: *mut c_void) -> Option<(*mut c_void, usize)> {
+    let offset = (p as usize) % PAGE;
+    if offset == 0 || placement::contains(p as usize) {
+        Some(((p as usize - offset) as *mut c_void, offset))
+    } else {
+        None
+    }
+}
+
+/// Usable length of the engine allocation at `p`, if `p` is one.
+fn engine_len(p: *mut c_void) -> Option<usize> {
+    let (base, offset) = engine_block(p)?;
     let e = running()?;
-    with_busy(|| e.block_len(p.cast())).flatten()
+    with_busy(|| e.block_len(base.cast()))
+        .flatten()
+        .map(|len| len - offset)
 }
 
 /// # Safety
@@ -51,7 +84,7 @@ fn engine_len(p: *mut c_void) -> Option<usize> {
 #[no_mangle]
 pub unsafe extern "C" fn malloc(n: usize) -> *mut c_void {
     if large(n) {
-        let p = engine_alloc(n, Hint::Uninit);
+        let p = engine_malloc(n);
         if !p.is_null() {
             return p;
         }
@@ -89,18 +122,23 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     if p.is_null() {
         return;
     }
-    if (p as usize).is_multiple_of(PAGE) {
+    if let Some((base, offset)) = engine_block(p) {
         if let Some(e) = running() {
             let freed = with_busy(|| {
-                e.block_len(p.cast()).map(|len| {
-                    // SAFETY: p is the start of one of the engine's blocks
-                    // (block_len knows it), which the C caller gives up with
-                    // this call.
-                    (len, unsafe { e.free(p.cast()) })
+                e.block_len(base.cast()).map(|len| {
+                    // SAFETY: base is the start of one of the engine's blocks
+                    // (block_len knows it), whose allocation the C caller
+                    // gives up with this call.
+                    (len, unsafe { e.free(base.cast()) })
                 })
             });
+            if offset > 0 && matches!(freed, Some(Some(_))) {
+                placement::remove(p as usize);
+            }
             match freed {
                 Some(Some((len, _))) => return note_free(len, e),
+                // A placed pointer the engine does not know: not glibc's either.
+                Some(None) if offset > 0 => return,
                 Some(None) => {}
                 // Inside the engine (a signal handler interrupting it): an
                 // engine block cannot be told apart now; leaking beats crashing.
@@ -109,9 +147,9 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
         }
     }
     // SAFETY: p is a live block of our malloc family (the C caller's
-    // guarantee) and not an engine block (engine blocks are page-aligned,
-    // exist only while the engine runs, and the engine did not know this
-    // one), so it is glibc's chunk, given back to glibc.
+    // guarantee) and not an engine allocation (those are page-aligned or in
+    // the placement set, exist only while the engine runs, and the engine did
+    // not know this one), so it is glibc's chunk, given back to glibc.
     unsafe { real::__libc_free(p) }
 }
 
@@ -132,8 +170,9 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, n: usize) -> *mut c_void {
     if let Some(old) = engine_len(p) {
         if n <= old && large(n) {
             // Shrinking in place: the pages past the new end are released
-            // (glibc shrinks its mmapped chunks too). If refused, p stays whole.
-            if let Some(e) = running() {
+            // (glibc shrinks its mmapped chunks too). If refused, p stays
+            // whole; a placed allocation always does.
+            if let Some(e) = running().filter(|_| (p as usize).is_multiple_of(PAGE)) {
                 let _ = with_busy(|| e.shrink(p.cast(), n));
             }
             return p;
@@ -154,7 +193,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, n: usize) -> *mut c_void {
         return q;
     }
     if large(n) {
-        let q = engine_alloc(n, Hint::Uninit);
+        let q = engine_malloc(n);
         if !q.is_null() {
             // SAFETY: p is not an engine block (see the last call below),
             // so it is a live glibc chunk of malloc_usable_size(p) bytes; q is a fresh engine block of at
@@ -264,10 +303,29 @@ unsafe fn engine_copy(dst: *mut c_void, src: *const c_void, n: usize) -> bool {
         return false;
     }
     let Some(e) = running() else { return false };
-    // SAFETY: the engine's copy has memmove's contract, which the caller
-    // keeps. The plain copies it makes inside call this library's memcpy,
-    // which finds the thread busy and hands them to glibc.
-    with_busy(|| unsafe { e.copy(dst.cast(), src.cast(), n) }).is_some()
+    with_busy(|| {
+        if (dst as usize) % PAGE != (src as usize) % PAGE && n >= 2 * PAGE {
+            learn_placement(e, dst as usize, src as usize);
+        }
+        // SAFETY: the engine's copy has memmove's contract, which the caller
+        // keeps. The plain copies it makes inside call this library's memcpy,
+        // which finds the thread busy and hands them to glibc.
+        unsafe { e.copy(dst.cast(), src.cast(), n) }
+    })
+    .is_some()
+}
+
+/// A copy between two engine blocks at different offsets within their pages
+/// cannot be mapped: the destination's size class learns where its
+/// allocations should start for the next such copy to line up (placement.rs).
+fn learn_placement(e: &pagefold_engine::Engine, dst: usize, src: usize) {
+    if e.block_of(src as *const u8).is_none() {
+        return;
+    }
+    if let Some((base, len)) = e.block_of(dst as *const u8) {
+        let (class, offset) = placement::lesson(dst, src, base as usize, len);
+        placement::learn(class, offset);
+    }
 }
 
 /// # Safety

@@ -22,6 +22,8 @@
 //!   get the answer private anonymous memory would give.
 //!
 //! Modules: `real` (glibc's functions), `hooks` (malloc family and copies),
+//! `placement` (where in its first page a large allocation starts, so that
+//! the program's copies line up),
 //! `vm` (madvise, mprotect, mlock), `global` (the engine instance,
 //! configuration, the exit report), `probe` (statistics and scans on demand,
 //! for tests).
@@ -33,6 +35,7 @@
 mod fds;
 mod global;
 mod hooks;
+mod placement;
 mod probe;
 mod real;
 mod vm;

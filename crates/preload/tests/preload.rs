@@ -461,7 +461,9 @@ fn fork_with_large_blocks_does_not_deadlock() {
                   \x20   assert os.waitpid(pid, 0)[1] == 0\n\
                   print('ok', len(b) + len(c))\n";
     let cmd = ["timeout", "60", "python3", "-c", script];
-    let (got, r) = preloaded(&cmd, &[]);
+    // No background scan: merging b's identical pages before the copy would
+    // split its mapping past the budget and make the copy plain.
+    let (got, r) = preloaded(&cmd, &[("PAGEFOLD_SCAN_INTERVAL_MS", "0")]);
     assert_eq!(
         got.trim(),
         "ok 134217728",
@@ -574,6 +576,24 @@ fn count_after(out: &str, what: &str) -> i64 {
         .find_map(|l| l.strip_prefix(what))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("no '{what}' in {out}"))
+}
+
+/// Copies between objects at different offsets within their pages (Python's
+/// bytes(a_bytearray)): after two of them the engine places later objects of
+/// that size so that the copies line up and are mapped; every byte right.
+#[test]
+fn copies_at_mismatched_offsets_are_mapped_once_learned() {
+    if !python() {
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/offsets.py");
+    let cmd = ["python3", script.to_str().unwrap()];
+    let want = plain(&cmd);
+    assert!(want.starts_with("ok "), "{want}");
+    let (got, r) = preloaded(&cmd, &[("PAGEFOLD_SCAN_INTERVAL_MS", "0")]);
+    assert_eq!(want, got);
+    // Of the six bytes copies of 16 MiB, the first two teach; the rest map.
+    assert!(stat(&r, "pages_shared_by_copy") >= 4 * 4096, "{r:?}");
 }
 
 /// A program that needs every mapping `vm.max_map_count` allows, after
