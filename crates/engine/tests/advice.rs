@@ -380,7 +380,12 @@ fn exempt_loses_no_concurrent_write() {
                 }
             })
         };
-        std::thread::sleep(std::time::Duration::from_micros(100 + round * 60));
+        // Wait until the writer is under way (a fixed sleep is not enough on a
+        // loaded machine), at a point that differs from round to round.
+        let start_at = 1 + round * 8;
+        while progress.load(Ordering::SeqCst) < start_at {
+            std::hint::spin_loop();
+        }
         let before = progress.load(Ordering::SeqCst);
         assert!(e.exempt(a, n * PAGE));
         let after = progress.load(Ordering::SeqCst);
