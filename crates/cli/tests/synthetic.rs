@@ -2,7 +2,8 @@
 //! binaries: pagefold, the preload library and pagefold-synth beside it.
 //! Besides "it runs and every output matches plain", it checks that each
 //! mechanism does its job on the workload made for it: the virtual copy on
-//! `copies`, zero folding on `zeros`, merging on `duplicates`, both by the
+//! `copies`, zero folding on `zeros`, merging on `duplicates` and on the
+//! scattered duplicates of `scattered`, both by the
 //! engine's counters and by a smaller average footprint than plain's.
 //!
 //! Why this holds under load: `copies` saves from its first memcpy on; the
@@ -57,7 +58,10 @@ fn quick_synthetic_suite_runs_every_config_and_each_mechanism_saves_where_it_app
         .iter()
         .map(|w| w["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["copies", "zeros", "duplicates", "mixed"]);
+    assert_eq!(
+        names,
+        ["copies", "zeros", "duplicates", "mixed", "scattered"]
+    );
     for w in &names {
         for c in CONFIGS {
             let s = stats(&suite, w, c);
@@ -76,6 +80,7 @@ fn quick_synthetic_suite_runs_every_config_and_each_mechanism_saves_where_it_app
         ("copies", "copy", "pages_shared_by_copy"),
         ("zeros", "zero", "zero_folded"),
         ("duplicates", "merge", "merged"),
+        ("scattered", "merge", "merged"),
     ] {
         for c in ["pagefold", config] {
             assert!(

@@ -24,6 +24,7 @@ pub mod duplicates;
 pub mod mixed;
 pub mod pace;
 pub mod rng;
+pub mod scattered;
 pub mod zeros;
 
 use std::io::Write;
@@ -42,6 +43,7 @@ pub enum Workload {
     Zeros,
     Duplicates,
     Mixed,
+    Scattered,
     DeZero,
     DeRandom,
     DeIdentical,
@@ -49,11 +51,12 @@ pub enum Workload {
 }
 
 impl Workload {
-    pub const ALL: [Workload; 8] = [
+    pub const ALL: [Workload; 9] = [
         Workload::Copies,
         Workload::Zeros,
         Workload::Duplicates,
         Workload::Mixed,
+        Workload::Scattered,
         Workload::DeZero,
         Workload::DeRandom,
         Workload::DeIdentical,
@@ -66,6 +69,7 @@ impl Workload {
             Workload::Zeros => "zeros",
             Workload::Duplicates => "duplicates",
             Workload::Mixed => "mixed",
+            Workload::Scattered => "scattered",
             Workload::DeZero => "de-zero",
             Workload::DeRandom => "de-random",
             Workload::DeIdentical => "de-identical",
@@ -89,6 +93,7 @@ impl Workload {
             Workload::Zeros => "mostly-zero tables (calloc, malloc+memset) updated sparsely, and a buffer cleared for reuse",
             Workload::Duplicates => "the same content generated independently into several buffers (no memcpy), plus unique buffers",
             Workload::Mixed => "copies, zero-filled results and duplicated tables in one program",
+            Workload::Scattered => "a table whose pages are half copies of 1,000 contents at random places, then idle (no memcpy; merging one page at a time)",
             Workload::DeZero => "Difference Engine's micro-benchmark on zero pages: alloc, read, write 16 bytes a page, free, idle between",
             Workload::DeRandom => "Difference Engine's micro-benchmark on random pages (nothing to share, patch or compress)",
             Workload::DeIdentical => "Difference Engine's micro-benchmark on identical pages (one random page repeated)",
@@ -185,6 +190,7 @@ pub fn run(w: Workload, p: &Params, out: &mut dyn Write) -> Result<(), String> {
         Workload::Zeros => zeros::run(p)?,
         Workload::Duplicates => duplicates::run(p)?,
         Workload::Mixed => mixed::run(p)?,
+        Workload::Scattered => scattered::run(p)?,
         Workload::DeZero => de::run(p, de::PageType::Zero)?,
         Workload::DeRandom => de::run(p, de::PageType::Random)?,
         Workload::DeIdentical => de::run(p, de::PageType::Identical)?,

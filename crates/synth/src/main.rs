@@ -29,6 +29,7 @@ struct Cli {
     seed: u64,
     /// Spread the work of zeros and duplicates over at least this many seconds (default 6, 4
     /// with --quick; 0: as fast as possible). Their memory must outlive two background scans.
+    /// For scattered: how long it stays idle (default 20, 6 with --quick).
     #[arg(long, global = true, value_name = "SECONDS")]
     hold: Option<f64>,
     /// Length of each idle period of the de-* workloads (default 10, 3 with --quick): long enough
@@ -47,6 +48,8 @@ enum Cmd {
     Duplicates,
     #[command(about = Workload::Mixed.about())]
     Mixed,
+    #[command(about = Workload::Scattered.about())]
+    Scattered,
     #[command(about = Workload::DeZero.about())]
     DeZero,
     #[command(about = Workload::DeRandom.about())]
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
         Cmd::Zeros => Workload::Zeros,
         Cmd::Duplicates => Workload::Duplicates,
         Cmd::Mixed => Workload::Mixed,
+        Cmd::Scattered => Workload::Scattered,
         Cmd::DeZero => Workload::DeZero,
         Cmd::DeRandom => Workload::DeRandom,
         Cmd::DeIdentical => Workload::DeIdentical,

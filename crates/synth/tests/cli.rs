@@ -19,7 +19,10 @@ fn lists_the_workloads_by_name() {
         .lines()
         .map(|l| l.split_whitespace().next().unwrap().to_string())
         .collect();
-    assert_eq!(names, ["copies", "zeros", "duplicates", "mixed"]);
+    assert_eq!(
+        names,
+        ["copies", "zeros", "duplicates", "mixed", "scattered"]
+    );
     let out = synth(&["list", "de"]);
     assert!(out.status.success());
     let names: Vec<String> = String::from_utf8_lossy(&out.stdout)
@@ -39,6 +42,7 @@ fn same_arguments_print_the_same_bytes() {
         "zeros",
         "duplicates",
         "mixed",
+        "scattered",
         "de-zero",
         "de-random",
         "de-identical",
