@@ -6,6 +6,11 @@ this package (a Rust binary that carries the preload library); these
 functions call it and return its JSON as dictionaries. ``engine_stats`` asks
 the preload library loaded into this very process, if there is one.
 
+Every JSON document pagefold writes has a ``"schema"`` field naming its
+format and version (the number changes when a field changes meaning or goes
+away), and the dictionaries keep it; each function says which it is.
+``run`` wraps its report with the exit code: ``run(...)["report"]["schema"]``.
+
     >>> import pagefold
     >>> pagefold.footprint()["physical_bytes"]        # this process
     >>> pagefold.run(["python3", "script.py"])["exit_code"]
@@ -63,7 +68,9 @@ def footprint(pid: Optional[int] = None, tree: bool = False) -> Dict[str, Any]:
     plus memfd pages it holds but does not map; ``rss_bytes``, ``pss_bytes``
     and ``uss_bytes`` are the kernel's figures; ``ksm`` what kernel KSM
     merged. With ``tree=True`` the process's descendants are included, pages
-    they share counted once.
+    they share counted once. It is ``pagefold measure --json``'s document
+    (``"schema": "pagefold-measure/1"``) with ``physical_bytes`` added, the
+    same as its ``footprint_bytes``.
     """
     args = ["measure", str(os.getpid() if pid is None else pid), "--json"]
     if tree:
@@ -75,7 +82,8 @@ def footprint(pid: Optional[int] = None, tree: bool = False) -> Dict[str, Any]:
 
 def analyze(target: Union[int, str, "os.PathLike[str]"]) -> Dict[str, Any]:
     """What sharing, patching and compression could save on a process (a
-    PID) or a memory image or core file (a path): the analyzer's report."""
+    PID) or a memory image or core file (a path): the analyzer's report,
+    ``pagefold analyze --json``'s document (``"schema": "pagefold-analyze/1"``)."""
     return json.loads(_call(["analyze", str(os.fspath(target) if not isinstance(target, int) else target), "--json"]))
 
 
@@ -86,7 +94,9 @@ def run(argv: Sequence[str], **options: Union[str, int, bool]) -> Dict[str, Any]
     ``PAGEFOLD_TIER=1``, ``scan_interval_ms=500`` sets
     ``PAGEFOLD_SCAN_INTERVAL_MS=500`` (docs/CONFIG.md lists them all).
     Returns ``exit_code`` (the program's; negative for a signal) and
-    ``report`` (footprint over time and what the engine did).
+    ``report`` (footprint over time and what the engine did): the document
+    of ``pagefold run --json`` (``"schema": "pagefold-run/1"``), or ``{}``
+    if the command left none.
     """
     if isinstance(argv, str):
         raise TypeError("argv is a list of arguments, not a string")
@@ -113,8 +123,9 @@ _STATS_FN: Optional[Any] = None
 
 def engine_stats() -> Dict[str, Any]:
     """What the engine serving this process has done: pages shared by copy,
-    zero pages folded, pages merged, frames in use, fallbacks. Empty when this
-    process does not run under pagefold."""
+    zero pages folded, pages merged, frames in use, fallbacks, with
+    ``"schema": "pagefold-engine-stats/1"``. Empty when this process does not
+    run under pagefold."""
     global _STATS_FN
     if _STATS_FN is None:
         try:

@@ -44,8 +44,11 @@ def test_python_m_pagefold_run_gives_the_plain_output_and_exit_code(tmp_path):
                             "--", sys.executable, str(script)], capture_output=True, text=True, env=env)
     assert plain.returncode == under.returncode == 3
     assert plain.stdout == under.stdout and plain.stdout.strip()
-    engine = json.loads(report.read_text())["runs"][-1]["engine"]
+    doc = json.loads(report.read_text())
+    assert doc["schema"] == "pagefold-run/1"
+    engine = doc["runs"][-1]["engine"]
     assert engine and sum(e["stats"]["pages_shared_by_copy"] for e in engine) > 4 * 8000
+    assert all(e["schema"] == "pagefold-preload-report/1" for e in engine)
 
 
 def test_the_preload_library_comes_with_the_package():
@@ -59,11 +62,14 @@ def test_footprint_of_this_process():
     assert fp["pids"] == [os.getpid()]
     assert fp["physical_bytes"] > 1 << 20
     assert fp["uss_bytes"] <= fp["pss_bytes"] <= fp["rss_bytes"]
+    assert fp["schema"] == "pagefold-measure/1"
+    assert fp["physical_bytes"] == fp["footprint_bytes"]
 
 
 def test_analyze_this_process():
     rep = pagefold.analyze(os.getpid())
     assert isinstance(rep, dict) and rep
+    assert rep["schema"] == "pagefold-analyze/1"
 
 
 def test_run_returns_exit_code_and_report(tmp_path):
@@ -71,6 +77,7 @@ def test_run_returns_exit_code_and_report(tmp_path):
     script.write_text(SCRIPT)
     out = pagefold.run([sys.executable, str(script)], scan_interval_ms=200)
     assert out["exit_code"] == 0
+    assert out["report"]["schema"] == "pagefold-run/1"
     last = out["report"]["runs"][-1]
     assert last["samples"] >= 1 and last["peak_bytes"] > 1 << 20
     assert sum(e["stats"]["pages_shared_by_copy"] for e in last["engine"]) > 4 * 8000
@@ -92,6 +99,7 @@ def test_engine_stats_inside_and_outside(tmp_path):
                           capture_output=True, text=True, check=True)
     stats = json.loads(done.stdout.strip().splitlines()[-1])
     assert stats["pages_shared_by_copy"] > 4 * 8000 and stats["frames_active"] is True
+    assert stats["schema"] == "pagefold-engine-stats/1"
 
 
 def test_a_notebook_on_the_pagefold_kernel(tmp_path):

@@ -316,9 +316,8 @@ fn run_checked(a: &Args, out: &mut dyn Write, err: &mut dyn Write) -> Result<()>
         }
     }
     let text = if a.json {
-        serde_json::to_string_pretty(&report)
+        crate::report::json(&report)
             .map_err(|e| Error::Usage(format!("cannot encode JSON: {e}")))?
-            + "\n"
     } else {
         crate::report::text(&report)
     };

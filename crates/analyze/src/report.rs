@@ -2,13 +2,23 @@
 //! the inputs, Difference Engine's Table 1 (with patching), in-process versus
 //! cross-process sharing, two-snapshot behaviour, Deng et al.'s Table 3, the
 //! compression and chunking studies, the comparison counts, and a closing
-//! summary of what each technique would save. JSON output is the same
-//! [`Report`] through serde.
+//! summary of what each technique would save. JSON output ([`json`]) is the
+//! same [`Report`] through serde, with its `"schema"`.
 
 use std::fmt::Write;
 
 use crate::sharing::Counts;
 use crate::{Report, PAGE};
+
+/// The `"schema"` of `pagefold analyze --json` (a [`Report`]).
+pub const SCHEMA: &str = "pagefold-analyze/1";
+
+/// `pagefold analyze --json`: the report as a JSON document, one line feed
+/// at the end.
+pub fn json(report: &Report) -> serde_json::Result<String> {
+    let doc = pagefold_measure::schema::document(SCHEMA, report)?;
+    Ok(serde_json::to_string_pretty(&doc)? + "\n")
+}
 
 /// 1234567 -> "1,234,567".
 pub fn thousands(n: u64) -> String {

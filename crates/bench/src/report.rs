@@ -4,7 +4,7 @@
 //! markers, leaving the hand-written text around them alone), and a JSON file
 //! that keeps one key per suite, so running one suite does not erase the
 //! other's numbers. Every JSON file the harness writes carries `"schema":
-//! SCHEMA`. Every target is printed next to its result as pass or miss, with
+//! SCHEMA` (put there by `pagefold_measure::schema::document`). Every target is printed next to its result as pass or miss, with
 //! the margin.
 
 use crate::fold::FoldResults;
@@ -31,14 +31,6 @@ pub const REPRODUCE: &str = "cargo run --release -p pagefold -- bench --suite al
 /// The format of every JSON file the harness writes (its `"schema"` field);
 /// the number changes when a field changes meaning or goes away.
 pub const SCHEMA: &str = "pagefold-bench/1";
-
-/// `value` (a JSON object) with its `"schema"` field set.
-pub fn with_schema(mut value: serde_json::Value) -> serde_json::Value {
-    if let Some(map) = value.as_object_mut() {
-        map.insert("schema".into(), SCHEMA.into());
-    }
-    value
-}
 
 /// How a markdown file at `doc` links to `file`: the path of `file` relative
 /// to the directory of `doc` (with `..` where needed), or `file` as given if
@@ -536,7 +528,7 @@ pub fn update_json(path: &Path, key: &str, value: serde_json::Value) -> Result<(
         .filter(|v| v.is_object())
         .unwrap_or_else(|| serde_json::json!({}));
     root[key] = value;
-    let root = with_schema(root);
+    let root = pagefold_measure::schema::document(SCHEMA, &root)?;
     write_creating_dirs(path, &(serde_json::to_string_pretty(&root)? + "\n"))
 }
 

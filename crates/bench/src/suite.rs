@@ -493,8 +493,8 @@ pub fn publish(
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut files = Vec::new();
     let json_path = dir.join(format!("{}.json", r.suite));
-    let json = serde_json::to_value(r).map_err(|e| e.to_string())?;
-    let json = serde_json::to_string_pretty(&crate::report::with_schema(json))
+    let json = pagefold_measure::schema::document(crate::report::SCHEMA, r)
+        .and_then(|doc| serde_json::to_string_pretty(&doc))
         .map_err(|e| e.to_string())?;
     std::fs::write(&json_path, json + "\n").map_err(|e| format!("{}: {e}", json_path.display()))?;
     files.push(json_path);
@@ -809,7 +809,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("pagefold-suite-load-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("roundtrip.json");
-        std::fs::write(&path, serde_json::to_string(&r).unwrap()).unwrap();
+        // As publish writes it, with its schema.
+        let doc = pagefold_measure::schema::document(crate::report::SCHEMA, &r).unwrap();
+        std::fs::write(&path, doc.to_string()).unwrap();
         let back = load(&path).unwrap();
         assert_eq!(markdown(&back), markdown(&r));
         assert!(back.workloads[0].stats[2].average_mib.median.is_nan());

@@ -155,7 +155,8 @@ void pf_stop_background(pf_engine *e);
 /* Fills *out with the statistics: 0, or -1 on a bad handle or NULL out. */
 int pf_stats(pf_engine *e, struct pf_stats *out);
 
-/* The statistics as one JSON object, like snprintf: writes at most cap bytes
+/* The statistics as one JSON object, its "schema" field
+ * "pagefold-engine-stats/1", like snprintf: writes at most cap bytes
  * including the terminating NUL and returns the full length without the NUL
  * (>= cap: truncated). buf may be NULL if cap is 0. 0 on a bad handle. */
 size_t pf_stats_json(pf_engine *e, char *buf, size_t cap);

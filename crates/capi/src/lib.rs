@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
-use pagefold_engine::{Config, Engine, Hint, Inject, ScanReport, Stats};
+use pagefold_engine::{Config, Engine, Hint, Inject, ScanReport, Stats, STATS_SCHEMA};
 
 /// `pf_alloc` flag: the caller will write every page at once (the result of a
 /// computation), so the block is populated now instead of one fault per page.
@@ -532,7 +532,8 @@ pub unsafe extern "C" fn pf_stats(h: *mut pf_engine, out: *mut pf_stats) -> c_in
     })
 }
 
-/// The statistics as one JSON object, snprintf-style: writes at most `cap`
+/// The statistics as one JSON object (with `"schema"` set to
+/// [`STATS_SCHEMA`]), snprintf-style: writes at most `cap`
 /// bytes including a terminating NUL (if `cap` > 0) and returns the length of
 /// the whole document without the NUL, so a return >= `cap` means truncated.
 /// `buf` may be NULL when `cap` is 0. Returns 0 on a bad handle (`buf` then
@@ -552,7 +553,9 @@ pub unsafe extern "C" fn pf_stats_json(h: *mut pf_engine, buf: *mut c_char, cap:
             unsafe { *buf = 0 };
         }
         let engine = engine_of(h).ok_or(libc::EINVAL)?;
-        let json = serde_json::to_string(&engine.stats()).map_err(|_| libc::EFAULT)?;
+        let json = pagefold_measure::schema::document(STATS_SCHEMA, &engine.stats())
+            .and_then(|doc| serde_json::to_string(&doc))
+            .map_err(|_| libc::EFAULT)?;
         if cap > 0 {
             let n = json.len().min(cap - 1);
             // SAFETY: buf is writable for cap bytes and n + 1 <= cap; the
@@ -863,6 +866,7 @@ mod tests {
             let text = std::ffi::CStr::from_ptr(buf.as_ptr()).to_str().unwrap();
             let v: serde_json::Value = serde_json::from_str(text).unwrap();
             assert_eq!(v["blocks"], 1);
+            assert_eq!(v["schema"], "pagefold-engine-stats/1");
             assert_eq!(pf_free(h, p), 0);
             assert_eq!(pf_free(h, p), -1);
             pf_engine_free(h);

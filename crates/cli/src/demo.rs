@@ -48,6 +48,8 @@ const PAGE: usize = 4096;
 const MIB: f64 = 1024.0 * 1024.0;
 /// prctl(PR_SET_MEMORY_MERGE): opt every mapping of the process into KSM (Linux 6.4).
 const PR_SET_MEMORY_MERGE: libc::c_int = 67;
+/// The `"schema"` of `pagefold demo --json`.
+const SCHEMA: &str = "pagefold-demo/1";
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -921,5 +923,10 @@ fn print_json(a: &Args, results: &[VariantResult], notes: &[String], checksums_m
         "checksums_match": checksums_match,
         "notes": notes,
     });
-    println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    let doc = pagefold_measure::schema::document(SCHEMA, &doc);
+    println!(
+        "{}",
+        doc.and_then(|d| serde_json::to_string_pretty(&d))
+            .unwrap_or_default()
+    );
 }

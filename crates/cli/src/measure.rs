@@ -56,7 +56,7 @@ fn one_shot(pid: u32, a: &Args) -> Result<(), Failure> {
         measure_pid(pid)?
     };
     if a.json {
-        println!("{}", to_json(&footprint)?);
+        println!("{}", cli::footprint_json(&footprint)?);
     } else {
         print!("{}", cli::footprint_table(&footprint));
     }
@@ -86,16 +86,9 @@ fn series(pid: u32, a: &Args, plan: &SeriesPlan) -> Result<(), Failure> {
     unsafe { libc::signal(libc::SIGINT, previous) };
     let series = result?;
     if a.json {
-        println!("{}", to_json(&series)?);
+        println!("{}", cli::series_json(&series)?);
     } else {
         println!("{}", cli::summary_line(&series));
     }
     cli::series_failure(&series).map_or(Ok(()), Err)
-}
-
-fn to_json(value: &impl serde::Serialize) -> Result<String, Failure> {
-    serde_json::to_string_pretty(value).map_err(|e| Failure {
-        message: format!("pagefold measure: cannot encode JSON: {e}"),
-        exit_code: cli::EXIT_FAILURE,
-    })
 }

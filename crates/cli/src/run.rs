@@ -6,7 +6,8 @@
 //! kernel KSM with its knobs restored afterwards), one after the other with
 //! the same input; outputs are captured and must be byte-identical, and the
 //! report puts all runs side by side. The report goes to stderr (or
-//! `--report FILE`) so the program's stdout stays its own.
+//! `--report FILE`) so the program's stdout stays its own; with `--json` it
+//! is a document whose `"schema"` is [`SCHEMA`].
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -16,6 +17,9 @@ use pagefold_bench::ksm::KsmGuard;
 use pagefold_bench::program::{self, engine_total, Config, Invocation, Outcome};
 use serde::Serialize;
 use serde_json::Value;
+
+/// The `"schema"` of `pagefold run --json`.
+const SCHEMA: &str = "pagefold-run/1";
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -173,10 +177,7 @@ impl SummaryRef for Outcome {
 
 fn emit(a: &Args, runs: &[Summary], identical: Option<bool>) -> Result<(), String> {
     let text = if a.json {
-        serde_json::to_string_pretty(
-            &serde_json::json!({ "command": a.cmd, "runs": runs, "outputs_identical": identical }),
-        )
-        .map_err(|e| e.to_string())?
+        json(&a.cmd, runs, identical).map_err(|e| e.to_string())?
     } else {
         table(runs, identical)
     };
@@ -189,6 +190,13 @@ fn emit(a: &Args, runs: &[Summary], identical: Option<bool>) -> Result<(), Strin
             Ok(())
         }
     }
+}
+
+/// The `--json` report: the command, each run, and (with `--compare`)
+/// whether all runs printed the same.
+fn json(cmd: &[String], runs: &[Summary], identical: Option<bool>) -> serde_json::Result<String> {
+    let body = serde_json::json!({ "command": cmd, "runs": runs, "outputs_identical": identical });
+    serde_json::to_string_pretty(&pagefold_measure::schema::document(SCHEMA, &body)?)
 }
 
 fn table(runs: &[Summary], identical: Option<bool>) -> String {

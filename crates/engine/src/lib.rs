@@ -92,7 +92,7 @@ pub use engine::{Engine, Hint, ScanReport};
 pub use evict::{Allow, EvictReport};
 pub use fault::LIFETIME_BUCKETS;
 pub use fresh::Fresh;
-pub use stats::{Fallbacks, Stats};
+pub use stats::{Fallbacks, Stats, STATS_SCHEMA};
 pub use store::{Handle, PageStore, StoreBytes, StoreError};
 pub use tier_store::{SwapSettings, TierConfig, TierCounts, TierStore};
 

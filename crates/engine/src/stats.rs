@@ -3,6 +3,10 @@
 
 use serde::Serialize;
 
+/// The `"schema"` of a [`Stats`] written as a JSON document of its own (the
+/// C API's `pf_stats_json`, the preload's `pagefold_stats_json`).
+pub const STATS_SCHEMA: &str = "pagefold-engine-stats/1";
+
 /// Why the engine took a slower or plainer path than it wanted.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Fallbacks {

@@ -1,6 +1,6 @@
 //! What `pagefold measure` needs beyond the library calls: checking its
 //! arguments, turning errors into one-line messages and exit codes, and
-//! formatting footprints as text. It lives here rather than in the CLI crate
+//! formatting footprints as text or JSON. It lives here rather than in the CLI crate
 //! so that it is unit-tested with the measurement it reports on; the CLI's
 //! measure.rs only wires clap, printing and exit codes to these functions.
 
@@ -13,6 +13,11 @@ use crate::sampler::{Sampler, Series, SeriesEnd};
 
 /// Exit code for bad arguments and failed measurements.
 pub const EXIT_FAILURE: i32 = 2;
+/// The `"schema"` of `pagefold measure --json` (one [`Footprint`]).
+pub const FOOTPRINT_SCHEMA: &str = "pagefold-measure/1";
+/// The `"schema"` of `pagefold measure --json` with `--interval`, `--count`
+/// or `--duration` (a [`Series`]).
+pub const SERIES_SCHEMA: &str = "pagefold-measure-series/1";
 /// Interval of a series when only --count or --duration was given.
 pub const DEFAULT_INTERVAL_MS: u64 = 1000;
 const PREFIX: &str = "pagefold measure";
@@ -215,6 +220,22 @@ fn ksm_text(fp: &Footprint) -> String {
     }
 }
 
+/// `pagefold measure --json`: one footprint as a JSON document.
+pub fn footprint_json(fp: &Footprint) -> Result<String, Failure> {
+    json(FOOTPRINT_SCHEMA, fp)
+}
+
+/// `pagefold measure --json` of a series: samples, summary and why it ended.
+pub fn series_json(series: &Series) -> Result<String, Failure> {
+    json(SERIES_SCHEMA, series)
+}
+
+fn json(schema: &str, body: &impl serde::Serialize) -> Result<String, Failure> {
+    crate::schema::document(schema, body)
+        .and_then(|doc| serde_json::to_string_pretty(&doc))
+        .map_err(|e| Failure::new(format_args!("cannot encode JSON: {e}")))
+}
+
 /// One line of a live series.
 pub fn sample_line(fp: &Footprint) -> String {
     let ksm = fp
@@ -341,6 +362,22 @@ mod tests {
         assert_eq!(format_bytes(64 << 20), "64.0 MiB");
         assert_eq!(format_bytes(3 << 30), "3.0 GiB");
         assert_eq!(format_signed_bytes(-2048), "-2.0 KiB");
+    }
+
+    #[test]
+    fn json_documents_carry_their_schema() {
+        let fp = crate::measure_self().unwrap();
+        let v: serde_json::Value = serde_json::from_str(&footprint_json(&fp).unwrap()).unwrap();
+        assert_eq!(v["schema"], "pagefold-measure/1");
+        assert_eq!(v["footprint_bytes"], fp.footprint_bytes);
+        let series = Sampler::new(std::process::id(), Duration::from_millis(1))
+            .max_samples(2)
+            .run()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&series_json(&series).unwrap()).unwrap();
+        assert_eq!(v["schema"], "pagefold-measure-series/1");
+        assert_eq!(v["samples"].as_array().map(Vec::len), Some(2), "{v}");
+        assert!(v["samples"][0].get("schema").is_none(), "{v}");
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //!   one measurement, a [`Footprint`].
 //! - [`Sampler`]: a time series with peak and average, on the calling thread
 //!   or on its own ([`Sampler::spawn`]).
-//! - [`cli`]: argument checks, messages and text reports for `pagefold measure`.
+//! - [`cli`]: argument checks, messages, text and JSON reports for `pagefold measure`.
+//! - [`schema`]: the `"schema"` field every JSON document pagefold writes
+//!   carries (here because every crate that writes JSON can depend on this one).
 
 pub mod cli;
 mod error;
@@ -22,6 +24,7 @@ mod memfd;
 mod pagemap;
 mod procfs;
 mod sampler;
+pub mod schema;
 mod tree;
 
 pub use error::Error;

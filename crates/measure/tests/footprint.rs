@@ -186,8 +186,11 @@ fn tree_counts_pages_shared_after_fork_once() {
 fn json_has_the_documented_fields() {
     let helper = Helper::spawn();
     let fp = measure_pid(helper.pid()).unwrap();
-    let json = serde_json::to_value(&fp).unwrap();
+    // What `pagefold measure --json` prints.
+    let text = pagefold_measure::cli::footprint_json(&fp).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
     for key in [
+        "schema",
         "pids",
         "footprint_bytes",
         "distinct_pages",
@@ -203,6 +206,7 @@ fn json_has_the_documented_fields() {
     ] {
         assert!(json.get(key).is_some(), "{key} missing in {json}");
     }
+    assert_eq!(json["schema"], "pagefold-measure/1");
     let ksm_file = std::path::Path::new("/proc/self/ksm_stat").exists();
     assert_eq!(fp.ksm.is_some(), ksm_file);
     assert!(fp.vm_hwm_bytes >= fp.rss_bytes / 2 && fp.vm_hwm_bytes > 0);

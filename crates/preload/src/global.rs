@@ -13,7 +13,8 @@
 //! `PAGEFOLD_RECYCLE_MB` defaults to 256 here (freed blocks reused, see the engine's recycle.rs);
 //! `PAGEFOLD_SCAN_AFTER_FREE_MB` (default 64): wake the scanner after this much
 //! engine memory was freed, which is when a garbage collector has just run;
-//! `PAGEFOLD_REPORT=PATH`: at exit write the engine's statistics as JSON to `PATH.PID`.
+//! `PAGEFOLD_REPORT=PATH`: at exit write the engine's statistics as JSON to
+//! `PATH.PID` (`{"schema": REPORT_SCHEMA, "pid", "threshold", "stats"}`).
 
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -36,6 +37,8 @@ static FREED: AtomicUsize = AtomicUsize::new(0);
 static SCAN_AFTER_FREE: AtomicUsize = AtomicUsize::new(64 << 20);
 /// Freed engine memory kept for reuse, as glibc keeps freed heap chunks.
 const RECYCLE_DEFAULT: usize = 256 << 20;
+/// The `"schema"` of the exit report `PAGEFOLD_REPORT` asks for.
+const REPORT_SCHEMA: &str = "pagefold-preload-report/1";
 
 thread_local! {
     /// Set while this thread is inside the engine: its own copies and
@@ -158,12 +161,14 @@ extern "C" fn report_at_exit() {
         with_busy(|| {
             let base = path.to_string_lossy().into_owned();
             let file = format!("{base}.{}", std::process::id());
-            let json = serde_json::json!({
+            let report = serde_json::json!({
                 "pid": std::process::id(),
                 "threshold": THRESHOLD.load(Ordering::Relaxed),
                 "stats": e.stats(),
             });
-            let _ = std::fs::write(file, json.to_string());
+            if let Ok(doc) = pagefold_measure::schema::document(REPORT_SCHEMA, &report) {
+                let _ = std::fs::write(file, doc.to_string());
+            }
         })
     });
 }

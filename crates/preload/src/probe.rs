@@ -5,6 +5,8 @@
 
 use std::ffi::{c_char, CStr};
 
+use pagefold_engine::STATS_SCHEMA;
+
 use crate::global::{running, with_busy};
 
 /// The running engine's statistic `name` as in the exit report ("merged",
@@ -43,17 +45,22 @@ pub extern "C" fn pagefold_scan() -> i64 {
     .unwrap_or(-1)
 }
 
-/// Writes the running engine's statistics as JSON (the exit report's
-/// `stats`) into `buf`, NUL-terminated if it fits, and returns the JSON's
-/// length; 0 if no engine runs. A return of `len` or more means `buf` was too
-/// small (nothing usable was written).
+/// Writes the running engine's statistics as a JSON document (the exit
+/// report's `stats`, with `"schema"` set to [`STATS_SCHEMA`]) into `buf`,
+/// NUL-terminated if it fits, and returns the JSON's length; 0 if no engine
+/// runs. A return of `len` or more means `buf` was too small (nothing usable
+/// was written).
 ///
 /// # Safety
 /// `buf` is NULL or valid for writing `len` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn pagefold_stats_json(buf: *mut c_char, len: usize) -> usize {
     let Some(e) = running() else { return 0 };
-    let Some(json) = with_busy(|| serde_json::to_string(&e.stats()).ok()).flatten() else {
+    let json = || {
+        let doc = pagefold_measure::schema::document(STATS_SCHEMA, &e.stats()).ok()?;
+        serde_json::to_string(&doc).ok()
+    };
+    let Some(json) = with_busy(json).flatten() else {
         return 0;
     };
     if !buf.is_null() && json.len() < len {

@@ -110,14 +110,19 @@ fn preloaded_as_set(program: &[&str], env: &[(&str, &str)]) -> (String, Vec<Valu
     (out, reports)
 }
 
-/// The engine reports left by processes that ran with the preload.
+/// The engine reports left by processes that ran with the preload; each
+/// is a JSON document with its schema.
 fn reports(dir: &Path) -> Vec<Value> {
-    std::fs::read_dir(dir)
+    let reports: Vec<Value> = std::fs::read_dir(dir)
         .unwrap()
         .flatten()
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
         .filter_map(|s| serde_json::from_str(&s).ok())
-        .collect()
+        .collect();
+    for r in &reports {
+        assert_eq!(r["schema"], "pagefold-preload-report/1", "{r}");
+    }
+    reports
 }
 
 /// A statistic summed over reports; "fallbacks.mmap" reaches into objects,
@@ -166,6 +171,26 @@ fn c_program_same_output_with_engine_serving_it() {
         "no copy was virtual: {r:?}"
     );
     assert_eq!(stat(&r, "blocks"), 0, "blocks leaked at exit: {r:?}");
+}
+
+/// `pagefold_stats_json` (the Python package's `engine_stats()`) hands out
+/// the running engine's statistics as a JSON document with its schema: the
+/// exit report's `stats` and `"schema"`.
+#[test]
+fn stats_json_is_a_document_with_its_schema() {
+    let exe = c_program("stats_json");
+    let exe = exe.to_str().unwrap();
+    assert_eq!(plain(&[exe]), "");
+    let (out, r) = preloaded(&[exe], &[]);
+    let stats: Value = serde_json::from_str(out.trim()).expect("one JSON document");
+    assert_eq!(stats["schema"], "pagefold-engine-stats/1", "{stats}");
+    assert!(stats["pages_shared_by_copy"].as_u64() > Some(0), "{stats}");
+    assert_eq!(r.len(), 1, "one exit report expected: {r:?}");
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    let mut want = keys(&r[0]["stats"]);
+    want.push("schema".into());
+    want.sort();
+    assert_eq!(keys(&stats), want);
 }
 
 /// madvise DONTNEED/FREE/DONTNEED_LOCKED on owned, copied, diverged and

@@ -162,7 +162,12 @@ pub fn json(args: &[&str]) -> serde_json::Value {
         args,
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("JSON report")
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(
+        v["schema"], "pagefold-analyze/1",
+        "no schema in {args:?}'s report"
+    );
+    v
 }
 
 /// Asserts a one-line `pagefold analyze: ...` message and exit code 2.

@@ -252,6 +252,7 @@ static void test_stats_json(pf_engine *e) {
     CHECK(buf[0] == '{' && buf[need - 1] == '}');
     CHECK(strstr(buf, "\"pages_shared_by_copy\"") != NULL);
     CHECK(strstr(buf, "\"fallbacks\"") != NULL);
+    CHECK(strstr(buf, "\"schema\":\"pagefold-engine-stats/1\"") != NULL);
     /* Truncated like snprintf: cap-1 bytes and a NUL. */
     char small[8];
     CHECK(pf_stats_json(e, small, sizeof small) == need);
