@@ -633,7 +633,10 @@ fn a_program_gets_every_mapping_it_would_plain() {
     let (got, r) = preloaded(&[exe], &[]);
     let what = "single-page mappings until ENOMEM:";
     let (w, g) = (count_after(&want, what), count_after(&got, what));
-    assert!(g <= w && w - g <= 64, "plain {w}, preloaded {g}");
+    // Either side may end a few mappings apart (the preload's own library
+    // and threads take some; the engine, once it gave its own back, may hold
+    // fewer than plain glibc's heap does).
+    assert!(w.abs_diff(g) <= 64, "plain {w}, preloaded {g}");
     let last = |s: &str| s.lines().last().unwrap_or("").to_string();
     assert_eq!(last(&want), last(&got));
     assert!(stat(&r, "mapping_shortages") >= 1, "{r:?}");
