@@ -5,6 +5,8 @@
 #       bin/pagefold, lib/libpagefold.so, lib/libpagefold_preload.so,
 #       include/pagefold.h, lib/pkgconfig/pagefold.pc
 #   make uninstall PREFIX=... DESTDIR=...
+#   make deb                  a Debian package of the same files under /usr:
+#       $(DEB_DIR)/pagefold_VERSION_ARCH.deb (dpkg-deb, no other tool)
 #
 # A C program then builds with: cc prog.c $(pkg-config --cflags --libs pagefold)
 
@@ -19,7 +21,11 @@ LIB := $(DESTDIR)$(PREFIX)/lib
 INC := $(DESTDIR)$(PREFIX)/include
 PC := $(LIB)/pkgconfig
 
-.PHONY: all install uninstall
+DEB_DIR ?= target/debian
+DEB_ARCH := $(shell dpkg --print-architecture 2>/dev/null)
+DEB_ROOT := $(DEB_DIR)/root
+
+.PHONY: all install uninstall deb
 
 all:
 	$(CARGO) build --release -p pagefold -p pagefold-preload -p pagefold-capi
@@ -37,3 +43,14 @@ install: all
 uninstall:
 	rm -f $(BIN)/pagefold $(LIB)/libpagefold.so $(LIB)/libpagefold_preload.so \
 	      $(INC)/pagefold.h $(PC)/pagefold.pc
+
+deb: all
+	rm -rf $(DEB_ROOT)
+	$(MAKE) --no-print-directory install PREFIX=/usr DESTDIR=$(abspath $(DEB_ROOT)) \
+	    TARGET=$(TARGET) CARGO=$(CARGO)
+	install -d $(DEB_ROOT)/DEBIAN
+	sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@ARCH@|$(DEB_ARCH)|g' \
+	    -e 's|@SIZE@|'"$$(du -sk $(DEB_ROOT)/usr | cut -f1)"'|g' \
+	    packaging/debian/control.in > $(DEB_ROOT)/DEBIAN/control
+	dpkg-deb --root-owner-group --build $(DEB_ROOT) \
+	    $(DEB_DIR)/pagefold_$(VERSION)_$(DEB_ARCH).deb

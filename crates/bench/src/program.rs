@@ -552,7 +552,11 @@ pub fn find_preload(opt: Option<&Path>) -> Result<PathBuf, String> {
         (None, Some(p)) => PathBuf::from(p),
         (None, None) => {
             let exe = std::env::current_exe().map_err(|e| format!("locating pagefold: {e}"))?;
-            exe.with_file_name("libpagefold_preload.so")
+            let places = preload_places(&exe);
+            match places.iter().find(|p| p.is_file()) {
+                Some(p) => p.clone(),
+                None => places[0].clone(),
+            }
         }
     };
     if !candidate.is_file() {
@@ -564,6 +568,18 @@ pub fn find_preload(opt: Option<&Path>) -> Result<PathBuf, String> {
     candidate
         .canonicalize()
         .map_err(|e| format!("{}: {e}", candidate.display()))
+}
+
+/// Where the preload library sits for the program at `exe`, in the order
+/// looked at: beside it (a cargo build), then in `lib/` beside its `bin/`
+/// (`make install`, the Debian package).
+pub fn preload_places(exe: &Path) -> Vec<PathBuf> {
+    const NAME: &str = "libpagefold_preload.so";
+    let mut places = vec![exe.with_file_name(NAME)];
+    if let Some(prefix) = exe.parent().and_then(Path::parent) {
+        places.push(prefix.join("lib").join(NAME));
+    }
+    places
 }
 
 /// `name` as the shell would find it.

@@ -1,6 +1,9 @@
 //! `make install` lays out bin/, lib/, include/ and lib/pkgconfig/ under a
 //! prefix (with DESTDIR staging), and a C program builds against it with
-//! nothing but `pkg-config --cflags --libs pagefold`, then runs.
+//! nothing but `pkg-config --cflags --libs pagefold`, then runs; the
+//! installed `pagefold run` finds the installed preload library. `make deb`
+//! packs the same files under /usr into a Debian package that dpkg reads and
+//! whose unpacked tree works the same way.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -88,4 +91,107 @@ fn make_install_then_a_c_program_links_with_pkg_config() {
         Command::new(root.join("bin/pagefold")).arg("--version"),
     );
     assert!(version.starts_with("pagefold "));
+    runs_with_its_own_preload(&root);
+}
+
+/// The installed `pagefold` under `root` (bin/, lib/) uses the preload
+/// library installed beside it, with no variable to point at it.
+fn runs_with_its_own_preload(root: &Path) {
+    let lib = root
+        .join("lib/libpagefold_preload.so")
+        .canonicalize()
+        .unwrap();
+    let pagefold = || {
+        let mut c = Command::new(root.join("bin/pagefold"));
+        c.env_remove("PAGEFOLD_PRELOAD");
+        c
+    };
+    let found = ok("installed pagefold preload", pagefold().arg("preload"));
+    assert_eq!(Path::new(found.trim()), lib);
+    let out = ok(
+        "installed pagefold run",
+        pagefold().args(["run", "--", "sh", "-c", "echo \"preload=$LD_PRELOAD\""]),
+    );
+    assert!(
+        out.contains(&format!("preload={}", lib.display())),
+        "the program ran without the installed preload:\n{out}"
+    );
+}
+
+#[test]
+fn make_deb_builds_a_package_dpkg_reads_and_its_tree_runs() {
+    if Command::new("dpkg-deb").arg("--version").output().is_err() {
+        panic!("dpkg-deb not found: `make deb` needs Debian's dpkg (apt-get install dpkg)");
+    }
+    let profile = pagefold_testkit::profile_dir();
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("deb");
+    let _ = std::fs::remove_dir_all(&out_dir);
+    ok(
+        "make deb",
+        Command::new("make")
+            .current_dir(repo())
+            .arg("deb")
+            .arg(format!("DEB_DIR={}", out_dir.display()))
+            .arg(format!("TARGET={}", profile.display()))
+            .arg(format!("CARGO={}", env!("CARGO")))
+            .env("CARGO_TARGET_DIR", profile.parent().unwrap()),
+    );
+    let debs: Vec<PathBuf> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "deb"))
+        .collect();
+    assert_eq!(
+        debs.len(),
+        1,
+        "one package expected in {}",
+        out_dir.display()
+    );
+    let deb = &debs[0];
+    let field = |name: &str| {
+        ok(
+            "dpkg-deb --field",
+            Command::new("dpkg-deb").arg("--field").arg(deb).arg(name),
+        )
+        .trim()
+        .to_string()
+    };
+    assert_eq!(field("Package"), "pagefold");
+    assert_eq!(field("Version"), env!("CARGO_PKG_VERSION"));
+    let arch = ok(
+        "dpkg --print-architecture",
+        Command::new("dpkg").arg("--print-architecture"),
+    );
+    assert_eq!(field("Architecture"), arch.trim());
+    let listing = ok(
+        "dpkg-deb --contents",
+        Command::new("dpkg-deb").arg("--contents").arg(deb),
+    );
+    for f in [
+        "./usr/bin/pagefold",
+        "./usr/lib/libpagefold.so",
+        "./usr/lib/libpagefold_preload.so",
+        "./usr/include/pagefold.h",
+        "./usr/lib/pkgconfig/pagefold.pc",
+    ] {
+        assert!(
+            listing.lines().any(|l| l.ends_with(f)),
+            "{f} not in the package:\n{listing}"
+        );
+    }
+    assert!(
+        listing.lines().all(|l| l.contains(" root/root ")),
+        "files not owned by root:\n{listing}"
+    );
+    let tree = out_dir.join("unpacked");
+    ok(
+        "dpkg-deb --extract",
+        Command::new("dpkg-deb")
+            .arg("--extract")
+            .arg(deb)
+            .arg(&tree),
+    );
+    let pc = std::fs::read_to_string(tree.join("usr/lib/pkgconfig/pagefold.pc")).unwrap();
+    assert!(pc.contains("prefix=/usr\n"), "{pc}");
+    runs_with_its_own_preload(&tree.join("usr"));
 }

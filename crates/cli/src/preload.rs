@@ -1,5 +1,6 @@
 //! Where `pagefold run` finds the preload library. A cargo build leaves it
-//! beside the binary, where pagefold-bench's `find_preload` looks. A binary
+//! beside the binary and `make install` in `lib/` beside the binary's `bin/`,
+//! where pagefold-bench's `find_preload` looks. A binary
 //! built with the `embed-preload` feature (the Python wheel's) carries the
 //! library inside: on first use it is written to a cache directory, under a
 //! name that changes with its content, and `PAGEFOLD_PRELOAD` points there.
@@ -38,8 +39,9 @@ pub fn path() -> Result<PathBuf, String> {
 
 fn beside_binary() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
-    let p = exe.with_file_name("libpagefold_preload.so");
-    p.is_file().then_some(p)
+    pagefold_bench::program::preload_places(&exe)
+        .into_iter()
+        .find(|p| p.is_file())
 }
 
 /// The cache directories to try, in order.
