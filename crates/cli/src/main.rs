@@ -43,6 +43,7 @@ enum Cmd {
 }
 
 fn main() {
+    quiet_on_closed_output();
     let cli = Cli::parse();
     if let Err(e) = preload::provide() {
         eprintln!("pagefold: {e}");
@@ -65,4 +66,13 @@ fn main() {
         },
     };
     std::process::exit(code);
+}
+
+/// A reader that stops early (`pagefold measure --json | head`) ends this
+/// process as it ends `cat`: quietly, by SIGPIPE. Rust ignores SIGPIPE, which
+/// turns every later `println!` into a panic on a closed pipe.
+fn quiet_on_closed_output() {
+    // SAFETY: called first thing in main, before any thread starts; SIG_DFL
+    // is a valid disposition for SIGPIPE and no handler of ours is replaced.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }

@@ -85,6 +85,35 @@ fn measure_json_has_a_schema_once_and_as_a_series() {
     assert_eq!(series["samples"].as_array().map(Vec::len), Some(2));
 }
 
+/// A reader that stops early: the time series ends as `cat` would, by
+/// SIGPIPE, with nothing on stderr (no panic on a closed pipe).
+#[test]
+fn measure_stops_quietly_when_its_reader_goes_away() {
+    use std::io::BufRead;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let pid = std::process::id().to_string();
+    let mut child = Command::new(pagefold())
+        .args(["measure", &pid, "--interval", "5", "--count", "100000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(!first.is_empty());
+    // The reader is gone: the next line written meets a closed pipe.
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}", out.status);
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `pagefold run --json` around a program whose copies the engine serves:
 /// the report and each process's exit report inside it carry their schema.
 #[test]
