@@ -234,7 +234,7 @@ fn discard_beyond_vma_budget_zeroes_in_place() {
     // Room for whole-block remaps (a mapping replaced, counted as one more
     // until done), none for splitting a block.
     let e = Engine::new(Config {
-        vma_budget: 4,
+        vma_budget: Some(4),
         ..Config::default()
     });
     let a = e.alloc(8 * PAGE, Hint::None);
@@ -375,8 +375,10 @@ fn exempt_loses_no_concurrent_write() {
                         };
                     }
                     progress.store(v, Ordering::SeqCst);
+                    // Paced (about 15 ms for all slots) so that it is still
+                    // writing while the move runs, even on a loaded machine.
                     let t = std::time::Instant::now();
-                    while t.elapsed() < std::time::Duration::from_micros(3) {}
+                    while t.elapsed() < std::time::Duration::from_micros(30) {}
                 }
             })
         };
