@@ -43,7 +43,8 @@ typedef struct pf_config {
     int copy;                 /* pf_copy makes copy-on-write views of whole pages */
     int zero;                 /* scans fold all-zero pages */
     int merge;                /* scans merge identical pages */
-    size_t vma_budget;        /* most mappings the engine's blocks may use */
+    size_t vma_budget;        /* most mappings the engine's blocks may use; 0: half of what
+                                 vm.max_map_count leaves after the reserve, at least 30000 */
     size_t vma_reserve;       /* mappings left free below vm.max_map_count */
     size_t scan_chunk_pages;  /* pages write-protected per scan step (> 0) */
     uint64_t scan_interval_ms;/* background scan period; 0 = on demand only */

@@ -143,7 +143,7 @@ impl From<&Config> for pf_config {
             copy: c.copy as c_int,
             zero: c.zero as c_int,
             merge: c.merge as c_int,
-            vma_budget: c.vma_budget,
+            vma_budget: c.vma_budget.unwrap_or(0),
             vma_reserve: c.vma_reserve,
             scan_chunk_pages: c.scan_chunk_pages,
             scan_interval_ms: c
@@ -175,7 +175,7 @@ impl pf_config {
             copy: self.copy != 0,
             zero: self.zero != 0,
             merge: self.merge != 0,
-            vma_budget: self.vma_budget,
+            vma_budget: (self.vma_budget > 0).then_some(self.vma_budget),
             vma_reserve: self.vma_reserve,
             scan_chunk_pages: self.scan_chunk_pages,
             scan_interval: (self.scan_interval_ms > 0)

@@ -27,8 +27,10 @@ pub struct Config {
     pub zero: bool,
     /// Merge identical pages during a scan.
     pub merge: bool,
-    /// Most mappings (VMAs) the engine's blocks may use in total.
-    pub vma_budget: usize,
+    /// Most mappings (VMAs) the engine's blocks may use in total; None: half
+    /// of what `vm.max_map_count` leaves after the reserve, at least
+    /// `VMA_BUDGET_MIN` (see `Config::vma_budget_for`).
+    pub vma_budget: Option<usize>,
     /// Mappings always left free for the program below `vm.max_map_count`.
     pub vma_reserve: usize,
     /// Pages write-protected and scanned at a time; bounds how long a writer can stall.
@@ -133,7 +135,7 @@ impl Default for Config {
             copy: true,
             zero: true,
             merge: true,
-            vma_budget: 30_000,
+            vma_budget: None,
             vma_reserve: 4_096,
             scan_chunk_pages: 512,
             scan_interval: None,
@@ -163,7 +165,21 @@ impl Default for Config {
     }
 }
 
+/// The smallest automatic mapping budget (what the engine takes at the
+/// kernel's default `vm.max_map_count` of 65,530).
+pub const VMA_BUDGET_MIN: usize = 30_000;
+
 impl Config {
+    /// The mapping budget under `vm.max_map_count` = `max_map_count`: the
+    /// configured one, else half of what the reserve leaves, at least
+    /// `VMA_BUDGET_MIN`. Raising `vm.max_map_count` raises it, so scattered
+    /// merges can go on (each isolated merged page costs two mappings).
+    pub fn vma_budget_for(&self, max_map_count: usize) -> usize {
+        self.vma_budget.unwrap_or_else(|| {
+            (max_map_count.saturating_sub(self.vma_reserve) / 2).max(VMA_BUDGET_MIN)
+        })
+    }
+
     /// Defaults overridden by `PAGEFOLD_*` variables:
     /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_COPY_LEARN`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
@@ -208,7 +224,7 @@ impl Config {
                 .and_then(|s| s.trim().parse::<u64>().ok())
         };
         if let Some(v) = num("PAGEFOLD_VMA_BUDGET") {
-            c.vma_budget = v as usize;
+            c.vma_budget = Some(v as usize);
         }
         if let Some(v) = num("PAGEFOLD_VMA_RESERVE") {
             c.vma_reserve = v as usize;

@@ -92,6 +92,8 @@ pub(crate) struct State {
     /// Mappings the rest of the process used at the last look.
     pub other_maps: usize,
     pub max_map: usize,
+    /// Most mappings the engine's blocks may use (`Config::vma_budget_for`).
+    pub vma_budget: usize,
     /// Remaps since `other_maps` was read; our count can drift from the kernel's.
     pub remaps_since_count: usize,
     /// A scan has blocks registered with userfaultfd.
@@ -293,6 +295,7 @@ impl State {
             vmas: 0,
             other_maps,
             max_map,
+            vma_budget: cfg.vma_budget_for(max_map),
             remaps_since_count: 0,
             scanning: false,
             clock: Default::default(),
@@ -496,7 +499,6 @@ impl State {
     pub fn vma_room(&mut self, cost: usize) -> bool {
         let fits = |s: &State| {
             let limit = s
-                .cfg
                 .vma_budget
                 .min(s.max_map.saturating_sub(s.cfg.vma_reserve + s.other_maps));
             s.vmas + cost <= limit
@@ -576,7 +578,11 @@ impl State {
         block.vmas = block.vmas + after - before;
         self.vmas = self.vmas + after - before;
         self.remaps_since_count += 1;
-        if self.remaps_since_count >= 1024 {
+        // The program's own mappings are re-counted from /proc/self/maps,
+        // whose read costs time in proportion to the mappings: every 1,024
+        // remaps, or every eighth of the engine's mappings when it holds
+        // more, so the reads stay a small share of the remaps at any count.
+        if self.remaps_since_count >= (self.vmas / 8).max(1024) {
             self.refresh_other_maps();
         }
     }

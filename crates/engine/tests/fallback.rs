@@ -358,7 +358,7 @@ fn tiny_vma_budget() {
     let seed = seed();
     for budget in [1usize, 4, 16] {
         let e = Engine::new(Config {
-            vma_budget: budget,
+            vma_budget: Some(budget),
             ..Config::default()
         });
         let s = workload(
@@ -656,7 +656,7 @@ fn vma_budget_bounds_real_mappings() {
     let seed = seed();
     let budget = 150;
     let e = Engine::new(Config {
-        vma_budget: budget,
+        vma_budget: Some(budget),
         ..Config::default()
     });
     let mut sc = Scatter::new(e.clone(), seed, 768);

@@ -1159,7 +1159,7 @@ fn shadow_evict_small_chunks_recycling() {
 fn shadow_evict_small_vma_budget() {
     // Evicted runs cost mappings: some evictions must be refused by the budget.
     let cfg = Config {
-        vma_budget: 40,
+        vma_budget: Some(40),
         ..Config::default()
     };
     let (_, s) = run(cfg, evicting("evict_vma40"));
@@ -1242,7 +1242,7 @@ fn shadow_background_interval_scanner() {
 fn shadow_tiny_vma_budget() {
     // Fewer mappings than the blocks alone need: every remap must fall back.
     let cfg = Config {
-        vma_budget: 12,
+        vma_budget: Some(12),
         ..Config::default()
     };
     let (_, s) = run(cfg, Opts::new("vma_budget12"));
@@ -1256,7 +1256,7 @@ fn shadow_tiny_vma_budget() {
 fn shadow_small_vma_budget() {
     // Room for some remaps but not all: fallbacks in the middle of copies and scans.
     let cfg = Config {
-        vma_budget: 40,
+        vma_budget: Some(40),
         ..Config::default()
     };
     let (_, s) = run(cfg, Opts::new("vma_budget40"));

@@ -267,7 +267,7 @@ static void test_config(void) {
     memset(&c, 0xee, sizeof c);
     CHECK(pf_config_default(&c) == 0);
     CHECK(c.frames && c.copy && c.zero && c.merge);
-    CHECK(c.scan_chunk_pages > 0 && c.vma_budget > 0);
+    CHECK(c.scan_chunk_pages > 0 && c.vma_budget == 0); /* 0: automatic */
     CHECK(c.scan_cpu_budget > 0.0 && c.scan_cpu_budget <= 1.0);
     CHECK(c.inject_fail_mmap_after < 0 && c.inject_max_map_count == 0);
     CHECK(c.scan_interval_ms == 0);
