@@ -8,6 +8,13 @@
 //! plain anonymous memory are left to KSM (see `kernel_ksm`) at several scan
 //! rates, and we report how long it takes to settle and what ksmd spent.
 //!
+//! Then, as root, the engine folds the same bytes again with
+//! `vm.max_map_count` raised (`max_map`, restored afterwards): each scattered
+//! merged page costs two mappings, so at the default limit the merges stop at
+//! the engine's mapping budget, and the raised run shows what they cost when
+//! they can go on, including the kernel's memory for the mappings (growth of
+//! the `vm_area_struct` and `maple_node` slabs).
+//!
 //! Footprint is the engine's own count (frames in use plus its metadata), and
 //! cross-checked from outside with the Shmem line of /proc/meminfo, which
 //! counts the memfd frames the kernel really holds: a fold that only updated
@@ -16,6 +23,7 @@
 use crate::fold_data::{fold_ids, DISTINCT, FOLD_PAGES, SEED};
 use crate::kernel_ksm::{self, KsmFold, KsmSetting};
 use crate::ksm::KsmGuard;
+use crate::max_map::{self, MaxMapGuard};
 use crate::mem::{self, Block, Pages};
 use crate::plan::Plan;
 use crate::timing::{median, timed_with_cpu};
@@ -24,6 +32,11 @@ use serde::Serialize;
 use std::time::Duration;
 
 const MIB: f64 = (1 << 20) as f64;
+/// `vm.max_map_count` for the raised run: four mappings per page of the
+/// region, so the engine's automatic budget (half) covers two per page.
+const RAISED_MAX_MAP: u64 = 4 * FOLD_PAGES as u64;
+/// The slabs a mapping is made of.
+const VMA_SLABS: [&str; 2] = ["vm_area_struct", "maple_node"];
 
 #[derive(Serialize, Debug)]
 pub struct EngineFold {
@@ -51,6 +64,11 @@ pub struct EngineFold {
     pub metadata_bytes: u64,
     /// (frames_after * 4 KiB + metadata) in MiB.
     pub footprint_mib: f64,
+    /// `vm.max_map_count` during the run.
+    pub max_map_count: u64,
+    /// Growth of the kernel's mapping slabs (vm_area_struct, maple_node) from
+    /// before the fill to after the scans, in KiB; None where unreadable.
+    pub vma_slab_kib: Option<u64>,
     /// Shmem growth (/proc/meminfo) over the run's start: after filling, after the scan.
     pub shmem_filled_mib: f64,
     pub shmem_folded_mib: f64,
@@ -60,6 +78,10 @@ pub struct EngineFold {
 #[derive(Serialize, Debug)]
 pub struct FoldResults {
     pub engine: EngineFold,
+    /// The same fold with `vm.max_map_count` raised to `RAISED_MAX_MAP`.
+    pub engine_raised: Option<EngineFold>,
+    /// Why the raised run did not happen, if it did not.
+    pub raised_skipped: Option<String>,
     pub ksm: Vec<KsmFold>,
     /// Why the KSM side did not run, if it did not.
     pub ksm_skipped: Option<String>,
@@ -69,6 +91,16 @@ pub fn run(plan: &Plan) -> FoldResults {
     let ids = fold_ids(FOLD_PAGES, SEED);
     eprintln!("fold: engine scan of 1 GiB, {} runs", plan.runs);
     let engine = engine_fold(&ids, plan.runs);
+    let (engine_raised, raised_skipped) = match MaxMapGuard::raise(RAISED_MAX_MAP) {
+        Ok(_guard) => {
+            eprintln!("fold: engine scan of 1 GiB with vm.max_map_count {RAISED_MAX_MAP}");
+            (Some(engine_fold(&ids, plan.runs)), None)
+        }
+        Err(why) => {
+            eprintln!("fold: raised vm.max_map_count skipped: {why}");
+            (None, Some(why))
+        }
+    };
     let (ksm, ksm_skipped) = match KsmGuard::acquire() {
         Ok(guard) => (ksm_folds(&guard, &ids, plan), None),
         Err(why) => {
@@ -78,6 +110,8 @@ pub fn run(plan: &Plan) -> FoldResults {
     };
     FoldResults {
         engine,
+        engine_raised,
+        raised_skipped,
         ksm,
         ksm_skipped,
     }
@@ -133,6 +167,7 @@ struct EngineSample {
     metadata_bytes: u64,
     shmem_filled_kib: u64,
     shmem_folded_kib: u64,
+    vma_slab_kib: Option<u64>,
     verified: bool,
 }
 
@@ -164,12 +199,15 @@ fn engine_fold(ids: &[u64], runs: usize) -> EngineFold {
             / MIB,
         shmem_filled_mib: med(|s| s.shmem_filled_kib as f64 / 1024.0),
         shmem_folded_mib: med(|s| s.shmem_folded_kib as f64 / 1024.0),
+        max_map_count: max_map::current().unwrap_or(0),
+        vma_slab_kib: first.vma_slab_kib,
         verified: samples.iter().all(|s| s.verified),
     }
 }
 
 fn engine_fold_sample(ids: &[u64]) -> EngineSample {
     let shmem_start = mem::meminfo_kib("Shmem");
+    let slab_start = mem::slab_bytes(&VMA_SLABS);
     let engine = Engine::new(Config::default());
     let block = Block::new(&engine, ids.len(), Hint::FullWrite);
     block.fill(ids);
@@ -186,6 +224,9 @@ fn engine_fold_sample(ids: &[u64]) -> EngineSample {
     });
     let after = engine.stats();
     let shmem_folded = mem::meminfo_kib("Shmem");
+    let vma_slab_kib = mem::slab_bytes(&VMA_SLABS)
+        .zip(slab_start)
+        .map(|(end, start)| end.saturating_sub(start) / 1024);
     let verified = block.first_mismatch(ids).is_none();
     if !verified {
         eprintln!("ENGINE CHECK FAILED: the 1 GiB fold reads back wrong");
@@ -205,6 +246,7 @@ fn engine_fold_sample(ids: &[u64]) -> EngineSample {
         metadata_bytes: after.metadata_bytes,
         shmem_filled_kib: shmem_filled.saturating_sub(shmem_start),
         shmem_folded_kib: shmem_folded.saturating_sub(shmem_start),
+        vma_slab_kib,
         verified,
     }
 }

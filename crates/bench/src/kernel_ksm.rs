@@ -212,29 +212,9 @@ fn clean_up(guard: &KsmGuard) -> Result<()> {
 }
 
 /// Bytes in use in the slab caches KSM allocates from (rmap items, stable nodes,
-/// mm slots), from /sys/kernel/slab. SLUB usually merges these into generic
-/// caches shared with others, so only the growth over a baseline means
-/// anything; each distinct cache is counted once.
+/// mm slots); see `mem::slab_bytes`.
 fn ksm_slab_bytes() -> Option<u64> {
-    let mut seen = Vec::new();
-    let mut bytes = 0;
-    for cache in ["ksm_rmap_item", "ksm_stable_node", "ksm_mm_slot"] {
-        let dir = std::fs::canonicalize(format!("/sys/kernel/slab/{cache}")).ok()?;
-        if seen.contains(&dir) {
-            continue;
-        }
-        let read = |file: &str| -> Option<u64> {
-            std::fs::read_to_string(dir.join(file))
-                .ok()?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        };
-        bytes += read("objects")? * read("object_size")?;
-        seen.push(dir);
-    }
-    Some(bytes)
+    crate::mem::slab_bytes(&["ksm_rmap_item", "ksm_stable_node", "ksm_mm_slot"])
 }
 
 /// The child holding the mergeable copy of the data; killed and reaped on drop.

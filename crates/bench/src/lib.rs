@@ -28,6 +28,7 @@ pub mod fold;
 pub mod fold_data;
 pub mod kernel_ksm;
 pub mod ksm;
+pub mod max_map;
 pub mod mem;
 pub mod micro;
 pub mod plan;

@@ -351,6 +351,32 @@ pub fn meminfo_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Bytes in use in the kernel's slab caches `caches`, from /sys/kernel/slab.
+/// SLUB often merges caches into generic ones shared with others, so only
+/// the growth over a baseline means anything; each distinct cache is counted
+/// once. None where the files cannot be read.
+pub fn slab_bytes(caches: &[&str]) -> Option<u64> {
+    let mut seen = Vec::new();
+    let mut bytes = 0;
+    for cache in caches {
+        let dir = std::fs::canonicalize(format!("/sys/kernel/slab/{cache}")).ok()?;
+        if seen.contains(&dir) {
+            continue;
+        }
+        let read = |file: &str| -> Option<u64> {
+            std::fs::read_to_string(dir.join(file))
+                .ok()?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        };
+        bytes += read("objects")? * read("object_size")?;
+        seen.push(dir);
+    }
+    Some(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

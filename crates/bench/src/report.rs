@@ -7,7 +7,7 @@
 //! SCHEMA` (put there by `pagefold_measure::schema::document`). Every target is printed next to its result as pass or miss, with
 //! the margin.
 
-use crate::fold::FoldResults;
+use crate::fold::{EngineFold, FoldResults};
 use crate::kernel_ksm::KsmFold;
 use crate::micro::{CopyRow, MicroResults, ScanRow, Source};
 use crate::plan::Plan;
@@ -366,14 +366,39 @@ pub fn fold_markdown(f: &FoldResults, machine: &Machine) -> String {
 }
 
 fn fold_table(f: &FoldResults) -> String {
-    let e = &f.engine;
     let mut out = String::from(
         "| system | setting | time to fold, s | CPU, s | 50% merged, s | pages merged | footprint MiB | notes |\n\
          |---|---|---:|---:|---:|---:|---:|---|\n",
     );
-    writeln!(
-        out,
-        "| pagefold | engine.scan(), on demand | {:.3} | {:.3} | - | {} (ideal {}) | {:.1} | frames {} -> {} (ideal {}), metadata {} KiB, Shmem {:.0} -> {:.0} MiB, VMAs {} (budget fallbacks {}, merges skipped {}), verified {} |",
+    out += &engine_line(&f.engine, "engine.scan(), on demand");
+    match (&f.engine_raised, &f.raised_skipped) {
+        (Some(e), _) => {
+            out += &engine_line(
+                e,
+                &format!("engine.scan(), vm.max_map_count {}", e.max_map_count),
+            )
+        }
+        (None, Some(why)) => {
+            writeln!(
+                out,
+                "| pagefold | vm.max_map_count raised: skipped | - | - | - | - | - | {why} |"
+            )
+            .unwrap();
+        }
+        (None, None) => {}
+    }
+    for k in &f.ksm {
+        out += &ksm_line(k);
+    }
+    if let Some(why) = &f.ksm_skipped {
+        writeln!(out, "| kernel KSM | skipped | - | - | - | - | - | {why} |").unwrap();
+    }
+    out + "\n"
+}
+
+fn engine_line(e: &EngineFold, setting: &str) -> String {
+    format!(
+        "| pagefold | {setting} | {:.3} | {:.3} | - | {} (ideal {}) | {:.1} | frames {} -> {} (ideal {}), metadata {} KiB, Shmem {:.0} -> {:.0} MiB, VMAs {} (budget fallbacks {}, merges skipped {}), mapping slabs +{} KiB, verified {} |\n",
         e.wall_s,
         e.cpu_s,
         e.merged,
@@ -388,16 +413,9 @@ fn fold_table(f: &FoldResults) -> String {
         e.vmas_used,
         e.vma_budget_fallbacks,
         e.skipped_vma,
+        e.vma_slab_kib.map_or("?".into(), |v| v.to_string()),
         e.verified
     )
-    .unwrap();
-    for k in &f.ksm {
-        out += &ksm_line(k);
-    }
-    if let Some(why) = &f.ksm_skipped {
-        writeln!(out, "| kernel KSM | skipped | - | - | - | - | - | {why} |").unwrap();
-    }
-    out + "\n"
 }
 
 fn opt(v: Option<f64>, digits: usize) -> String {
@@ -457,22 +475,33 @@ fn fold_notes(f: &FoldResults) -> String {
         .filter(|k| k.pages_sharing > 0)
         .min_by(|a, b| a.settled_s.total_cmp(&b.settled_s));
     if let Some(k) = fastest {
-        let footprint =
-            (k.footprint_mib + k.ksm_metadata_kib.unwrap_or(0) as f64 / 1024.0) / e.footprint_mib;
-        writeln!(
-            out,
-            "Same run, fastest KSM setting (pages_to_scan {}): pagefold takes {} wall time and {} CPU than KSM, \
-             and leaves {} footprint (KSM's slab growth included).\n",
-            k.pages_to_scan,
-            factor(e.wall_s, k.settled_s),
-            k.ksmd_cpu_s.map_or("?".into(), |c| factor(e.cpu_s, c)),
-            factor(1.0, footprint)
-        )
-        .unwrap();
+        let ksm_mib = k.footprint_mib + k.ksm_metadata_kib.unwrap_or(0) as f64 / 1024.0;
+        for (e, what) in [
+            (Some(e), "pagefold"),
+            (
+                f.engine_raised.as_ref(),
+                "pagefold with vm.max_map_count raised",
+            ),
+        ] {
+            let Some(e) = e else { continue };
+            let ours = e.footprint_mib + e.vma_slab_kib.unwrap_or(0) as f64 / 1024.0;
+            writeln!(
+                out,
+                "Same run, fastest KSM setting (pages_to_scan {}): {what} takes {} wall time and {} CPU than KSM, \
+                 merges {:.1}% of the duplicates, and leaves {} footprint (each side's slab growth included).\n",
+                k.pages_to_scan,
+                factor(e.wall_s, k.settled_s),
+                k.ksmd_cpu_s.map_or("?".into(), |c| factor(e.cpu_s, c)),
+                100.0 * e.merged as f64 / (e.duplicate_pages as u64 - e.distinct_duplicates) as f64,
+                factor(ours, ksm_mib)
+            )
+            .unwrap();
+        }
     }
     out + "KSM's \"time to fold\" is when pages_sharing last changed; \"unconfirmed\" means the cap came before two \
            further full scans could show it would not change again. KSM footprint counts pages only; its slab \
-           metadata is listed apart. pagefold's footprint counts frames in use plus the engine's metadata.\n"
+           metadata is listed apart. pagefold's footprint counts frames in use plus the engine's metadata; the kernel's \
+           memory for its mappings (slab growth) is listed apart.\n"
 }
 
 // ---------------------------------------------------------------- files
