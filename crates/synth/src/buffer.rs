@@ -16,8 +16,8 @@ const MIB: usize = 1 << 20;
 
 /// `words` u64 values in one glibc allocation, freed on drop.
 ///
-/// Invariant: `ptr` is the start of a live allocation from glibc's malloc or
-/// calloc of `words * 8` bytes, owned by this buffer alone, and every word
+/// Invariant: `ptr` is the start of a live allocation from glibc's malloc,
+/// calloc or posix_memalign of `words * 8` bytes, owned by this buffer alone, and every word
 /// of it is initialised (a buffer from `uninit` is written in full before
 /// its public constructor returns it).
 pub struct Buffer {
@@ -60,6 +60,32 @@ impl Buffer {
             // SAFETY: i < b.words, so the word lies in b's allocation; `write`
             // does not read the uninitialised value it replaces.
             unsafe { b.ptr.as_ptr().add(i).write(rng.next_u64()) };
+        }
+        Ok(b)
+    }
+
+    /// posix_memalign at a page boundary, then every word written from
+    /// `word(i)`, in order: a buffer whose pages are the program's pages (a
+    /// glibc chunk starts 16 bytes into its first page, so page-sized records
+    /// in it straddle two pages, and two equal records never make two equal
+    /// pages).
+    pub fn page_aligned_from(
+        bytes: usize,
+        mut word: impl FnMut(usize) -> u64,
+    ) -> Result<Buffer, String> {
+        let words = word_count(bytes)?;
+        let mut p: *mut libc::c_void = std::ptr::null_mut();
+        let len = words.checked_mul(8).ok_or("buffer size overflows")?;
+        // SAFETY: `p` is a valid place for the result; PAGE is a power of two
+        // and a multiple of the pointer size, as posix_memalign requires.
+        if unsafe { libc::posix_memalign(&mut p, PAGE, len) } != 0 {
+            p = std::ptr::null_mut();
+        }
+        let b = Buffer::from_raw(p, words)?;
+        for i in 0..b.words {
+            // SAFETY: i < b.words, so the word lies in b's allocation; `write`
+            // does not read the uninitialised value it replaces.
+            unsafe { b.ptr.as_ptr().add(i).write(word(i)) };
         }
         Ok(b)
     }
@@ -131,7 +157,7 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from glibc's malloc or calloc (the invariant)
+        // SAFETY: `ptr` came from glibc's malloc, calloc or posix_memalign (the invariant)
         // and is freed once, here; no borrow of it outlives `self`.
         unsafe { libc::free(self.ptr.as_ptr().cast()) };
     }

@@ -3,7 +3,9 @@
 //! that repeat: the same default row, the same decoded block), placed at
 //! random among unique pages, as a deserialised object graph or a hash table
 //! leaves them; no memcpy connects them, so only identical-page merging can
-//! share them. The program then stays idle for the hold time, touching
+//! share them. The records are page-sized and the table page-aligned
+//! (posix_memalign), so equal records are equal pages for any merger, kernel
+//! KSM included. The program then stays idle for the hold time, touching
 //! nothing, and reads everything once at the end.
 //!
 //! Two things are measured on it. Merging scattered pages one at a time is
@@ -13,7 +15,7 @@
 //! looking costs CPU for nothing: an idle program's CPU under the engine
 //! should stay close to plain's.
 
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, PAGE, WORDS_PER_PAGE};
 use crate::digest::digest;
 use crate::rng::Rng;
 use crate::{mib, Params};
@@ -44,14 +46,15 @@ pub fn page_ids(pages: usize, seed: u64) -> Vec<u64> {
 
 pub fn run(p: &Params) -> Result<Vec<String>, String> {
     let bytes = p.bytes(512.0, 64.0);
-    let mut table = Buffer::calloc(bytes)?;
-    let ids = page_ids(table.pages(), p.seed);
-    for (i, &id) in ids.iter().enumerate() {
-        let mut rng = Rng::new(p.seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        for w in table.page_mut(i) {
-            *w = rng.next_u64();
+    let ids = page_ids(bytes / PAGE, p.seed);
+    let mut rng = Rng::new(0);
+    let table = Buffer::page_aligned_from(bytes, |i| {
+        if i % WORDS_PER_PAGE == 0 {
+            let id = ids[i / WORDS_PER_PAGE];
+            rng = Rng::new(p.seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         }
-    }
+        rng.next_u64()
+    })?;
     let duplicates = ids.iter().filter(|&&id| id < DISTINCT as u64).count();
     let idle = p.hold.unwrap_or(if p.quick {
         QUICK_IDLE_S
