@@ -6,7 +6,9 @@
 //! starts, other threads are served by glibc rather than made to wait.
 //!
 //! Variables (besides the engine's own `PAGEFOLD_*`, see docs/CONFIG.md):
-//! `PAGEFOLD_THRESHOLD` (bytes, default 8192): smallest block the engine serves;
+//! `PAGEFOLD_THRESHOLD` (bytes, default 1 MiB): smallest block the engine serves,
+//! read as the library is loaded, so a process that never asks for that much
+//! never starts the engine;
 //! `PAGEFOLD_COPY_MIN` (bytes, default 131072): smallest memcpy/memmove offered to the engine;
 //! `PAGEFOLD_DISABLE=1`: pass everything to glibc;
 //! `PAGEFOLD_SCAN_INTERVAL_MS` defaults to 1000 here (background scan on);
@@ -30,7 +32,13 @@ const OFF: u8 = 3;
 
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static mut ENGINE: Option<Engine> = None;
-pub static THRESHOLD: AtomicUsize = AtomicUsize::new(2 * pagefold_engine::PAGE);
+pub static THRESHOLD: AtomicUsize = AtomicUsize::new(DEFAULT_THRESHOLD);
+/// Smallest block the engine serves unless `PAGEFOLD_THRESHOLD` says
+/// otherwise. Below it glibc's heap reuses memory it has already faulted in,
+/// which a fresh engine block cannot; measured on the R and Python suites,
+/// 1 MiB keeps most of the saving of 8 KiB at a fraction of its cost
+/// (docs/RESULTS.md).
+pub const DEFAULT_THRESHOLD: usize = 1 << 20;
 /// Smallest copy offered to the engine (see hooks::engine_copy).
 pub static COPY_MIN: AtomicUsize = AtomicUsize::new(128 << 10);
 static FREED: AtomicUsize = AtomicUsize::new(0);
@@ -99,9 +107,7 @@ fn start() -> Option<&'static Engine> {
         STATE.store(OFF, Ordering::Release);
         return None;
     }
-    if let Some(t) = env_usize(c"PAGEFOLD_THRESHOLD") {
-        THRESHOLD.store(t.max(pagefold_engine::PAGE), Ordering::Relaxed);
-    }
+    read_threshold();
     if let Some(b) = env_usize(c"PAGEFOLD_COPY_MIN") {
         COPY_MIN.store(b, Ordering::Relaxed);
     }
@@ -128,6 +134,26 @@ fn start() -> Option<&'static Engine> {
     unsafe { libc::atexit(report_at_exit) };
     running()
 }
+
+/// `PAGEFOLD_THRESHOLD`, if set, into THRESHOLD (at least a page).
+fn read_threshold() {
+    if let Some(t) = env_usize(c"PAGEFOLD_THRESHOLD") {
+        THRESHOLD.store(t.max(pagefold_engine::PAGE), Ordering::Relaxed);
+    }
+}
+
+/// The threshold is read as soon as the library is loaded (after libc, so
+/// the environment is there), not only when the engine starts: a threshold
+/// below the default must let an allocation start the engine. Allocations
+/// made by constructors that run before this one see the default.
+#[used]
+#[link_section = ".init_array"]
+static READ_THRESHOLD_AT_LOAD: extern "C" fn() = {
+    extern "C" fn init() {
+        read_threshold();
+    }
+    init
+};
 
 /// Runs `f` marked as inside the engine; None if this thread already is,
 /// or is the engine's own scanner.

@@ -90,13 +90,15 @@ fn preloaded(program: &[&str], env: &[(&str, &str)]) -> (String, Vec<Value>) {
     preloaded_as_set(program, &all)
 }
 
-/// As `preloaded`, with only `env` on top of the scan settings.
+/// As `preloaded`, with only `env` on top of the scan settings and a
+/// threshold of 8 KiB (the test programs' blocks are 40 to 256 pages).
 fn preloaded_as_set(program: &[&str], env: &[(&str, &str)]) -> (String, Vec<Value>) {
     static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = RUN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let dir = scratch(&format!("run{n}"));
     let mut cmd = command(program);
     cmd.env("LD_PRELOAD", library())
+        .env("PAGEFOLD_THRESHOLD", "8192")
         .env("PAGEFOLD_REPORT", dir.join("report"))
         .env("PAGEFOLD_SCAN_INTERVAL_MS", "2")
         .env("PAGEFOLD_SCAN_CPU", "1")
@@ -619,6 +621,34 @@ fn copies_at_mismatched_offsets_are_mapped_once_learned() {
     assert_eq!(want, got);
     // Of the six bytes copies of 16 MiB, the first two teach; the rest map.
     assert!(stat(&r, "pages_shared_by_copy") >= 4 * 4096, "{r:?}");
+}
+
+/// The engine starts at the first allocation of at least the threshold
+/// (1 MiB unless `PAGEFOLD_THRESHOLD` says otherwise, read as the library
+/// loads): a shell building a 100 KiB string never starts it by default,
+/// and does with the threshold at 8 KiB. Same output both ways.
+#[test]
+fn the_engine_starts_only_at_its_threshold() {
+    let script = ["sh", "-c", "x=$(seq 1 20000 | tr '\\n' ' '); echo ${#x}"];
+    let want = plain(&script);
+    for (threshold, starts) in [(None, false), (Some("8192"), true)] {
+        let dir = scratch(&format!("threshold-{}", threshold.unwrap_or("default")));
+        let mut cmd = command(&script);
+        cmd.env("LD_PRELOAD", library())
+            .env("PAGEFOLD_REPORT", dir.join("report"));
+        if let Some(t) = threshold {
+            cmd.env("PAGEFOLD_THRESHOLD", t);
+        }
+        assert_eq!(output(cmd), want);
+        let reports = reports(&dir);
+        assert_eq!(
+            !reports.is_empty(),
+            starts,
+            "threshold {threshold:?}: {} engine reports",
+            reports.len()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 /// A program that needs every mapping `vm.max_map_count` allows, after
