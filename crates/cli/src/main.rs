@@ -43,8 +43,10 @@ enum Cmd {
 }
 
 fn main() {
-    quiet_on_closed_output();
     let cli = Cli::parse();
+    if matches!(cli.cmd, Cmd::Measure(_) | Cmd::Analyze(_) | Cmd::Preload) {
+        quiet_on_closed_output();
+    }
     if let Err(e) = preload::provide() {
         eprintln!("pagefold: {e}");
     }
@@ -68,11 +70,13 @@ fn main() {
     std::process::exit(code);
 }
 
-/// A reader that stops early (`pagefold measure --json | head`) ends this
-/// process as it ends `cat`: quietly, by SIGPIPE. Rust ignores SIGPIPE, which
-/// turns every later `println!` into a panic on a closed pipe.
+/// For the commands that only write their own output: a reader that stops
+/// early (`pagefold measure --json | head`) ends the command as it ends
+/// `cat`, quietly, by SIGPIPE. Rust ignores SIGPIPE, which turns every later
+/// `println!` into a panic on a closed pipe. Not for `run`, `bench` and
+/// `demo`, which write into pipes to their children and must see EPIPE.
 fn quiet_on_closed_output() {
-    // SAFETY: called first thing in main, before any thread starts; SIG_DFL
-    // is a valid disposition for SIGPIPE and no handler of ours is replaced.
+    // SAFETY: called in main before any thread starts; SIG_DFL is a valid
+    // disposition for SIGPIPE and no handler of ours is replaced.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
