@@ -5,7 +5,7 @@
 #       bin/pagefold, lib/libpagefold.so, lib/libpagefold_preload.so,
 #       include/pagefold.h, lib/pkgconfig/pagefold.pc
 #   make uninstall PREFIX=... DESTDIR=...
-#   make deb                  a Debian package of the same files under /usr:
+#   make deb                  a Debian package of the same files under /usr (builds as install does):
 #       $(DEB_DIR)/pagefold_VERSION_ARCH.deb (dpkg-deb, no other tool)
 #
 # A C program then builds with: cc prog.c $(pkg-config --cflags --libs pagefold)
@@ -44,7 +44,7 @@ uninstall:
 	rm -f $(BIN)/pagefold $(LIB)/libpagefold.so $(LIB)/libpagefold_preload.so \
 	      $(INC)/pagefold.h $(PC)/pagefold.pc
 
-deb: all
+deb:
 	rm -rf $(DEB_ROOT)
 	$(MAKE) --no-print-directory install PREFIX=/usr DESTDIR=$(abspath $(DEB_ROOT)) \
 	    TARGET=$(TARGET) CARGO=$(CARGO)

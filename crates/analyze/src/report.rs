@@ -16,8 +16,7 @@ pub const SCHEMA: &str = "pagefold-analyze/1";
 /// `pagefold analyze --json`: the report as a JSON document, one line feed
 /// at the end.
 pub fn json(report: &Report) -> serde_json::Result<String> {
-    let doc = pagefold_measure::schema::document(SCHEMA, report)?;
-    Ok(serde_json::to_string_pretty(&doc)? + "\n")
+    Ok(pagefold_measure::schema::pretty(SCHEMA, report)? + "\n")
 }
 
 /// 1234567 -> "1,234,567".

@@ -414,8 +414,7 @@ pub fn publish(r: &LimitResult, dir: &Path) -> Result<Vec<PathBuf>, String> {
     let mut json = serde_json::to_value(r).map_err(|e| e.to_string())?;
     json["cells"] = serde_json::to_value(all_cells(r)).map_err(|e| e.to_string())?;
     let json_path = dir.join(format!("{stem}.json"));
-    let text = pagefold_measure::schema::document(crate::report::SCHEMA, &json)
-        .and_then(|doc| serde_json::to_string_pretty(&doc))
+    let text = pagefold_measure::schema::pretty(crate::report::SCHEMA, &json)
         .map_err(|e| e.to_string())?;
     std::fs::write(&json_path, text + "\n").map_err(|e| format!("{}: {e}", json_path.display()))?;
     let md_path = dir.join(format!("{stem}.md"));

@@ -557,8 +557,10 @@ pub fn update_json(path: &Path, key: &str, value: serde_json::Value) -> Result<(
         .filter(|v| v.is_object())
         .unwrap_or_else(|| serde_json::json!({}));
     root[key] = value;
-    let root = pagefold_measure::schema::document(SCHEMA, &root)?;
-    write_creating_dirs(path, &(serde_json::to_string_pretty(&root)? + "\n"))
+    write_creating_dirs(
+        path,
+        &(pagefold_measure::schema::pretty(SCHEMA, &root)? + "\n"),
+    )
 }
 
 fn write_creating_dirs(path: &Path, text: &str) -> Result<()> {

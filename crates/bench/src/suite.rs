@@ -493,9 +493,8 @@ pub fn publish(
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut files = Vec::new();
     let json_path = dir.join(format!("{}.json", r.suite));
-    let json = pagefold_measure::schema::document(crate::report::SCHEMA, r)
-        .and_then(|doc| serde_json::to_string_pretty(&doc))
-        .map_err(|e| e.to_string())?;
+    let json =
+        pagefold_measure::schema::pretty(crate::report::SCHEMA, r).map_err(|e| e.to_string())?;
     std::fs::write(&json_path, json + "\n").map_err(|e| format!("{}: {e}", json_path.display()))?;
     files.push(json_path);
     let md_path = dir.join(format!("{}.md", r.suite));

@@ -24,31 +24,45 @@ fn ok(what: &str, cmd: &mut Command) -> String {
     text
 }
 
-#[test]
-fn make_install_then_a_c_program_links_with_pkg_config() {
+/// The files `make install` puts under its prefix (and `make deb` under /usr).
+const INSTALLED: [&str; 5] = [
+    "bin/pagefold",
+    "lib/libpagefold.so",
+    "lib/libpagefold_preload.so",
+    "include/pagefold.h",
+    "lib/pkgconfig/pagefold.pc",
+];
+
+/// `make TARGET_NAME VARS...` in the repository, building into this test
+/// run's cargo target directory.
+fn make(target: &str, vars: &[String]) -> String {
     let profile = pagefold_testkit::profile_dir();
-    let stage = Path::new(env!("CARGO_TARGET_TMPDIR")).join("install-stage");
-    let _ = std::fs::remove_dir_all(&stage);
-    let prefix = "/opt/pagefold-test";
     ok(
-        "make install",
+        &format!("make {target}"),
         Command::new("make")
             .current_dir(repo())
-            .arg("install")
-            .arg(format!("PREFIX={prefix}"))
-            .arg(format!("DESTDIR={}", stage.display()))
+            .arg(target)
+            .args(vars)
             .arg(format!("TARGET={}", profile.display()))
             .arg(format!("CARGO={}", env!("CARGO")))
             .env("CARGO_TARGET_DIR", profile.parent().unwrap()),
+    )
+}
+
+#[test]
+fn make_install_then_a_c_program_links_with_pkg_config() {
+    let stage = Path::new(env!("CARGO_TARGET_TMPDIR")).join("install-stage");
+    let _ = std::fs::remove_dir_all(&stage);
+    let prefix = "/opt/pagefold-test";
+    make(
+        "install",
+        &[
+            format!("PREFIX={prefix}"),
+            format!("DESTDIR={}", stage.display()),
+        ],
     );
     let root = stage.join(prefix.trim_start_matches('/'));
-    for f in [
-        "bin/pagefold",
-        "lib/libpagefold.so",
-        "lib/libpagefold_preload.so",
-        "include/pagefold.h",
-        "lib/pkgconfig/pagefold.pc",
-    ] {
+    for f in INSTALLED {
         assert!(
             root.join(f).is_file(),
             "{f} not installed under {}",
@@ -123,19 +137,9 @@ fn make_deb_builds_a_package_dpkg_reads_and_its_tree_runs() {
     if Command::new("dpkg-deb").arg("--version").output().is_err() {
         panic!("dpkg-deb not found: `make deb` needs Debian's dpkg (apt-get install dpkg)");
     }
-    let profile = pagefold_testkit::profile_dir();
     let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("deb");
     let _ = std::fs::remove_dir_all(&out_dir);
-    ok(
-        "make deb",
-        Command::new("make")
-            .current_dir(repo())
-            .arg("deb")
-            .arg(format!("DEB_DIR={}", out_dir.display()))
-            .arg(format!("TARGET={}", profile.display()))
-            .arg(format!("CARGO={}", env!("CARGO")))
-            .env("CARGO_TARGET_DIR", profile.parent().unwrap()),
-    );
+    make("deb", &[format!("DEB_DIR={}", out_dir.display())]);
     let debs: Vec<PathBuf> = std::fs::read_dir(&out_dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -167,15 +171,10 @@ fn make_deb_builds_a_package_dpkg_reads_and_its_tree_runs() {
         "dpkg-deb --contents",
         Command::new("dpkg-deb").arg("--contents").arg(deb),
     );
-    for f in [
-        "./usr/bin/pagefold",
-        "./usr/lib/libpagefold.so",
-        "./usr/lib/libpagefold_preload.so",
-        "./usr/include/pagefold.h",
-        "./usr/lib/pkgconfig/pagefold.pc",
-    ] {
+    for f in INSTALLED {
+        let f = format!("./usr/{f}");
         assert!(
-            listing.lines().any(|l| l.ends_with(f)),
+            listing.lines().any(|l| l.ends_with(&f)),
             "{f} not in the package:\n{listing}"
         );
     }

@@ -923,10 +923,8 @@ fn print_json(a: &Args, results: &[VariantResult], notes: &[String], checksums_m
         "checksums_match": checksums_match,
         "notes": notes,
     });
-    let doc = pagefold_measure::schema::document(SCHEMA, &doc);
     println!(
         "{}",
-        doc.and_then(|d| serde_json::to_string_pretty(&d))
-            .unwrap_or_default()
+        pagefold_measure::schema::pretty(SCHEMA, &doc).unwrap_or_default()
     );
 }

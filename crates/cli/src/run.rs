@@ -196,7 +196,7 @@ fn emit(a: &Args, runs: &[Summary], identical: Option<bool>) -> Result<(), Strin
 /// whether all runs printed the same.
 fn json(cmd: &[String], runs: &[Summary], identical: Option<bool>) -> serde_json::Result<String> {
     let body = serde_json::json!({ "command": cmd, "runs": runs, "outputs_identical": identical });
-    serde_json::to_string_pretty(&pagefold_measure::schema::document(SCHEMA, &body)?)
+    pagefold_measure::schema::pretty(SCHEMA, &body)
 }
 
 fn table(runs: &[Summary], identical: Option<bool>) -> String {

@@ -231,8 +231,7 @@ pub fn series_json(series: &Series) -> Result<String, Failure> {
 }
 
 fn json(schema: &str, body: &impl serde::Serialize) -> Result<String, Failure> {
-    crate::schema::document(schema, body)
-        .and_then(|doc| serde_json::to_string_pretty(&doc))
+    crate::schema::pretty(schema, body)
         .map_err(|e| Failure::new(format_args!("cannot encode JSON: {e}")))
 }
 

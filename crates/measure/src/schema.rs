@@ -29,6 +29,11 @@ pub fn document<T: Serialize + ?Sized>(schema: &str, body: &T) -> serde_json::Re
     Ok(value)
 }
 
+/// [`document`], pretty-printed: what the commands print and write to files.
+pub fn pretty<T: Serialize + ?Sized>(schema: &str, body: &T) -> serde_json::Result<String> {
+    serde_json::to_string_pretty(&document(schema, body)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
