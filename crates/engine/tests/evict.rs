@@ -11,8 +11,11 @@
 //! anonymous, owned (frame mapped shared), sole shared (a copy whose source
 //! is gone) and sole diverged (a written copy whose source is gone).
 //!
-//! The tests run one at a time: a fork in one test restores every evicted
-//! page of every engine in the process, which would upset another's counts.
+//! The tests in one process run one at a time: a fork in one test restores
+//! every evicted page of every engine in the process, which would upset
+//! another's counts. The tests that fork run in a process of their own
+//! (`common::in_own_process`), so their children find no lock held by
+//! another test's thread.
 
 mod common;
 use common::{
@@ -911,6 +914,9 @@ impl PageStore for BadStore {
 
 #[test]
 fn a_failing_store_never_yields_wrong_bytes() {
+    if !common::in_own_process("a_failing_store_never_yields_wrong_bytes") {
+        return;
+    }
     let _g = serial();
     let e = Engine::new(cfg());
     let store = Arc::new(BadStore {
@@ -934,7 +940,9 @@ fn a_failing_store_never_yields_wrong_bytes() {
     assert!(unsafe { e.free(p) });
 
     // A store that loses a page: touching it must kill the toucher (SIGBUS), not read garbage.
-    // SAFETY: the child touches only this test's memory and leaves with _exit.
+    // SAFETY: this test runs alone in its process (in_own_process): at the
+    // fork only its own threads run, so no other test's thread holds a lock;
+    // the child touches only this test's memory and leaves with _exit.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let e = Engine::new(cfg());
@@ -964,11 +972,17 @@ fn a_failing_store_never_yields_wrong_bytes() {
 
 #[test]
 fn evict_then_fork_child_and_parent_read_right_bytes() {
+    if !common::in_own_process("evict_then_fork_child_and_parent_read_right_bytes") {
+        return;
+    }
     let _g = serial();
     with_deadline("evict_then_fork", Duration::from_secs(60), || {
         for kind in KINDS {
             let mut b = Blk::evicted(kind, 32);
-            // SAFETY: the child touches only this test's memory and leaves with _exit.
+            // SAFETY: this test runs alone in its process (in_own_process): at the
+            // fork only its own threads run, so no other test's thread holds a
+            // lock; the child touches only this test's memory and leaves with
+            // _exit.
             let pid = unsafe { libc::fork() };
             if pid == 0 {
                 let ok = bytes(b.ptr, b.want.len()) == &b.want[..];

@@ -2,8 +2,11 @@
 //! soft descriptor limit, close-on-exec, moved when the program takes their
 //! number, refused (and the engine stopped) when the number names another
 //! file. Limits and the "lost" flag are per process, so each case that changes
-//! them runs in a forked child and reports through its exit status.
+//! them runs in a forked child and reports through its exit status. Each test
+//! runs in a process of its own (`common::in_own_process`), so that child
+//! finds no lock held by another test's thread.
 
+mod common;
 use pagefold_engine::fds::{self, Fd};
 
 fn rlimit() -> libc::rlimit {
@@ -45,8 +48,9 @@ fn cloexec(n: i32) -> bool {
 /// Runs `body` in a forked child; the child's exit status is `body`'s result
 /// (0 = passed). The child leaves with _exit, running no destructors.
 fn in_child(body: impl FnOnce() -> i32) -> i32 {
-    // SAFETY: fork has no precondition; the child only runs `body`, which
-    // makes system calls and small allocations, then _exit.
+    // SAFETY: every caller runs alone in its process (in_own_process): at the
+    // fork no other test's thread holds a lock; the child only runs `body`,
+    // which makes system calls and small allocations, then _exit.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
@@ -63,6 +67,9 @@ fn in_child(body: impl FnOnce() -> i32) -> i32 {
 
 #[test]
 fn adopted_descriptors_sit_above_the_soft_limit_and_close_on_exec() {
+    if !common::in_own_process("adopted_descriptors_sit_above_the_soft_limit_and_close_on_exec") {
+        return;
+    }
     let code = in_child(|| {
         let lim = rlimit();
         if lim.rlim_max < 2048 || !set_rlimit(256, lim.rlim_max) {
@@ -97,6 +104,11 @@ fn adopted_descriptors_sit_above_the_soft_limit_and_close_on_exec() {
 
 #[test]
 fn with_equal_limits_the_descriptor_takes_the_top_of_the_range_or_none() {
+    if !common::in_own_process(
+        "with_equal_limits_the_descriptor_takes_the_top_of_the_range_or_none",
+    ) {
+        return;
+    }
     let code = in_child(|| {
         // Equal limits. Raising the hard one needs CAP_SYS_RESOURCE; lowering
         // it is always allowed, and a number cannot go above a hard limit that
@@ -133,6 +145,9 @@ fn with_equal_limits_the_descriptor_takes_the_top_of_the_range_or_none() {
 
 #[test]
 fn relocation_moves_the_descriptor_and_keeps_its_file() {
+    if !common::in_own_process("relocation_moves_the_descriptor_and_keeps_its_file") {
+        return;
+    }
     let code = in_child(|| {
         let f = fds::adopt(memfd()).unwrap();
         let n = f.number();
@@ -175,6 +190,9 @@ fn unsafe_zeroed_stat() -> libc::stat {
 
 #[test]
 fn a_replaced_descriptor_is_refused_and_the_foreign_file_untouched() {
+    if !common::in_own_process("a_replaced_descriptor_is_refused_and_the_foreign_file_untouched") {
+        return;
+    }
     let code = in_child(|| {
         let f = fds::adopt(memfd()).unwrap();
         let n = f.number();
@@ -207,6 +225,9 @@ fn a_replaced_descriptor_is_refused_and_the_foreign_file_untouched() {
 
 #[test]
 fn numbers_in_a_range_come_sorted() {
+    if !common::in_own_process("numbers_in_a_range_come_sorted") {
+        return;
+    }
     let code = in_child(|| {
         let held: Vec<Fd> = (0..5).map(|_| fds::adopt(memfd()).unwrap()).collect();
         let mut out = [0u32; fds::MAX_HELD];

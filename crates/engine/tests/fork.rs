@@ -4,10 +4,13 @@
 //! must keep working (write, copy, scan, free) afterwards.
 //!
 //! The child reports through a pipe and its exit status (it ends with
-//! `libc::_exit`, never returning into the test harness). The tests in this
-//! binary run one at a time: one of them changes the process-global mmap
-//! fault injection, and counting descriptors needs a quiet process.
+//! `libc::_exit`, never returning into the test harness). Each test runs in a
+//! process of its own (`common::in_own_process`), so its children find no
+//! lock held by another test's thread; within one process the tests run one
+//! at a time: one of them changes the process-global mmap fault injection,
+//! and counting descriptors needs a quiet process.
 
+mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -313,7 +316,9 @@ fn spawn(body: impl FnOnce(i32) -> Check) -> Child {
         assert_eq!(libc::pipe2(up.as_mut_ptr(), libc::O_CLOEXEC), 0);
         assert_eq!(libc::pipe2(down.as_mut_ptr(), libc::O_CLOEXEC), 0);
     }
-    // SAFETY: the child touches only this test's memory and leaves with _exit.
+    // SAFETY: every caller runs alone in its process (in_own_process): at the
+    // fork only its own threads run, so no other test's thread holds a lock;
+    // the child touches only the caller's memory and leaves with _exit.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
@@ -443,6 +448,9 @@ fn scribble(blocks: &mut [Blk], tag: u8) {
 
 #[test]
 fn fork_after_copies_and_scan_keeps_both_processes_right() {
+    if !common::in_own_process("fork_after_copies_and_scan_keeps_both_processes_right") {
+        return;
+    }
     with_deadline(
         "fork_after_copies_and_scan_keeps_both_processes_right",
         Duration::from_secs(60),
@@ -522,6 +530,9 @@ fn fork_after_copies_and_scan_keeps_both_processes_right_body() {
 
 #[test]
 fn fork_while_background_scanning() {
+    if !common::in_own_process("fork_while_background_scanning") {
+        return;
+    }
     with_deadline(
         "fork_while_background_scanning",
         Duration::from_secs(60),
@@ -600,6 +611,9 @@ fn fork_while_background_scanning_body() {
 /// writer to such a page sleeps until the engine is dropped.
 #[test]
 fn parent_scans_after_fork_without_stranding_writers() {
+    if !common::in_own_process("parent_scans_after_fork_without_stranding_writers") {
+        return;
+    }
     with_deadline(
         "parent_scans_after_fork_without_stranding_writers",
         Duration::from_secs(60),
@@ -675,6 +689,9 @@ fn parent_scans_after_fork_without_stranding_writers_body() {
 /// the child has exited and the parent freed every block, nothing uses them.
 #[test]
 fn frames_are_released_after_fork_and_free() {
+    if !common::in_own_process("frames_are_released_after_fork_and_free") {
+        return;
+    }
     with_deadline(
         "frames_are_released_after_fork_and_free",
         Duration::from_secs(60),
@@ -713,6 +730,9 @@ fn vm_size_kib() -> u64 {
 /// mclapply) must not pay a descriptor and address space per fork forever.
 #[test]
 fn repeated_forks_do_not_accumulate_pools() {
+    if !common::in_own_process("repeated_forks_do_not_accumulate_pools") {
+        return;
+    }
     with_deadline(
         "repeated_forks_do_not_accumulate_pools",
         Duration::from_secs(60),
@@ -759,6 +779,9 @@ fn repeated_forks_do_not_accumulate_pools_body() {
 /// processes must still not see each other's writes to owned pages.
 #[test]
 fn fork_under_mmap_failures_keeps_processes_apart() {
+    if !common::in_own_process("fork_under_mmap_failures_keeps_processes_apart") {
+        return;
+    }
     with_deadline(
         "fork_under_mmap_failures_keeps_processes_apart",
         Duration::from_secs(60),

@@ -11,8 +11,10 @@
 //! at random offsets or in one run, replaced by random bytes), and DE's
 //! write of a constant byte at 16 fixed offsets.
 //!
-//! The tests run one at a time: a fork restores every evicted page of every
-//! engine in the process.
+//! The tests in one process run one at a time: a fork restores every evicted
+//! page of every engine in the process. The tests that fork run in a process
+//! of their own (`common::in_own_process`), so their children find no lock
+//! held by another test's thread.
 
 mod common;
 use common::{assert_killed_for_lost_page, pipe};
@@ -602,8 +604,13 @@ fn a_page_whose_patch_is_too_big_goes_to_the_store_or_stays() {
 
 #[test]
 fn a_patch_that_does_not_decode_kills_the_toucher() {
+    if !common::in_own_process("a_patch_that_does_not_decode_kills_the_toucher") {
+        return;
+    }
     let _g = serial();
-    // SAFETY: the child touches only this test's memory and leaves with _exit.
+    // SAFETY: this test runs alone in its process (in_own_process): at the
+    // fork only its own threads run, so no other test's thread holds a lock;
+    // the child touches only this test's memory and leaves with _exit.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let inject = Inject {
@@ -633,10 +640,15 @@ fn a_patch_that_does_not_decode_kills_the_toucher() {
 
 #[test]
 fn fork_with_patched_pages() {
+    if !common::in_own_process("fork_with_patched_pages") {
+        return;
+    }
     let _g = serial();
     let mut b = Similar::new(Engine::new(cfg()), 16, Change::Localised, 7);
     assert_eq!(b.e.evict(b.ptr, 16 * PAGE).patched, 15);
-    // SAFETY: the child touches only this test's memory and leaves with _exit.
+    // SAFETY: this test runs alone in its process (in_own_process): at the
+    // fork only its own threads run, so no other test's thread holds a lock;
+    // the child touches only this test's memory and leaves with _exit.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let ok = bytes(b.ptr, b.want.len()) == &b.want[..];

@@ -2,8 +2,11 @@
 //! back to a same-sized `Hint::Uninit` allocation, never to one that needs
 //! zeroed memory, never when it shared frames with another block, and goes
 //! away after the age limit, over the budget, and before fork. Off by default
-//! (the preload turns it on).
+//! (the preload turns it on). The test that forks runs in a process of its
+//! own (`common::in_own_process`), so its child finds no lock held by another
+//! test's thread.
 
+mod common;
 use pagefold_engine::{Config, Engine, Hint, PAGE};
 
 fn engine(recycle_mb: usize) -> Engine {
@@ -224,6 +227,9 @@ fn the_budget_releases_the_oldest_and_scans_release_the_stale() {
 
 #[test]
 fn fork_releases_recycled_blocks_first() {
+    if !common::in_own_process("fork_releases_recycled_blocks_first") {
+        return;
+    }
     let e = engine(32);
     let len = 8 * PAGE;
     let a = e.alloc(len, Hint::Uninit);
@@ -232,7 +238,9 @@ fn fork_releases_recycled_blocks_first() {
     // after this free.
     unsafe { e.free(a) };
     assert_eq!(e.stats().recycled_bytes, len as u64);
-    // SAFETY: the child touches only this test's memory and leaves with _exit.
+    // SAFETY: this test runs alone in its process (in_own_process): at the
+    // fork only its own threads run, so no other test's thread holds a lock;
+    // the child touches only this test's memory and leaves with _exit.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         // The child's allocation must not share frames with the parent's.

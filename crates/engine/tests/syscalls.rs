@@ -906,65 +906,21 @@ extern "C" fn on_usr1(_: libc::c_int) {
 /// pages. Nothing may fail (no EFAULT, no SIGSEGV from an unwritable signal
 /// frame) and every byte must be right.
 ///
-/// The body runs in a fresh process (this test binary run again for this
-/// test alone), so that a crash or a hang is this test's failure only, and no
-/// lock another test thread held at a fork can get in the way.
+/// The test runs in a process of its own (`common::in_own_process`), so that
+/// a crash or a hang is this test's failure only, and no lock another test
+/// thread holds can get in the way; that process killed by SIGSEGV means a
+/// signal frame could not be written.
 #[test]
 fn signals_during_scans_with_engine_signal_stack() {
-    const CHILD: &str = "PAGEFOLD_SIGNALS_CHILD";
+    if !common::in_own_process("signals_during_scans_with_engine_signal_stack") {
+        return;
+    }
     let seed = seed();
-    if std::env::var_os(CHILD).is_some() {
-        return signals_child(seed);
-    }
-    let log = std::env::temp_dir().join(format!(
-        "pagefold-signals-{}-{seed:x}.log",
-        std::process::id()
-    ));
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "signals_during_scans_with_engine_signal_stack",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .env("PAGEFOLD_SYSCALL_SEED", seed.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let t = std::time::Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break Some(st);
-        }
-        if t.elapsed() > std::time::Duration::from_secs(90) {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    };
-    let out = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
-    let Some(status) = status else {
-        panic!("seed {seed}: the process hung for 90 s (a thread asleep on a write-protected page?)\n{out}");
-    };
-    use std::os::unix::process::ExitStatusExt;
-    if let Some(sig) = status.signal() {
-        panic!(
-            "seed {seed}: the process was killed by signal {sig}{}\n{out}",
-            if sig == libc::SIGSEGV {
-                " (SIGSEGV: could a signal frame not be written?)"
-            } else {
-                ""
-            }
-        );
-    }
-    assert!(status.success(), "seed {seed}: {status}\n{out}");
+    eprintln!("PAGEFOLD_SYSCALL_SEED={seed}");
+    signals_with_engine_signal_stack(seed);
 }
 
-fn signals_child(seed: u64) {
+fn signals_with_engine_signal_stack(seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let io = Io::new(seed);
     let e = Engine::new(Config {

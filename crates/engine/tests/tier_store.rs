@@ -8,8 +8,11 @@
 //! (SIGBUS), never yields wrong bytes; the store's accounting must equal
 //! its tables after churn.
 //!
-//! The tests run one at a time (a fork restores every evicted page of
-//! every engine in the process, and the allocation count is process-wide).
+//! The tests in one process run one at a time (a fork restores every
+//! evicted page of every engine in the process, and the allocation count is
+//! process-wide). The tests that fork run in a process of their own
+//! (`common::in_own_process`), so their children find no lock held by
+//! another test's thread.
 
 mod common;
 use common::{bytes, pipe, serial, with_deadline};
@@ -537,7 +540,9 @@ fn a_full_disk_keeps_pages_in_memory() {
 
 /// Runs `body` in a forked child and returns its wait status.
 fn in_child(body: impl FnOnce() -> i32) -> i32 {
-    // SAFETY: the child touches only this test's memory and leaves with _exit.
+    // SAFETY: every caller runs alone in its process (in_own_process): at the
+    // fork only its own threads run, so no other test's thread holds a lock;
+    // the child touches only the caller's memory and leaves with _exit.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         // A panic must end the child, not unwind into the test harness.
@@ -602,6 +607,9 @@ fn damaged_swap(tag: &str, victim: usize, intact: usize, damage: fn(i32, usize))
 
 #[test]
 fn a_corrupted_swap_slot_poisons_the_page() {
+    if !common::in_own_process("a_corrupted_swap_slot_poisons_the_page") {
+        return;
+    }
     let _g = serial();
     damaged_swap("corrupt", 0, 1, |fd, slot| {
         let junk = [0x5au8; 64];
@@ -616,6 +624,9 @@ fn a_corrupted_swap_slot_poisons_the_page() {
 
 #[test]
 fn a_truncated_swap_file_poisons_the_page() {
+    if !common::in_own_process("a_truncated_swap_file_poisons_the_page") {
+        return;
+    }
     let _g = serial();
     // Cut at the victim's slot: its read comes back short.
     damaged_swap("truncated", 3, 0, |fd, slot| {
@@ -700,6 +711,9 @@ impl Fixture {
 
 #[test]
 fn fork_with_swapped_pages() {
+    if !common::in_own_process("fork_with_swapped_pages") {
+        return;
+    }
     let _g = serial();
     with_deadline("fork", Duration::from_secs(60), || {
         let prefix = swap_prefix("fork");
@@ -791,6 +805,9 @@ fn without_a_usable_swap_file_a_full_store_refuses() {
 
 #[test]
 fn fork_while_another_thread_holds_the_store_lock() {
+    if !common::in_own_process("fork_while_another_thread_holds_the_store_lock") {
+        return;
+    }
     let _g = serial();
     // A policy spills outside the engine lock: a fork can come while that
     // thread holds the store's lock. The child must not wait for it (the
@@ -814,7 +831,10 @@ fn fork_while_another_thread_holds_the_store_lock() {
     };
     held_rx.recv().unwrap();
     let want: Vec<u8> = (0..8).flat_map(content_page).collect();
-    // SAFETY: the child touches only this test's memory and leaves with _exit.
+    // SAFETY: this test runs alone in its process (in_own_process): at the
+    // fork only its own threads run (the holder keeps the store's lock, which
+    // the child must not wait for), so no other test's thread holds a lock;
+    // the child touches only this test's memory and leaves with _exit.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -932,6 +952,9 @@ fn descriptor_of(prefix: &std::path::Path) -> Option<i32> {
 /// next spill is refused and the pages it would have moved stay in memory.
 #[test]
 fn the_swap_file_descriptor_is_kept_out_of_the_programs_way() {
+    if !common::in_own_process("the_swap_file_descriptor_is_kept_out_of_the_programs_way") {
+        return;
+    }
     let _g = serial();
     let prefix = swap_prefix("adopted");
     let theirs = std::env::temp_dir().join(format!("pagefold-theirs-{}", std::process::id()));

@@ -3,7 +3,105 @@
 #![allow(dead_code)]
 
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// Names the one test a re-executed test binary runs (see [`in_own_process`]).
+const OWN_PROCESS: &str = "PAGEFOLD_TEST_OWN_PROCESS";
+
+/// How long a test run by [`in_own_process`] may take before it counts as hung.
+const OWN_PROCESS_LIMIT: Duration = Duration::from_secs(180);
+
+/// Whether the calling test, `test_name` (its path as libtest names it, as
+/// `--exact` takes it), runs its body in this process. Every test that forks
+/// starts with `if !common::in_own_process("name") { return; }`.
+///
+/// In the test harness it returns false, after running this test binary
+/// again for that one test (`name --exact --test-threads=1 --nocapture`,
+/// with `PAGEFOLD_TEST_OWN_PROCESS=name`, in a process group of its own) and
+/// waiting for it: the test fails, showing that run's output, unless the run
+/// passed exactly one test within [`OWN_PROCESS_LIMIT`]; a run that hangs is
+/// killed with every process it forked. In that run it returns true: the
+/// process then has libtest's main thread, waiting, and this test's thread,
+/// so no other thread holds a lock (an allocator's, std's thread registry)
+/// at the body's fork, and the forked child can allocate and start threads.
+pub fn in_own_process(test_name: &str) -> bool {
+    if let Some(own) = std::env::var_os(OWN_PROCESS) {
+        assert_eq!(
+            own.to_str(),
+            Some(test_name),
+            "{OWN_PROCESS} names another test than the one running"
+        );
+        // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers and changes
+        // only this process's signal on its parent's death: a killed harness
+        // takes this run along.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        return true;
+    }
+    // libtest names a test's thread after the test: a misspelt name fails
+    // here rather than as a run of no test.
+    if let Some(thread) = std::thread::current().name() {
+        assert!(
+            thread == "main" || thread == test_name,
+            "in_own_process({test_name:?}) called from test {thread:?}"
+        );
+    }
+    let log_path = std::env::temp_dir().join(format!(
+        "pagefold-own-process-{}-{test_name}.log",
+        std::process::id()
+    ));
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut child = {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args([test_name, "--exact", "--test-threads=1", "--nocapture"])
+            .env(OWN_PROCESS, test_name)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    };
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > OWN_PROCESS_LIMIT {
+            // SAFETY: kill takes plain integers; the child leads a process
+            // group of its own (process_group(0)) and is not reaped yet, so
+            // the group is its own and holds only it and what it forked.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let out = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&log_path);
+    let Some(status) = status else {
+        panic!(
+            "{test_name}: still running after {OWN_PROCESS_LIMIT:?}, killed; its output:\n{out}"
+        );
+    };
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            panic!("{test_name}: its process was killed by signal {sig}; its output:\n{out}");
+        }
+    }
+    assert!(
+        status.success(),
+        "{test_name}: {status}; its output:\n{out}"
+    );
+    assert!(
+        out.lines().any(|l| l == "running 1 test")
+            && out.lines().any(|l| l.starts_with("test result: ok. 1 passed;")),
+        "{test_name}: the test binary run for it alone did not pass exactly one test; its output:\n{out}"
+    );
+    eprint!("{out}");
+    false
+}
 
 /// A pipe with room for the largest transfer, so one thread can write then read.
 pub fn pipe() -> (i32, i32) {
