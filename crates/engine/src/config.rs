@@ -54,8 +54,22 @@ pub struct Config {
     /// scan still looks at every page, so identical pages always meet.
     pub smart_scan: bool,
     /// Wait before folding or merging pages of a chunk, for writes through
-    /// pages the kernel pinned before the chunk was protected (O_DIRECT).
+    /// pages the kernel pinned before the chunk was protected (O_DIRECT),
+    /// where the pin guard is off or the kernel lacks it.
     pub pin_grace: Duration,
+    /// Take anonymous pages off their addresses with UFFDIO_MOVE, which
+    /// refuses pages the kernel may have pinned (detach.rs), and leave
+    /// pages of the frames' memfd alone. Off, or on a kernel before 6.8:
+    /// the pin grace, which narrows the race with pinned writes but does
+    /// not close it.
+    pub pin_guard: bool,
+    /// Under the pin guard, how long a frame the scan froze from an owned
+    /// page waits before it is folded or shared: a write through a pin
+    /// taken before the freeze (the page was mapped shared, so no copy was
+    /// forced) must land first. Pins held longer than this are not covered.
+    /// Zero (default): owned pages are folded and merged at once, behind
+    /// the pin grace, as without the guard.
+    pub pin_age: Duration,
     /// Freed blocks kept mapped for reuse by same-sized allocations, at most
     /// this many bytes; blocks over a quarter of it are never kept. Off (0)
     /// by default: a library caller expects `free` to give memory back; the
@@ -144,6 +158,8 @@ impl Default for Config {
             volatile_check: true,
             smart_scan: true,
             pin_grace: Duration::from_micros(1000),
+            pin_guard: true,
+            pin_age: Duration::ZERO,
             recycle_bytes: 0,
             recycle_age: Duration::from_millis(250),
             evict: true,
@@ -181,10 +197,10 @@ impl Config {
     }
 
     /// Defaults overridden by `PAGEFOLD_*` variables:
-    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_COPY_LEARN`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN` (0/1),
+    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_COPY_LEARN`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN`, `PAGEFOLD_PIN_GUARD` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction), `PAGEFOLD_SCAN_SHARE` (fraction of the program's CPU; 0 = off),
-    /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
+    /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_PIN_AGE_MS`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
     /// `PAGEFOLD_EVICT_STORE_MB`, `PAGEFOLD_SWAP_FILE` (path prefix), `PAGEFOLD_SWAP_MB`;
     /// tiering: `PAGEFOLD_TIER`, `PAGEFOLD_TIER_PATCH`, `PAGEFOLD_TIER_COMPRESS` (0/1),
     /// `PAGEFOLD_CLOCK_MS`, `PAGEFOLD_COLD_PASSES`, `PAGEFOLD_HIGH_MB`, `PAGEFOLD_LOW_MB`
@@ -214,6 +230,7 @@ impl Config {
         flag("PAGEFOLD_MERGE", &mut c.merge);
         flag("PAGEFOLD_VOLATILE_CHECK", &mut c.volatile_check);
         flag("PAGEFOLD_SMART_SCAN", &mut c.smart_scan);
+        flag("PAGEFOLD_PIN_GUARD", &mut c.pin_guard);
         flag("PAGEFOLD_EVICT", &mut c.evict);
         flag("PAGEFOLD_TIER", &mut c.tier);
         flag("PAGEFOLD_TIER_PATCH", &mut c.tier_patch);
@@ -261,6 +278,9 @@ impl Config {
         }
         if let Some(v) = num("PAGEFOLD_PIN_GRACE_US") {
             c.pin_grace = Duration::from_micros(v);
+        }
+        if let Some(v) = num("PAGEFOLD_PIN_AGE_MS") {
+            c.pin_age = Duration::from_millis(v);
         }
         if let Some(v) = num("PAGEFOLD_CLOCK_MS") {
             c.clock_interval = Duration::from_millis(v);

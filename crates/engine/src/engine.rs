@@ -74,6 +74,14 @@ pub(crate) struct State {
     pub recycled_bytes: usize,
     /// The engine's userfaultfd (shared with the fault thread).
     pub protector: Option<Arc<Protector>>,
+    /// Where the pin guard moves pages (detach.rs); made on first use.
+    pub scratch: Option<crate::detach::Scratch>,
+    /// The kernel refused the pin guard's first move: not tried again.
+    pub pin_guard_missing: bool,
+    /// Frames a scan froze from owned pages less than `pin_age` ago, and when.
+    pub young_frames: HashMap<FrameId, std::time::Instant>,
+    /// Pages that diverged less than `pin_age` ago (by address), and when.
+    pub young_pages: HashMap<usize, std::time::Instant>,
     /// Evicted pages and their store (evict.rs, fault.rs); made on first use.
     pub evictions: Option<Arc<Evictions>>,
     /// Similarity detection and reference pins (patching.rs); made on first use.
@@ -285,6 +293,10 @@ impl State {
             recycled: Vec::new(),
             recycled_bytes: 0,
             protector,
+            scratch: None,
+            pin_guard_missing: false,
+            young_frames: HashMap::new(),
+            young_pages: HashMap::new(),
             evictions: None,
             patching: None,
             fault_thread: None,
@@ -607,12 +619,17 @@ impl State {
             .get_mut(&base)
             .expect("block vanished under the lock");
         let mut released = Vec::new();
+        let mut diverged_now = Vec::new();
         for (k, e) in entries.iter().enumerate() {
             if let Page::Shared(f) = block.pages[i + k] {
                 if sys::is_diverged(*e) {
                     block.set(i + k, Page::Diverged(f));
-                    block.seen[i + k] = crate::clock::written(block.seen[i + k]);
+                    // A copy forced by a pin is a write to come: not settled
+                    // before a scan has seen the page diverged.
+                    let seen = crate::idle::with_look(block.seen[i + k], 0);
+                    block.seen[i + k] = crate::clock::written(seen);
                     released.push(f);
+                    diverged_now.push(block.page_addr(i + k) as usize);
                 }
             }
         }
@@ -629,6 +646,11 @@ impl State {
             .collect();
         self.release(punch, false);
         self.stats.diverged_released += n_released;
+        if !self.cfg.pin_age.is_zero() {
+            let now = std::time::Instant::now();
+            self.young_pages
+                .extend(diverged_now.into_iter().map(|a| (a, now)));
+        }
         n_released
     }
 
@@ -830,6 +852,16 @@ impl State {
     pub fn metadata_bytes(&self) -> usize {
         let blocks: usize = self.blocks.values().map(|b| b.metadata_bytes() + 48).sum();
         let pools: usize = self.pools.iter().map(|p| p.metadata_bytes()).sum();
-        blocks + pools + self.stable.bytes() + self.placement.bytes() + std::mem::size_of::<State>()
+        // A hash map entry: key, value and a control byte, over its capacity.
+        let young = self.young_frames.capacity()
+            * (std::mem::size_of::<(FrameId, std::time::Instant)>() + 1)
+            + self.young_pages.capacity()
+                * (std::mem::size_of::<(usize, std::time::Instant)>() + 1);
+        blocks
+            + pools
+            + self.stable.bytes()
+            + self.placement.bytes()
+            + young
+            + std::mem::size_of::<State>()
     }
 }

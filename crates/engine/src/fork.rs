@@ -231,5 +231,11 @@ impl State {
             ev.lock().store.after_fork_in_child();
         }
         self.protector = State::open_protector(&self.cfg);
+        // The scratch range was not inherited (MADV_DONTFORK): its address
+        // may be anyone's now, so it must not be unmapped.
+        if let Some(s) = self.scratch.take() {
+            std::mem::forget(s);
+        }
+        self.pin_guard_missing = false;
     }
 }

@@ -107,6 +107,20 @@ impl<V: Copy> ContentIndex<V> {
         }
     }
 
+    /// Makes `v` the entry for `page`'s content, in place of the one `find`
+    /// returned (which could not serve).
+    pub fn replace(&mut self, page: *const u8, v: V, content: impl Fn(V) -> Option<*const u8>) {
+        let s = sample_hash(page);
+        match self.sampled.get(&s).copied().and_then(&content) {
+            Some(c) if page_eq(c, page) => {
+                self.sampled.insert(s, v);
+            }
+            _ => {
+                self.full.insert(full_hash(page), v);
+            }
+        }
+    }
+
     pub fn bytes(&self) -> usize {
         (self.sampled.capacity() + self.full.capacity()) * (8 + std::mem::size_of::<V>() + 1)
     }

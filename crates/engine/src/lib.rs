@@ -65,6 +65,7 @@ mod advice;
 mod budget;
 mod clock;
 mod config;
+mod detach;
 mod engine;
 mod evict;
 mod fault;

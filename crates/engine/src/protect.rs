@@ -51,6 +51,7 @@ const UFFDIO_COPY: u64 = iowr(0x03, 40);
 const UFFDIO_ZEROPAGE: u64 = iowr(0x04, 32);
 const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, 24);
 const UFFDIO_POISON: u64 = iowr(0x08, 32);
+const UFFDIO_MOVE: u64 = iowr(0x05, 40);
 
 #[repr(C)]
 struct ApiArg {
@@ -81,6 +82,14 @@ struct CopyArg {
     len: u64,
     mode: u64,
     copied: i64,
+}
+#[repr(C)]
+struct MoveArg {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    moved: i64,
 }
 /// UFFDIO_ZEROPAGE and UFFDIO_POISON take the same layout.
 #[repr(C)]
@@ -205,6 +214,43 @@ impl Protector {
             ioctls: 0,
         };
         self.ioctl(UFFDIO_REGISTER, &mut arg)
+    }
+
+    /// Moves the anonymous pages of `[src, src+len)` to the empty,
+    /// registered `[dst, dst+len)`, stopping at the first page the kernel
+    /// refuses: returns the bytes moved and, if it stopped short, why (EBUSY:
+    /// the page may be pinned or is shared with another process; ENOENT: no
+    /// page there; EINVAL: the mappings differ or the kernel has no UFFDIO_MOVE).
+    pub fn move_pages(
+        &self,
+        dst: *mut u8,
+        src: *const u8,
+        len: usize,
+    ) -> (usize, Option<io::Error>) {
+        let mut arg = MoveArg {
+            dst: dst as u64,
+            src: src as u64,
+            len: len as u64,
+            mode: 0,
+            moved: 0,
+        };
+        let r = self.fd.with(|fd| {
+            // SAFETY: arg is a live MoveArg, the layout UFFDIO_MOVE reads and writes.
+            if unsafe { libc::ioctl(fd, UFFDIO_MOVE as _, &mut arg as *mut MoveArg) } == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        });
+        match r {
+            Ok(()) => (len, None),
+            // EAGAIN with progress: a short move; the next call says why it stopped.
+            Err(e) if arg.moved > 0 => (
+                arg.moved as usize,
+                (e.raw_os_error() != Some(libc::EAGAIN)).then_some(e),
+            ),
+            Err(e) => (0, Some(e)),
+        }
     }
 
     /// Ends registration; wakes any sleeper in the range.

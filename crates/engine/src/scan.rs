@@ -73,6 +73,7 @@ pub fn scan(inner: &Inner) -> ScanReport {
     let (bases, mut pass) = {
         let mut st = inner.lock();
         st.expire_recycled();
+        st.prune_young();
         st.refresh_other_maps();
         if st.protector.is_none() {
             st.stats.fallbacks.uffd += 1;
@@ -257,6 +258,7 @@ impl State {
         }
         // Divergence again: a write may have landed between the refresh and the protect.
         rep.diverged_released += self.refresh_divergence(base, i, c);
+        let guard = self.pin_guard();
         let mut resident = vec![0u8; c];
         if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
             let looked: Vec<usize> = due
@@ -265,24 +267,48 @@ impl State {
                 .filter(|&k| resident[k - i] & 1 != 0 && !self.blocks[&base].pages[k].is_evicted())
                 .filter(|&k| !self.already_indexed(base, k))
                 .collect();
+            // Under the pin guard only pages it can take off safely are candidates.
             let (zero, nonzero): (Vec<usize>, Vec<usize>) = looked
                 .iter()
+                .filter(|&&k| !guard || self.guarded(base, k))
                 .partition(|&&k| sys::is_zero(self.fold_content(base, k)));
             rep.pages_scanned += looked.len() as u64;
             let zero = self.settled(base, zero, true, rep);
             let nonzero = self.settled(base, nonzero, false, rep);
             let mut zero = if self.cfg.zero { zero } else { Vec::new() };
+            // Under the guard an owned page is only frozen now (see `guarded`).
+            let mut to_freeze: Vec<usize> = Vec::new();
+            if self.freeze_first() {
+                let owned =
+                    |st: &State, k: usize| matches!(st.blocks[&base].pages[k], Page::Owned(_));
+                to_freeze.extend(zero.iter().copied().filter(|&k| owned(self, k)));
+                zero.retain(|&k| !owned(self, k));
+            }
             // A merge costs up to two mappings for the page and two for its partner.
             let mut plan = HashMap::new();
             if self.cfg.merge && self.vma_room(4) {
-                plan = self.plan_merges(base, i..i + c, &nonzero, unstable);
+                plan = self.plan_merges(base, i..i + c, &nonzero, unstable, &mut to_freeze);
             }
-            if !zero.is_empty() || !plan.is_empty() {
+            // Diverged pages have no pin test, nor owned ones with no pin
+            // age: the grace is all they get.
+            let untested = |k: &usize| {
+                matches!(
+                    self.blocks[&base].pages[*k],
+                    Page::Diverged(_) | Page::Owned(_)
+                )
+            };
+            let graced = !guard || zero.iter().any(untested) || plan.keys().any(untested);
+            if graced && (!zero.is_empty() || !plan.is_empty()) {
                 self.let_pinned_writes_land(base, &mut zero, &mut plan, rep);
             }
-            self.fold_zero(base, &zero, rep);
-            self.apply_merges(base, &plan, rep);
-            self.record_looks(base, &looked, &zero, &plan);
+            self.fold_zero(base, &mut zero, guard, rep);
+            self.apply_merges(base, &plan, guard, rep);
+            to_freeze.sort_unstable();
+            to_freeze.dedup();
+            for (a, b) in true_runs_of(&to_freeze) {
+                self.freeze_young(base, a, b - a);
+            }
+            self.record_looks(base, &looked, &zero, &plan, &to_freeze);
             if let Some(pass) = pass {
                 let block = &self.blocks[&base];
                 let present: Vec<usize> = due
@@ -325,20 +351,23 @@ impl State {
     }
 
     /// Raises the idle level of the pages looked at and left alone; resets
-    /// it for those folded or merged (`zero` sorted).
+    /// it for those folded, merged or frozen (`zero` and `frozen` sorted).
     fn record_looks(
         &mut self,
         base: usize,
         looked: &[usize],
         zero: &[usize],
         plan: &HashMap<usize, FrameId>,
+        frozen: &[usize],
     ) {
         let Some(block) = self.blocks.get_mut(&base) else {
             return;
         };
         let n = block.seen.len();
         for &k in looked.iter().filter(|&&k| k < n) {
-            let acted = plan.contains_key(&k) || zero.binary_search(&k).is_ok();
+            let acted = plan.contains_key(&k)
+                || zero.binary_search(&k).is_ok()
+                || frozen.binary_search(&k).is_ok();
             block.seen[k] = idle::after_look(block.seen[k], acted);
         }
     }
@@ -413,6 +442,27 @@ impl State {
         rep.changed_while_planned += (before - zero.len() - plan.len()) as u64;
     }
 
+    /// A page the pin guard can act on. Anonymous pages are taken off with
+    /// the pin test. A shared page's frame is immutable (a write through a
+    /// pin taken now makes the kernel copy the page first: it diverges), but
+    /// a frame the scan froze from an owned page may still receive writes
+    /// through pins taken before the freeze, so it waits `pin_age` (young).
+    /// An owned page (mapped shared: a pin writes its frame) with something
+    /// to fold or merge is frozen in place, which loses no write; it acts as
+    /// a shared page once its frame is no longer young. A diverged page's
+    /// private copy lives in a file mapping, which cannot be moved: it gets
+    /// the pin grace and the rule that a page just diverged is not settled,
+    /// and with a pin age it waits that long after diverging (a write pin
+    /// that forced the copy is younger than the copy).
+    fn guarded(&self, base: usize, k: usize) -> bool {
+        match self.blocks[&base].pages[k] {
+            Page::Anon | Page::Owned(_) => true,
+            Page::Diverged(_) => !self.young_page(self.blocks[&base].page_addr(k) as usize),
+            Page::Shared(f) => !self.young(f),
+            Page::Evicted(_) => false,
+        }
+    }
+
     /// A shared page whose frame an earlier scan checked: nothing can have changed.
     fn already_indexed(&self, base: usize, k: usize) -> bool {
         match self.blocks[&base].pages[k] {
@@ -430,8 +480,9 @@ impl State {
         }
     }
 
-    /// Folds the all-zero pages at indices `zero` (sorted) of a block.
-    fn fold_zero(&mut self, base: usize, zero: &[usize], rep: &mut ScanReport) {
+    /// Folds the all-zero pages at indices `zero` (sorted) of a block; drops
+    /// from `zero` the pages the pin guard left alone.
+    fn fold_zero(&mut self, base: usize, zero: &mut Vec<usize>, guard: bool, rep: &mut ScanReport) {
         let zero_runs = {
             let pages = &self.blocks[&base].pages;
             state_runs(zero, |k| pages[k])
@@ -440,6 +491,13 @@ impl State {
             let page = self.blocks[&base].pages[a];
             let addr = self.blocks[&base].page_addr(a);
             let n = b - a;
+            if guard && page == Page::Anon {
+                let left = self.fold_anon_zero(base, a, n);
+                zero.retain(|k| !left.contains(k));
+                rep.zero_folded += (n - left.len()) as u64;
+                self.stats.zero_folded += (n - left.len()) as u64;
+                continue;
+            }
             let folded = match page {
                 Page::Anon => sys::madvise(addr, n * PAGE, libc::MADV_DONTNEED).is_ok(),
                 Page::Diverged(_) => {
@@ -468,7 +526,9 @@ impl State {
         chunk: std::ops::Range<usize>,
         pages: &[usize],
         unstable: &mut Unstable,
+        to_freeze: &mut Vec<usize>,
     ) -> HashMap<usize, FrameId> {
+        let freeze_first = self.freeze_first();
         let mut plan: HashMap<usize, FrameId> = HashMap::new();
         // Out of `self` while in use, so lookups can read frames and pages.
         let mut stable = std::mem::take(&mut self.stable);
@@ -479,11 +539,17 @@ impl State {
             let ptr = self.blocks[&base].page_addr(k);
             let own = self.blocks[&base].pages[k];
             let frame_content = |f: FrameId| self.stable_content(f);
+            // Under the guard an owned page with a match is frozen for now.
+            let owned = freeze_first && matches!(own, Page::Owned(_));
             if let Some(f) = stable
                 .find(ptr, frame_content)
                 .filter(|&f| own.frame() != Some(f))
             {
-                plan.insert(k, f);
+                if owned {
+                    to_freeze.push(k);
+                } else {
+                    plan.insert(k, f);
+                }
                 continue;
             }
             if let Page::Shared(f) = own {
@@ -494,6 +560,7 @@ impl State {
             }
             let page_content = |(qb, qi): (usize, usize)| self.unstable_content(qb, qi);
             match unstable.find(ptr, page_content) {
+                Some((qb, qi)) if owned && (qb, qi) != (base, k) => to_freeze.push(k),
                 Some((qb, qi)) if (qb, qi) != (base, k) => {
                     // The pages after this one often repeat the pages after
                     // the partner (a block computed twice): promote them as one run.
@@ -506,6 +573,11 @@ impl State {
                         unstable,
                     );
                     let frames = self.promote(qb, qi, n, base, k, &chunk);
+                    if frames[0].is_none() {
+                        // The partner cannot serve (pinned, changed): this page
+                        // is the next duplicate's partner instead.
+                        unstable.replace(ptr, (base, k), |(qb, qi)| self.unstable_content(qb, qi));
+                    }
                     // Pages after the first that did not promote go the usual way.
                     let took = 1 + frames[1..].iter().take_while(|f| f.is_some()).count();
                     for (j, f) in frames.into_iter().enumerate().take(took) {
@@ -584,7 +656,11 @@ impl State {
         while n < m {
             let ours = block.pages[k + n];
             let partner_present = resident[n] & 1 != 0 && !q.pages[qi + n].is_evicted();
-            let ours_mergeable = !matches!(ours, Page::Shared(_) | Page::Evicted(_));
+            let ours_mergeable = if self.freeze_first() {
+                matches!(ours, Page::Anon | Page::Diverged(_))
+            } else {
+                !matches!(ours, Page::Shared(_) | Page::Evicted(_))
+            };
             let planned_elsewhere = qb == base && plan.contains_key(&(qi + n));
             let fits = partner_present
                 && ours_mergeable
@@ -657,11 +733,13 @@ impl State {
             return vec![None; n];
         }
         let ours = |st: &State, j: usize| st.blocks[&base].page_addr(k + j);
+        let guard = self.pin_guard();
         let equal: Vec<bool> = (0..n)
             .map(|j| {
                 let q = &self.blocks[&qb];
                 resident[j] & 1 != 0
                     && !q.pages[qi + j].is_evicted()
+                    && (!guard || self.guarded(qb, qi + j))
                     && page_eq(q.page_addr(qi + j), ours(self, j))
             })
             .collect();
@@ -669,7 +747,7 @@ impl State {
         while j < n {
             let end = (j..n).find(|&e| !equal[e]).unwrap_or(n);
             if end > j {
-                self.freeze(qb, qi + j, end - j);
+                self.freeze_young(qb, qi + j, end - j);
             }
             j = end + 1;
         }
@@ -686,6 +764,8 @@ impl State {
                 match self.blocks[&qb].pages[qi + j] {
                     // The frame is what the partner will map: compare that, not the page.
                     Page::Shared(_) if materialized.contains_key(&j) => materialized.remove(&j),
+                    // Frozen from an owned page just now: not shared before `pin_age`.
+                    Page::Shared(f) if self.young(f) => None,
                     Page::Shared(f) => {
                         page_eq(self.pools[f.pool()].frame_ptr(f.slot()), ours(self, j))
                             .then_some(f)
@@ -730,6 +810,12 @@ impl State {
         if written.is_empty() {
             return out;
         }
+        if self.pin_guard() {
+            for (j0, len, slot) in written {
+                self.materialize_guarded(qb, qi + j0, len, FrameId::new(pi, slot), &mut out, j0);
+            }
+            return out;
+        }
         if !self.cfg.pin_grace.is_zero() {
             std::thread::sleep(self.cfg.pin_grace);
         }
@@ -761,15 +847,126 @@ impl State {
         out
     }
 
+    /// Maps anonymous pages `[i, i+len)` of block `qb` onto the fresh frames
+    /// `first..` holding copies of them, each page the pin guard takes off
+    /// (frozen, recorded in `out` under `j0 + j`); frames of the others go back.
+    fn materialize_guarded(
+        &mut self,
+        qb: usize,
+        i: usize,
+        len: usize,
+        first: FrameId,
+        out: &mut HashMap<usize, FrameId>,
+        j0: usize,
+    ) {
+        let pi = first.pool();
+        for (p, plen) in self.scratch_pieces(i, len) {
+            let f0 = first.offset((p - i) as u64);
+            let frame =
+                move |st: &State, j: usize| Some(st.pools[pi].frame_ptr(f0.slot() + j as u64));
+            let d = self.detach(qb, p, plen, &frame);
+            let mut mapped = vec![false; plen];
+            for (x, y) in true_runs(&d.taken) {
+                if self.remap(qb, p + x, y - x, Some(f0.offset(x as u64))) {
+                    mapped[x..y].iter_mut().for_each(|m| *m = true);
+                } else {
+                    (x..y).for_each(|j| self.reattach(&d, j));
+                }
+            }
+            self.finish_detach(d);
+            for (j, m) in mapped.into_iter().enumerate() {
+                let f = f0.offset(j as u64);
+                if m {
+                    self.pools[pi].freeze(f.slot());
+                    out.insert(j0 + (p - i) + j, f);
+                } else {
+                    self.pools[pi].abandon(f.slot(), 1);
+                }
+            }
+        }
+    }
+
+    /// Folds the zero anonymous pages `[a, a+n)`: those the pin guard takes
+    /// off stay holes, which read as zero; returns the pages left alone.
+    fn fold_anon_zero(&mut self, base: usize, a: usize, n: usize) -> Vec<usize> {
+        let mut left = Vec::new();
+        for (p, len) in self.scratch_pieces(a, n) {
+            let d = self.detach(base, p, len, &|_, _| None);
+            left.extend((0..len).filter(|&j| !d.taken[j]).map(|j| p + j));
+            // Unregistered, the holes are plain untouched anonymous memory.
+            self.unregister(self.blocks[&base].page_addr(p), len * PAGE);
+            self.finish_detach(d);
+        }
+        left
+    }
+
+    /// Remaps anonymous pages `[a, a+n)` onto frames `first..`, each one the
+    /// pin guard takes off: returns how many it remapped, and how many it
+    /// took off but could not remap (no mapping to spare).
+    fn merge_anon(&mut self, base: usize, a: usize, n: usize, first: FrameId) -> (usize, usize) {
+        let (mut merged, mut unmapped) = (0, 0);
+        for (p, len) in self.scratch_pieces(a, n) {
+            let f0 = first.offset((p - a) as u64);
+            let frame = move |st: &State, j: usize| {
+                Some(st.pools[f0.pool()].frame_ptr(f0.slot() + j as u64))
+            };
+            let d = self.detach(base, p, len, &frame);
+            for (x, y) in true_runs(&d.taken) {
+                if self.remap(base, p + x, y - x, Some(f0.offset(x as u64))) {
+                    merged += y - x;
+                } else {
+                    unmapped += y - x;
+                    (x..y).for_each(|j| self.reattach(&d, j));
+                }
+            }
+            self.finish_detach(d);
+        }
+        (merged, unmapped)
+    }
+
+    /// `[a, a+n)` in pieces the scratch range holds.
+    fn scratch_pieces(&self, a: usize, n: usize) -> Vec<(usize, usize)> {
+        let most = self.scratch.as_ref().map_or(n, |s| s.pages()).max(1);
+        (a..a + n)
+            .step_by(most)
+            .map(|p| (p, most.min(a + n - p)))
+            .collect()
+    }
+
     /// Remaps planned pages onto their frames, consecutive ones as runs.
-    fn apply_merges(&mut self, base: usize, plan: &HashMap<usize, FrameId>, rep: &mut ScanReport) {
+    fn apply_merges(
+        &mut self,
+        base: usize,
+        plan: &HashMap<usize, FrameId>,
+        guard: bool,
+        rep: &mut ScanReport,
+    ) {
         let mut keys: Vec<usize> = plan.keys().copied().collect();
         keys.sort_unstable();
         let Some((&lo, &hi)) = keys.first().zip(keys.last()) else {
             return;
         };
+        // Under the guard, anonymous pages go through it in runs of their own.
+        let anon = |st: &State, k: usize| guard && st.blocks[&base].pages[k] == Page::Anon;
+        let mut all = Vec::new();
         for (a, b) in runs(lo..hi + 1, |k| plan.get(&k).copied()) {
+            let mut x = a;
+            while x < b {
+                let kind = anon(self, x);
+                let y = (x..b).find(|&k| anon(self, k) != kind).unwrap_or(b);
+                all.push((x, y, kind));
+                x = y;
+            }
+        }
+        for (a, b, through_guard) in all {
             let n = b - a;
+            if through_guard {
+                let (m, unmapped) = self.merge_anon(base, a, n, plan[&a]);
+                rep.skipped_vma += unmapped as u64;
+                rep.merged += m as u64;
+                self.stats.merged += m as u64;
+                continue;
+            }
             if !self.remap(base, a, n, Some(plan[&a])) {
                 rep.skipped_vma += n as u64;
                 continue;
@@ -778,6 +975,34 @@ impl State {
             self.stats.merged += n as u64;
         }
     }
+}
+
+/// Runs `[start, end)` of consecutive values in a sorted list.
+fn true_runs_of(sorted: &[usize]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for &k in sorted {
+        match out.last_mut() {
+            Some((_, e)) if *e == k => *e += 1,
+            _ => out.push((k, k + 1)),
+        }
+    }
+    out
+}
+
+/// Runs `[start, end)` of consecutive true entries.
+fn true_runs(flags: &[bool]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut x = 0;
+    while x < flags.len() {
+        if !flags[x] {
+            x += 1;
+            continue;
+        }
+        let y = (x..flags.len()).find(|&k| !flags[k]).unwrap_or(flags.len());
+        out.push((x, y));
+        x = y;
+    }
+    out
 }
 
 /// Runs `[start, end)` of consecutive indices in a sorted list whose pages

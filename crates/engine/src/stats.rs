@@ -22,6 +22,9 @@ pub struct Fallbacks {
     pub frames: u64,
     /// An eviction was refused: no userfaultfd MISSING mode, or no fault thread.
     pub evict: u64,
+    /// The kernel cannot move pages (UFFDIO_MOVE, Linux 6.8): scans fold
+    /// and merge behind the pin grace instead of the pin guard.
+    pub pin_guard: u64,
 }
 
 /// A snapshot of the engine's state and history.
@@ -50,6 +53,12 @@ pub struct Stats {
     pub zero_folded: u64,
     /// Total pages merged onto an identical frame.
     pub merged: u64,
+    /// Total pages a scan left alone because the kernel may hold a pin on
+    /// them (I/O in flight) or they are shared with another process.
+    pub pin_refused: u64,
+    /// Total pages a scan left alone because they changed between its
+    /// comparison and taking them off (a write through an earlier pin).
+    pub pin_changed: u64,
     /// Total frames released because every page using them had diverged.
     pub diverged_released: u64,
     /// Total pages the program discarded (madvise MADV_DONTNEED/MADV_FREE

@@ -816,10 +816,13 @@ fn process_vm_writev_into_pages_under_concurrent_scan() {
 
 /// read(2) on an O_DIRECT file: the device writes the pages by DMA while
 /// they are pinned; as above, a scan must not remap a page under the I/O.
+/// With a pin age the pin guard covers every page state for pins shorter
+/// than the age (docs/MECHANISMS.md, "The pin guard").
 #[test]
 fn o_direct_read_into_pages_under_concurrent_scan() {
     let cfg = Config {
         scan_chunk_pages: 8,
+        pin_age: std::time::Duration::from_millis(50),
         ..Config::default()
     };
     concurrent(cfg, "o_direct_pread", &[KernelWrite::DirectPread], 64, 2);

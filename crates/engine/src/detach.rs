@@ -1,0 +1,287 @@
+//! Taking anonymous pages off their addresses only when no pin holds them.
+//!
+//! Folding or merging a page drops the physical page behind an address.
+//! Write protection stops writes through the page table, not writes through
+//! a reference the kernel took earlier (FOLL_PIN: O_DIRECT reads in flight,
+//! process_vm_writev, io_uring fixed buffers, RDMA): a page dropped under
+//! such a write loses it. Kernel KSM guards against this by comparing a
+//! page's reference and map counts under the page lock. User space cannot
+//! read those counts, but UFFDIO_MOVE (Linux 6.8) applies the same guard: it
+//! clears the page table entry, flushes the TLB, and refuses (EBUSY) a page
+//! that may be pinned or is not this process's alone, putting the entry back.
+//! Once the entry is gone, nothing can pin the page through the program's
+//! address any more.
+//!
+//! So for a run of anonymous pages a scan has compared, under write
+//! protection, and decided to fold or merge:
+//! 1. the run is registered for MISSING faults as well: between the move and
+//!    the new mapping its addresses are holes, and a touch there must wait
+//!    (in the kernel, as a write to a protected page does), not read zeros;
+//! 2. the pages are moved to the engine's scratch range, one ioctl per run;
+//!    a page the kernel refuses stays where it is and the move goes on after it;
+//! 3. every moved page is compared again with what the caller expects: a
+//!    write through a pin released before the move landed after the first
+//!    comparison. A page that changed is moved back;
+//! 4. the caller maps frames over the holes (a merge) or leaves them (a zero
+//!    fold: an untouched anonymous page reads as zero) and moves back any
+//!    page it could not map; then the scratch copies are freed and waiting
+//!    threads are woken.
+//!
+//! Only private anonymous memory can be moved. Pages of the frames' memfd
+//! (owned pages mapped shared, the private copies of diverged pages) have no
+//! such test, so scans leave them alone while the guard is on. A kernel
+//! without UFFDIO_MOVE falls back to the pin grace (scan.rs), which narrows
+//! the race but does not close it.
+
+use std::io;
+
+use crate::engine::State;
+use crate::protect::Protector;
+use crate::{sys, PAGE};
+
+/// Anonymous memory the engine moves pages into: registered with the
+/// engine's userfaultfd (UFFDIO_MOVE requires it of the destination, and the
+/// same write-protect registration as the program's side so both mappings
+/// have the same protection bits), not inherited by a fork.
+pub struct Scratch {
+    base: *mut u8,
+    pages: usize,
+}
+
+// SAFETY: the scratch range is a mapping the engine made and owns; it is used only under the
+// engine lock, so moving the handle to another thread is sound.
+unsafe impl Send for Scratch {}
+
+impl Scratch {
+    pub fn open(protector: &Protector, pages: usize) -> io::Result<Scratch> {
+        let base = sys::map(std::ptr::null_mut(), pages * PAGE, None, 0, false, false)?;
+        let scratch = Scratch { base, pages };
+        sys::madvise(base, pages * PAGE, libc::MADV_DONTFORK)?;
+        sys::madvise(base, pages * PAGE, libc::MADV_NOHUGEPAGE)?;
+        protector.register(base, pages * PAGE)?;
+        Ok(scratch)
+    }
+
+    pub fn pages(&self) -> usize {
+        self.pages
+    }
+
+    fn page(&self, j: usize) -> *mut u8 {
+        // SAFETY: callers pass j below `pages`, so the offset stays inside the mapping.
+        unsafe { self.base.add(j * PAGE) }
+    }
+
+    /// Frees the pages moved into `[0, n)`.
+    fn clear(&self, n: usize) {
+        let _ = sys::madvise(self.base, n * PAGE, libc::MADV_DONTNEED);
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        sys::unmap(self.base, self.pages * PAGE);
+    }
+}
+
+/// Pages of a run moved off their addresses: `taken[j]` is a hole at page
+/// `i + j` whose content waits in scratch page `j`.
+pub struct Detached {
+    pub base: usize,
+    pub i: usize,
+    pub taken: Vec<bool>,
+}
+
+impl State {
+    /// Whether scans take pages off with the pin test: the kernel has
+    /// UFFDIO_MOVE and the scratch range exists (made on first use).
+    pub fn pin_guard(&mut self) -> bool {
+        if !self.cfg.pin_guard {
+            return false;
+        }
+        if self.scratch.is_some() {
+            return true;
+        }
+        if self.pin_guard_missing {
+            return false;
+        }
+        let Some(p) = self.protector.clone() else {
+            return false;
+        };
+        match Scratch::open(&p, self.cfg.scan_chunk_pages.max(2)) {
+            Ok(s) if moves_pages(&p, &s) => self.scratch = Some(s),
+            _ => {
+                self.pin_guard_missing = true;
+                self.stats.fallbacks.pin_guard += 1;
+            }
+        }
+        self.scratch.is_some()
+    }
+
+    /// The pin guard is on (after `pin_guard` said so once).
+    pub fn guard_on(&self) -> bool {
+        self.cfg.pin_guard && self.scratch.is_some()
+    }
+
+    /// Owned pages are frozen before they are folded or merged (the guard is
+    /// on and `pin_age` is not zero).
+    pub fn freeze_first(&self) -> bool {
+        self.guard_on() && !self.cfg.pin_age.is_zero()
+    }
+
+    /// Under the guard, a frame a scan froze from an owned page less than
+    /// `pin_age` ago.
+    pub fn young(&self, f: crate::frames::FrameId) -> bool {
+        self.guard_on()
+            && self
+                .young_frames
+                .get(&f)
+                .is_some_and(|t| t.elapsed() < self.cfg.pin_age)
+    }
+
+    /// Freezes the owned pages of `[i, i+n)` (engine.rs `freeze`); under the
+    /// guard their frames are young from now.
+    pub fn freeze_young(&mut self, base: usize, i: usize, n: usize) {
+        let owned: Vec<(usize, crate::frames::FrameId)> = (i..i + n)
+            .filter_map(|k| match self.blocks[&base].pages[k] {
+                crate::space::Page::Owned(f) => Some((k, f)),
+                _ => None,
+            })
+            .collect();
+        self.freeze(base, i, n);
+        if !self.guard_on() {
+            return;
+        }
+        let now = std::time::Instant::now();
+        for (k, f) in owned {
+            if self.blocks[&base].pages[k] == crate::space::Page::Shared(f) {
+                self.young_frames.insert(f, now);
+            }
+        }
+    }
+
+    /// Under the guard with a pin age, a page at `addr` that diverged less
+    /// than `pin_age` ago (a write pin forces the copy: the pin is younger).
+    pub fn young_page(&self, addr: usize) -> bool {
+        self.freeze_first()
+            && self
+                .young_pages
+                .get(&addr)
+                .is_some_and(|t| t.elapsed() < self.cfg.pin_age)
+    }
+
+    /// Forgets frames and pages that are young no more.
+    pub fn prune_young(&mut self) {
+        let age = self.cfg.pin_age;
+        self.young_frames.retain(|_, t| t.elapsed() < age);
+        self.young_pages.retain(|_, t| t.elapsed() < age);
+    }
+
+    /// Moves the anonymous pages `[i, i+n)` of a block (n at most the
+    /// scratch size; the pages compared equal to `expected` under write
+    /// protection) off their addresses, keeping those that still hold what
+    /// `expected(state, j)` says (None: zeros) and that no pin may write.
+    /// Every page not taken is as it was.
+    pub fn detach(
+        &mut self,
+        base: usize,
+        i: usize,
+        n: usize,
+        expected: &dyn Fn(&State, usize) -> Option<*const u8>,
+    ) -> Detached {
+        let mut d = Detached {
+            base,
+            i,
+            taken: vec![false; n],
+        };
+        let (Some(p), Some(s)) = (self.protector.clone(), self.scratch.as_ref()) else {
+            return d;
+        };
+        debug_assert!(n <= s.pages());
+        let addr = self.blocks[&base].page_addr(i);
+        if p.register_missing(addr, n * PAGE).is_err() {
+            self.stats.fallbacks.uffd += 1;
+            return d;
+        }
+        let mut j = 0;
+        while j < n {
+            // SAFETY: j < n and the run lies inside the block.
+            let src = unsafe { addr.add(j * PAGE) };
+            let (moved, err) = p.move_pages(s.page(j), src, (n - j) * PAGE);
+            let m = moved / PAGE;
+            d.taken[j..j + m].iter_mut().for_each(|t| *t = true);
+            j += m;
+            match err.and_then(|e| e.raw_os_error()) {
+                None => {}
+                Some(libc::EBUSY) => {
+                    self.stats.pin_refused += 1;
+                    j += 1;
+                }
+                // The mappings differ (mlock, protection): nothing here can move.
+                Some(libc::EINVAL) => break,
+                Some(_) => j += 1,
+            }
+        }
+        let changed: Vec<usize> = (0..n)
+            .filter(|&j| d.taken[j] && !holds(s.page(j), expected(self, j)))
+            .collect();
+        for j in changed {
+            self.stats.pin_changed += 1;
+            self.reattach(&d, j);
+            d.taken[j] = false;
+        }
+        d
+    }
+
+    /// Puts scratch page `j` back at its address (its hole).
+    pub fn reattach(&mut self, d: &Detached, j: usize) {
+        let (Some(p), Some(s)) = (self.protector.clone(), self.scratch.as_ref()) else {
+            return;
+        };
+        let addr = self.blocks[&d.base].page_addr(d.i + j);
+        if p.move_pages(addr, s.page(j), PAGE).1.is_none() {
+            return;
+        }
+        // SAFETY: scratch page j holds a moved page: PAGE readable bytes.
+        let page = unsafe { &*(s.page(j) as *const [u8; PAGE]) };
+        if p.copy(addr as usize, page).is_err() {
+            // The content exists only in scratch now and cannot be put back:
+            // stop before the program reads a wrong byte.
+            let msg = b"pagefold: a page taken off for a merge cannot be put back; stopping\n";
+            // SAFETY: msg is a live byte string; write(2) to stderr only reads it.
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+            std::process::abort();
+        }
+    }
+
+    /// Ends a detach: frees the moved pages and wakes threads that touched
+    /// the holes (they fault again on whatever the caller mapped there).
+    pub fn finish_detach(&mut self, d: Detached) {
+        let n = d.taken.len();
+        if let Some(s) = &self.scratch {
+            s.clear(n);
+        }
+        if let Some(p) = &self.protector {
+            p.wake(self.blocks[&d.base].page_addr(d.i), n * PAGE);
+        }
+    }
+}
+
+/// True if the page at `page` holds `expected` (None: all zeros).
+fn holds(page: *const u8, expected: Option<*const u8>) -> bool {
+    match expected {
+        None => sys::is_zero(page),
+        Some(e) => crate::index::page_eq(page, e),
+    }
+}
+
+/// Whether this kernel moves pages: one page of scratch onto another.
+fn moves_pages(p: &Protector, s: &Scratch) -> bool {
+    if s.pages() < 2 {
+        return false;
+    }
+    // SAFETY: page 0 of the scratch range is ours and writable.
+    unsafe { s.page(0).write(1) };
+    let ok = p.move_pages(s.page(1), s.page(0), PAGE).1.is_none();
+    s.clear(2);
+    ok
+}

@@ -1,0 +1,219 @@
+//! Pages the kernel holds pinned: the pin guard (detach.rs) must leave them
+//! where they are, take every other page off, and fall back to the pin grace
+//! when turned off; owned pages wait out the pin age when one is set.
+//!
+//! The pins are real: io_uring registered buffers pin their pages for as
+//! long as they stay registered (FOLL_LONGTERM), as RDMA and io_uring
+//! programs do.
+
+mod common;
+
+use std::time::Duration;
+
+use pagefold_engine::{Config, Engine, Fresh, Hint};
+
+const PAGE: usize = 4096;
+const IORING_REGISTER_BUFFERS: libc::c_uint = 0;
+const IORING_UNREGISTER_BUFFERS: libc::c_uint = 1;
+
+/// An io_uring whose registered buffers pin pages until it unregisters them.
+struct Ring(i32);
+
+impl Ring {
+    fn new() -> Ring {
+        let mut params = [0u8; 120];
+        // SAFETY: io_uring_setup reads and writes one struct io_uring_params (120 bytes), which
+        // `params` is, zeroed as the kernel expects.
+        let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 4, params.as_mut_ptr()) };
+        assert!(
+            fd >= 0,
+            "io_uring_setup: {}",
+            std::io::Error::last_os_error()
+        );
+        Ring(fd as i32)
+    }
+
+    /// Pins each page (one registered buffer per page).
+    fn pin(&self, pages: &[*mut u8]) {
+        let iov: Vec<libc::iovec> = pages
+            .iter()
+            .map(|&p| libc::iovec {
+                iov_base: p.cast(),
+                iov_len: PAGE,
+            })
+            .collect();
+        // SAFETY: iov is a live array of iov.len() iovecs naming pages of a live block.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_io_uring_register,
+                self.0,
+                IORING_REGISTER_BUFFERS,
+                iov.as_ptr(),
+                iov.len() as libc::c_uint,
+            )
+        };
+        assert_eq!(
+            r,
+            0,
+            "register buffers: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    fn unpin(&self) {
+        // SAFETY: unregistering takes no argument buffer.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_io_uring_register,
+                self.0,
+                IORING_UNREGISTER_BUFFERS,
+                std::ptr::null::<u8>(),
+                0,
+            )
+        };
+        assert_eq!(
+            r,
+            0,
+            "unregister buffers: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: the ring's descriptor is ours to close.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+/// A block of 16 pages: 0..8 zero but touched, 8..16 copies of one content.
+fn block(e: &Engine) -> *mut u8 {
+    let p = e.alloc(16 * PAGE, Hint::None);
+    for k in 0..16 {
+        let byte = if k < 8 { 0 } else { 0x5a };
+        // SAFETY: page k lies inside the live 16-page block just allocated.
+        unsafe { std::ptr::write_bytes(p.add(k * PAGE), byte, PAGE) };
+    }
+    p
+}
+
+fn resident(p: *mut u8, k: usize) -> bool {
+    let mut v = [0u8; 1];
+    // SAFETY: page k lies inside a live block; mincore writes one byte into v.
+    let r = unsafe { libc::mincore(p.add(k * PAGE).cast(), PAGE, v.as_mut_ptr()) };
+    assert_eq!(r, 0);
+    v[0] & 1 != 0
+}
+
+fn content(p: *mut u8, k: usize) -> Vec<u8> {
+    // SAFETY: page k lies inside a live block and nothing writes it meanwhile.
+    unsafe { std::slice::from_raw_parts(p.add(k * PAGE), PAGE) }.to_vec()
+}
+
+fn anon(cfg: Config) -> Config {
+    Config {
+        fresh: Fresh::Anon,
+        ..cfg
+    }
+}
+
+#[test]
+fn pinned_anonymous_pages_stay_and_the_rest_is_taken_off() {
+    let e = Engine::new(anon(Config::default()));
+    let p = block(&e);
+    let ring = Ring::new();
+    // SAFETY: pages 0 and 8 lie inside the block.
+    ring.pin(&[p, unsafe { p.add(8 * PAGE) }]);
+    e.scan();
+    let r = e.scan();
+    let s = e.stats();
+    assert_eq!(
+        s.fallbacks.pin_guard, 0,
+        "this kernel has UFFDIO_MOVE: {s:?}"
+    );
+    assert!(
+        s.pin_refused >= 2,
+        "the pinned pages were not refused: {s:?}"
+    );
+    // The pinned zero page stays; the other seven are holes.
+    assert!(resident(p, 0), "a pinned page was taken off");
+    assert_eq!((1..8).filter(|&k| resident(p, k)).count(), 0, "{r:?}");
+    assert_eq!(r.zero_folded, 7, "{r:?}");
+    // Pages 9..16 share one frame (six saved); page 8 is pinned and left as it was.
+    assert_eq!(r.merged, 6, "{r:?}");
+    for k in 0..16 {
+        let want = if k < 8 { 0 } else { 0x5a };
+        assert!(content(p, k).iter().all(|&b| b == want), "page {k}");
+    }
+    // Unpinned, the two pages go the usual way.
+    ring.unpin();
+    // Pages looked at and left alone are looked at less often (smart scan).
+    let mut done = (0, 0);
+    for _ in 0..10 {
+        let r = e.scan();
+        done = (done.0 + r.zero_folded, done.1 + r.merged);
+    }
+    // Page 0 folds (and the holes the checks above read fold again); page 8 joins the others.
+    assert!(done.0 >= 1 && done.1 == 1, "{done:?} {:?}", e.stats());
+    assert_eq!(e.stats().pages_saved_by_sharing, 7);
+    assert!(!resident(p, 0));
+    // SAFETY: p is the block allocated above, freed once.
+    assert!(unsafe { e.free(p) });
+}
+
+#[test]
+fn without_the_guard_the_grace_path_folds_and_merges() {
+    let e = Engine::new(anon(Config {
+        pin_guard: false,
+        ..Config::default()
+    }));
+    let p = block(&e);
+    e.scan();
+    let r = e.scan();
+    let s = e.stats();
+    // Eight copies share one frame: seven pages saved.
+    assert_eq!((r.zero_folded, r.merged), (8, 7), "{r:?}");
+    assert_eq!((s.pin_refused, s.pin_changed), (0, 0), "{s:?}");
+    for k in 0..16 {
+        let want = if k < 8 { 0 } else { 0x5a };
+        assert!(content(p, k).iter().all(|&b| b == want), "page {k}");
+    }
+    // SAFETY: p is the block allocated above, freed once.
+    assert!(unsafe { e.free(p) });
+}
+
+#[test]
+fn owned_pages_wait_out_the_pin_age_before_their_frames_are_shared() {
+    let age = Duration::from_millis(300);
+    let e = Engine::new(Config {
+        fresh: Fresh::Frames,
+        pin_age: age,
+        ..Config::default()
+    });
+    let p = block(&e);
+    e.scan();
+    let r = e.scan();
+    // Frozen in place, nothing folded or shared yet.
+    assert_eq!((r.zero_folded, r.merged), (0, 0), "{r:?}");
+    let frozen = e.stats();
+    std::thread::sleep(age + Duration::from_millis(50));
+    let mut done = (0, 0);
+    for _ in 0..4 {
+        let r = e.scan();
+        done = (done.0 + r.zero_folded, done.1 + r.merged);
+    }
+    // Every zero page folds and the copies share frames.
+    assert!(
+        done.0 == 8 && done.1 >= 6,
+        "after the pin age: {done:?}, {:?} then {:?}",
+        frozen,
+        e.stats()
+    );
+    for k in 0..16 {
+        let want = if k < 8 { 0 } else { 0x5a };
+        assert!(content(p, k).iter().all(|&b| b == want), "page {k}");
+    }
+    // SAFETY: p is the block allocated above, freed once.
+    assert!(unsafe { e.free(p) });
+}
