@@ -102,7 +102,10 @@ fn preloaded_as_set(program: &[&str], env: &[(&str, &str)]) -> (String, Vec<Valu
         .env("PAGEFOLD_REPORT", dir.join("report"))
         .env("PAGEFOLD_SCAN_INTERVAL_MS", "2")
         .env("PAGEFOLD_SCAN_CPU", "1")
-        .env("PAGEFOLD_PIN_GRACE_US", "200");
+        .env("PAGEFOLD_PIN_GRACE_US", "200")
+        // The preload's pin age scaled down with its scan interval: owned
+        // pages go through the freeze and the wait, as they do by default.
+        .env("PAGEFOLD_PIN_AGE_MS", "5");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -202,7 +205,8 @@ fn stats_json_is_a_document_with_its_schema() {
 /// mlock) survives copies, scans and fork.
 #[test]
 fn madvise_answers_as_private_memory_and_frees_frames() {
-    let r = same_output("madvise", &[]);
+    // The program scans synchronously and expects merges at once: no pin age.
+    let r = same_output("madvise", &[("PAGEFOLD_PIN_AGE_MS", "0")]);
     assert!(stat(&r, "discarded") >= 4 + 2 * 40 + 40 + 2 * 40, "{r:?}");
     assert!(
         stat(&r, "merged") >= 40 && stat(&r, "exempted") >= 4,
@@ -311,6 +315,13 @@ fn every_fallback_and_switch_keeps_the_output() {
     let exe = exe.to_str().unwrap();
     let want = plain(&[exe]);
     for (env, check) in cases {
+        // A short program: owned pages fold and merge at once (no pin age),
+        // so every switch shows in its report.
+        let env: Vec<(&str, &str)> = [("PAGEFOLD_PIN_AGE_MS", "0")]
+            .into_iter()
+            .chain(env.iter().copied())
+            .collect();
+        let env = &env[..];
         let (got, r) = preloaded(&[exe], env);
         assert_eq!(want, got, "output differs with {env:?}");
         assert!(check(&r), "with {env:?} the report does not show it: {r:?}");
