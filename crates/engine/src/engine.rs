@@ -45,6 +45,8 @@ pub struct ScanReport {
     pub volatile: u64,
     /// Pages not looked at: earlier looks found nothing to do (smart scan).
     pub skipped_idle: u64,
+    /// Owned pages frozen to be folded or merged once the pin age has passed.
+    pub frozen: u64,
     /// This scan was a clock pass (clock.rs); what it classified and evicted.
     pub pass: bool,
     pub clock: crate::clock::PassCounts,

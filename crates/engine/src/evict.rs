@@ -301,8 +301,13 @@ impl State {
         match self.blocks[&base].pages[k] {
             Page::Anon => Some(Restores::Anon),
             Page::Owned(f) if live(f) => Some(Restores::Owned(f)),
+            // A young frame may still take a write through a pin older than
+            // its freeze, and is about to be folded or shared anyway.
             Page::Shared(f)
-                if live(f) && pool(f).maps(f.slot()) == 1 && pool(f).refs(f.slot()) == 1 =>
+                if live(f)
+                    && pool(f).maps(f.slot()) == 1
+                    && pool(f).refs(f.slot()) == 1
+                    && !self.young(f) =>
             {
                 Some(Restores::Diverged(f))
             }
@@ -310,7 +315,8 @@ impl State {
                 if live(f)
                     && pool(f).maps(f.slot()) == 1
                     && pool(f).refs(f.slot()) == 0
-                    && sys::is_hole(pool(f).fd, f.slot()) =>
+                    && sys::is_hole(pool(f).fd, f.slot())
+                    && !self.young_page(self.blocks[&base].page_addr(k) as usize) =>
             {
                 Some(Restores::Diverged(f))
             }

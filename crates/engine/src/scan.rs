@@ -135,19 +135,22 @@ pub fn scan(inner: &Inner) -> ScanReport {
 pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
     // Process signals go to the program's threads, never to the scanner.
     let _ = sys::block_signals();
-    let (interval, share) = match weak.upgrade() {
+    let (interval, share, pin_age) = match weak.upgrade() {
         Some(inner) if inner.cfg.tier => (
             interval.min(inner.cfg.clock_interval.max(Duration::from_millis(10))),
             inner.cfg.scan_share,
+            inner.cfg.pin_age,
         ),
-        Some(inner) => (interval, inner.cfg.scan_share),
+        Some(inner) => (interval, inner.cfg.scan_share, inner.cfg.pin_age),
         None => return,
     };
     crate::ENGINE_THREAD.with(|t| t.set(true));
     let mut account = share.map(Budget::new);
     let mut earliest = Instant::now();
+    let mut next_early: Option<Duration> = None;
     loop {
         let wait = account.as_ref().map_or(interval, |a| a.interval(interval));
+        let wait = next_early.take().map_or(wait, |early| wait.min(early));
         let parked = Instant::now();
         std::thread::park_timeout(wait);
         if parked.elapsed() < wait {
@@ -176,6 +179,8 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
             a.record(rep.cpu_ns, rep.merged + rep.zero_folded, rep.volatile > 0);
         }
         earliest = Instant::now() + Duration::from_nanos(rep.cpu_ns).mul_f64(1.0 / budget - 1.0);
+        // Pages frozen for the pin age are folded by the first scan after it.
+        next_early = (rep.frozen > 0).then_some(pin_age);
     }
 }
 
@@ -305,6 +310,7 @@ impl State {
             self.apply_merges(base, &plan, guard, rep);
             to_freeze.sort_unstable();
             to_freeze.dedup();
+            rep.frozen += to_freeze.len() as u64;
             for (a, b) in true_runs_of(&to_freeze) {
                 self.freeze_young(base, a, b - a);
             }

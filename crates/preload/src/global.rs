@@ -13,7 +13,7 @@
 //! `PAGEFOLD_DISABLE=1`: pass everything to glibc;
 //! `PAGEFOLD_SCAN_INTERVAL_MS` defaults to 1000 here (background scan on);
 //! `PAGEFOLD_RECYCLE_MB` defaults to 256 here (freed blocks reused, see the engine's recycle.rs);
-//! `PAGEFOLD_PIN_AGE_MS` defaults to 500 here (owned pages are frozen before they are folded
+//! `PAGEFOLD_PIN_AGE_MS` defaults to 200 here (owned pages are frozen before they are folded
 //! or shared, so a program's O_DIRECT and other pinned I/O cannot lose a write; the engine's
 //! detach.rs);
 //! `PAGEFOLD_SCAN_AFTER_FREE_MB` (default 64): wake the scanner after this much
@@ -37,10 +37,10 @@ static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static mut ENGINE: Option<Engine> = None;
 pub static THRESHOLD: AtomicUsize = AtomicUsize::new(DEFAULT_THRESHOLD);
 /// How long a frame the scan froze from an owned page waits before it is
-/// folded or shared. The programs run here are nobody's test subjects: any
-/// may read files with O_DIRECT into its heap. Half the scan interval: a
-/// frozen page waits for the next background scan anyway.
-const PIN_AGE_DEFAULT: Duration = Duration::from_millis(500);
+/// folded or shared (the scanner comes back for it then). The programs run
+/// here are nobody's test subjects: any may read files with O_DIRECT into
+/// its heap. A direct read that takes longer than this is a stalled disk.
+const PIN_AGE_DEFAULT: Duration = Duration::from_millis(200);
 
 /// Smallest block the engine serves unless `PAGEFOLD_THRESHOLD` says
 /// otherwise. Below it glibc's heap reuses memory it has already faulted in,
