@@ -138,8 +138,8 @@ impl State {
                 .is_some_and(|t| t.elapsed() < self.cfg.pin_age)
     }
 
-    /// Freezes the owned pages of `[i, i+n)` (engine.rs `freeze`); under the
-    /// guard their frames are young from now.
+    /// Freezes the owned pages of `[i, i+n)` (engine.rs `freeze`); with a
+    /// pin age their frames are young from now.
     pub fn freeze_young(&mut self, base: usize, i: usize, n: usize) {
         let owned: Vec<(usize, crate::frames::FrameId)> = (i..i + n)
             .filter_map(|k| match self.blocks[&base].pages[k] {
@@ -148,7 +148,7 @@ impl State {
             })
             .collect();
         self.freeze(base, i, n);
-        if !self.guard_on() {
+        if !self.freeze_first() {
             return;
         }
         let now = std::time::Instant::now();

@@ -757,8 +757,11 @@ impl State {
             }
             j = end + 1;
         }
-        let anon = |st: &State, j: usize| {
-            equal[j] && matches!(st.blocks[&qb].pages[qi + j], Page::Anon | Page::Diverged(_))
+        // Under the guard only anonymous pages can be taken off safely.
+        let anon = |st: &State, j: usize| match st.blocks[&qb].pages[qi + j] {
+            Page::Anon => equal[j],
+            Page::Diverged(_) => equal[j] && !guard,
+            _ => false,
         };
         let wanted: Vec<usize> = (0..n).filter(|&j| anon(self, j)).collect();
         let mut materialized = self.materialize(qb, qi, &wanted);
