@@ -91,6 +91,14 @@ pub struct Detached {
     pub taken: Vec<bool>,
 }
 
+impl Detached {
+    /// Runs `[x, y)` of consecutive pages taken off.
+    pub fn taken_runs(&self) -> Vec<(usize, usize)> {
+        let taken: Vec<usize> = (0..self.taken.len()).filter(|&j| self.taken[j]).collect();
+        crate::space::consecutive(&taken)
+    }
+}
+
 impl State {
     /// Whether scans take pages off with the pin test: the kernel has
     /// UFFDIO_MOVE and the scratch range exists (made on first use).

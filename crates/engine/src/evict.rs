@@ -593,7 +593,7 @@ impl State {
                 }
             }
         }
-        for (a, b) in consecutive(&restored) {
+        for (a, b) in crate::space::consecutive(&restored) {
             let addr = self.blocks[&base].page_addr(a);
             crate::race::pause();
             self.unregister(addr, (b - a) * PAGE);
@@ -678,16 +678,4 @@ fn same_free(a: &Taken, b: &Taken) -> bool {
             (Some(x), Some(y)) => next(x, y),
             _ => false,
         }
-}
-
-/// Runs `[a, b)` of consecutive numbers in a sorted list.
-fn consecutive(sorted: &[usize]) -> Vec<(usize, usize)> {
-    let mut out: Vec<(usize, usize)> = Vec::new();
-    for &k in sorted {
-        match out.last_mut() {
-            Some((_, e)) if *e == k => *e += 1,
-            _ => out.push((k, k + 1)),
-        }
-    }
-    out
 }

@@ -311,7 +311,7 @@ impl State {
             to_freeze.sort_unstable();
             to_freeze.dedup();
             rep.frozen += to_freeze.len() as u64;
-            for (a, b) in true_runs_of(&to_freeze) {
+            for (a, b) in crate::space::consecutive(&to_freeze) {
                 self.freeze_young(base, a, b - a);
             }
             self.record_looks(base, &looked, &zero, &plan, &to_freeze);
@@ -739,7 +739,7 @@ impl State {
             return vec![None; n];
         }
         let ours = |st: &State, j: usize| st.blocks[&base].page_addr(k + j);
-        let guard = self.pin_guard();
+        let guard = self.guard_on();
         let equal: Vec<bool> = (0..n)
             .map(|j| {
                 let q = &self.blocks[&qb];
@@ -819,7 +819,7 @@ impl State {
         if written.is_empty() {
             return out;
         }
-        if self.pin_guard() {
+        if self.guard_on() {
             for (j0, len, slot) in written {
                 self.materialize_guarded(qb, qi + j0, len, FrameId::new(pi, slot), &mut out, j0);
             }
@@ -875,7 +875,7 @@ impl State {
                 move |st: &State, j: usize| Some(st.pools[pi].frame_ptr(f0.slot() + j as u64));
             let d = self.detach(qb, p, plen, &frame);
             let mut mapped = vec![false; plen];
-            for (x, y) in true_runs(&d.taken) {
+            for (x, y) in d.taken_runs() {
                 if self.remap(qb, p + x, y - x, Some(f0.offset(x as u64))) {
                     mapped[x..y].iter_mut().for_each(|m| *m = true);
                 } else {
@@ -920,7 +920,7 @@ impl State {
                 Some(st.pools[f0.pool()].frame_ptr(f0.slot() + j as u64))
             };
             let d = self.detach(base, p, len, &frame);
-            for (x, y) in true_runs(&d.taken) {
+            for (x, y) in d.taken_runs() {
                 if self.remap(base, p + x, y - x, Some(f0.offset(x as u64))) {
                     merged += y - x;
                 } else {
@@ -984,34 +984,6 @@ impl State {
             self.stats.merged += n as u64;
         }
     }
-}
-
-/// Runs `[start, end)` of consecutive values in a sorted list.
-fn true_runs_of(sorted: &[usize]) -> Vec<(usize, usize)> {
-    let mut out: Vec<(usize, usize)> = Vec::new();
-    for &k in sorted {
-        match out.last_mut() {
-            Some((_, e)) if *e == k => *e += 1,
-            _ => out.push((k, k + 1)),
-        }
-    }
-    out
-}
-
-/// Runs `[start, end)` of consecutive true entries.
-fn true_runs(flags: &[bool]) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    let mut x = 0;
-    while x < flags.len() {
-        if !flags[x] {
-            x += 1;
-            continue;
-        }
-        let y = (x..flags.len()).find(|&k| !flags[k]).unwrap_or(flags.len());
-        out.push((x, y));
-        x = y;
-    }
-    out
 }
 
 /// Runs `[start, end)` of consecutive indices in a sorted list whose pages

@@ -195,6 +195,18 @@ impl Block {
     }
 }
 
+/// Runs `[start, end)` of consecutive numbers in a sorted list.
+pub fn consecutive(sorted: &[usize]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for &k in sorted {
+        match out.last_mut() {
+            Some((_, e)) if *e == k => *e += 1,
+            _ => out.push((k, k + 1)),
+        }
+    }
+    out
+}
+
 /// Maximal runs `[start, end)` within `range` where `want(page)` holds and
 /// consecutive pages keep consecutive frames (`key` gives the frame to follow).
 pub fn runs<F>(range: std::ops::Range<usize>, key: F) -> Vec<(usize, usize)>
