@@ -246,6 +246,7 @@ impl State {
     /// were mapped onto fresh frames from `first` (as `record_remap` does for
     /// shared frames; never inside a scan, so nothing to register).
     fn record_fresh(&mut self, base: usize, i: usize, n: usize, first: FrameId) {
+        self.drop_holds(self.blocks[&base].page_addr(i) as usize, n * PAGE);
         for k in 0..n as u64 {
             self.pools[first.pool()].map(first.slot() + k);
         }
@@ -362,6 +363,7 @@ impl State {
     fn move_to_anon(&mut self, base: usize, tmp: *mut u8) -> bool {
         let (addr, n) = (base as *mut u8, self.blocks[&base].pages.len());
         let len = n * PAGE;
+        self.drop_holds(base, len);
         let Some(p) = &self.protector else {
             return false;
         };

@@ -70,6 +70,11 @@ pub struct Config {
     /// Zero (default): owned pages are folded and merged at once, behind
     /// the pin grace, as without the guard.
     pub pin_age: Duration,
+    /// With a pin age, hold a diverged page write-protected for that age
+    /// before folding or merging it (hold.rs), so a write pin taken on it
+    /// meanwhile faults and ends the hold. Off: diverged pages wait the age
+    /// after diverging and then get the pin grace.
+    pub pin_hold: bool,
     /// Freed blocks kept mapped for reuse by same-sized allocations, at most
     /// this many bytes; blocks over a quarter of it are never kept. Off (0)
     /// by default: a library caller expects `free` to give memory back; the
@@ -159,6 +164,7 @@ impl Default for Config {
             smart_scan: true,
             pin_grace: Duration::from_micros(1000),
             pin_guard: true,
+            pin_hold: true,
             pin_age: Duration::ZERO,
             recycle_bytes: 0,
             recycle_age: Duration::from_millis(250),
@@ -197,7 +203,7 @@ impl Config {
     }
 
     /// Defaults overridden by `PAGEFOLD_*` variables:
-    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_COPY_LEARN`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN`, `PAGEFOLD_PIN_GUARD` (0/1),
+    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_COPY_LEARN`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN`, `PAGEFOLD_PIN_GUARD`, `PAGEFOLD_PIN_HOLD` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction), `PAGEFOLD_SCAN_SHARE` (fraction of the program's CPU; 0 = off),
     /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_PIN_AGE_MS`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
@@ -231,6 +237,7 @@ impl Config {
         flag("PAGEFOLD_VOLATILE_CHECK", &mut c.volatile_check);
         flag("PAGEFOLD_SMART_SCAN", &mut c.smart_scan);
         flag("PAGEFOLD_PIN_GUARD", &mut c.pin_guard);
+        flag("PAGEFOLD_PIN_HOLD", &mut c.pin_hold);
         flag("PAGEFOLD_EVICT", &mut c.evict);
         flag("PAGEFOLD_TIER", &mut c.tier);
         flag("PAGEFOLD_TIER_PATCH", &mut c.tier_patch);

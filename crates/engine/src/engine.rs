@@ -45,7 +45,8 @@ pub struct ScanReport {
     pub volatile: u64,
     /// Pages not looked at: earlier looks found nothing to do (smart scan).
     pub skipped_idle: u64,
-    /// Owned pages frozen to be folded or merged once the pin age has passed.
+    /// Owned pages frozen and diverged pages held (hold.rs), to be folded or
+    /// merged once the pin age has passed.
     pub frozen: u64,
     /// This scan was a clock pass (clock.rs); what it classified and evicted.
     pub pass: bool,
@@ -84,6 +85,13 @@ pub(crate) struct State {
     pub young_frames: HashMap<FrameId, std::time::Instant>,
     /// Pages that diverged less than `pin_age` ago (by address), and when.
     pub young_pages: HashMap<usize, std::time::Instant>,
+    /// Diverged pages held write-protected (hold.rs), and since when; the
+    /// fault thread's table says which holds no write has ended yet.
+    pub holds: BTreeMap<usize, std::time::Instant>,
+    /// Holds were wanted without a fault thread: counted once.
+    pub hold_missing: bool,
+    /// A scan told the fault thread it works on a chunk with holds.
+    pub hold_scanning: bool,
     /// Evicted pages and their store (evict.rs, fault.rs); made on first use.
     pub evictions: Option<Arc<Evictions>>,
     /// Similarity detection and reference pins (patching.rs); made on first use.
@@ -261,13 +269,16 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.bg_stop.store(true, Ordering::SeqCst);
-        // The fault thread stays while anything is still evicted.
-        if let Some(ev) = &self
-            .state
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .evictions
-        {
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        // The fault thread stays while anything is still evicted; held pages
+        // are let go, as no scan will come back for them.
+        if let Some(ev) = &st.evictions {
+            let held = ev.lock().held.take_all();
+            if let Some(p) = &st.protector {
+                for a in held {
+                    let _ = p.unprotect(a as *const u8, crate::PAGE);
+                }
+            }
             ev.stop.store(true, Ordering::SeqCst);
         }
     }
@@ -299,6 +310,9 @@ impl State {
             pin_guard_missing: false,
             young_frames: HashMap::new(),
             young_pages: HashMap::new(),
+            holds: BTreeMap::new(),
+            hold_missing: false,
+            hold_scanning: false,
             evictions: None,
             patching: None,
             fault_thread: None,
@@ -439,7 +453,8 @@ impl State {
             .is_some_and(|p| p.register(addr, len).is_ok())
     }
 
-    pub fn unregister(&self, addr: *mut u8, len: usize) {
+    pub fn unregister(&mut self, addr: *mut u8, len: usize) {
+        self.drop_holds(addr as usize, len);
         if let Some(p) = &self.protector {
             let _ = p.unregister(addr, len);
         }
@@ -465,6 +480,7 @@ impl State {
     /// Unmaps a block and lets go of its frames.
     pub(crate) fn release_block(&mut self, block: Block) {
         sys::unmap(block.base, block.len());
+        self.drop_holds(block.base as usize, block.len());
         self.forget_evicted(&block, 0, block.pages.len());
         self.vmas -= block.vmas;
         self.drop_pages(&block.pages);
@@ -515,7 +531,7 @@ impl State {
             let limit = s
                 .vma_budget
                 .min(s.max_map.saturating_sub(s.cfg.vma_reserve + s.other_maps));
-            s.vmas + cost <= limit
+            s.vmas + s.hold_vmas() + cost <= limit
         };
         if fits(self) {
             return true;
@@ -571,6 +587,7 @@ impl State {
         self.forget_evicted(&self.blocks[&base], i, n);
         self.drop_pages(&old);
         let addr = self.blocks[&base].page_addr(i);
+        self.drop_holds(addr as usize, n * PAGE);
         // A fresh mapping is not registered: inside a scan it must be, or
         // unprotecting its chunk would stop at it.
         if self.scanning {
@@ -826,8 +843,9 @@ impl State {
             s.evicted_dropped = t.counts.dropped;
             s.restore_errors = t.counts.errors;
             s.evict_lifetime_ms_log2 = t.counts.lifetime_ms_log2;
+            s.pin_hold_broken = t.held.broken;
             s.store = t.store.bytes();
-            s.metadata_bytes += t.records_bytes() as u64;
+            s.metadata_bytes += (t.records_bytes() + t.held.bytes()) as u64;
             t.patches.stats(&mut s);
         }
         self.patch_stats(&mut s);
@@ -858,7 +876,9 @@ impl State {
         let young = self.young_frames.capacity()
             * (std::mem::size_of::<(FrameId, std::time::Instant)>() + 1)
             + self.young_pages.capacity()
-                * (std::mem::size_of::<(usize, std::time::Instant)>() + 1);
+                * (std::mem::size_of::<(usize, std::time::Instant)>() + 1)
+            // A B-tree entry, with about as much again for its node.
+            + self.holds.len() * 2 * std::mem::size_of::<(usize, std::time::Instant)>();
         blocks
             + pools
             + self.stable.bytes()

@@ -247,6 +247,7 @@ impl State {
         let Some(protector) = self.protector.clone() else {
             return;
         };
+        self.drop_holds(addr as usize, c * PAGE);
         if protector.protect(addr, c * PAGE).is_err() {
             let _ = protector.unprotect(addr, c * PAGE);
             self.stats.fallbacks.uffd += 1;
@@ -316,7 +317,8 @@ impl State {
                     && pool(f).maps(f.slot()) == 1
                     && pool(f).refs(f.slot()) == 0
                     && sys::is_hole(pool(f).fd, f.slot())
-                    && !self.young_page(self.blocks[&base].page_addr(k) as usize) =>
+                    && !self.young_page(self.blocks[&base].page_addr(k) as usize)
+                    && !self.is_held(self.blocks[&base].page_addr(k) as usize) =>
             {
                 Some(Restores::Diverged(f))
             }

@@ -41,6 +41,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use crate::hold::Held;
 use crate::patching::{Content, Patches};
 use crate::protect::{Fault, Protector};
 use crate::store::PageStore;
@@ -78,6 +79,8 @@ pub(crate) struct Table {
     pub store: Arc<dyn PageStore>,
     /// Pages evicted as patches against a reference frame (patching.rs).
     pub patches: Patches,
+    /// Diverged pages held write-protected for the pin age (hold.rs).
+    pub held: Held,
 }
 
 /// Shared by the engine and its fault thread.
@@ -124,6 +127,7 @@ impl Evictions {
             counts: Counts::default(),
             store,
             patches: Patches::default(),
+            held: Held::new(),
         };
         Evictions {
             table: Mutex::new(table),
@@ -150,6 +154,15 @@ impl Evictions {
         Locked {
             guard: Some(self.table.lock().unwrap_or_else(|e| e.into_inner())),
             mask: None,
+        }
+    }
+
+    /// A write or write pin faulted on the page at `addr`: if it is held,
+    /// the hold ends and the page is unprotected (waking its writers).
+    fn end_hold(&self, uffd: &Protector, addr: usize) {
+        let mut l = self.lock_here();
+        if l.held.end_by_write(addr) {
+            let _ = uffd.unprotect(addr as *const u8, PAGE);
         }
     }
 
@@ -244,6 +257,11 @@ impl Table {
         }
     }
 
+    /// Nothing evicted and nothing held: the fault thread may end once the engine has.
+    fn idle(&self) -> bool {
+        self.evicted_now == 0 && self.held.is_empty()
+    }
+
     /// No records: no page is evicted or awaits reconciling.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
@@ -318,11 +336,16 @@ pub(crate) fn run(uffd: Arc<Protector>, ev: Arc<Evictions>) {
     let mut buf = [0u8; PAGE];
     loop {
         let n = uffd.read_faults(&mut faults, 200);
-        // Write-protect faults belong to a scan, which wakes them when it unprotects.
-        for f in faults[..n].iter().filter(|f| !f.wp) {
-            ev.serve(&uffd, f.addr, &mut buf);
+        // A write-protect fault ends a hold (hold.rs); any other belongs to
+        // a scan, which wakes it when it unprotects.
+        for f in &faults[..n] {
+            if f.wp {
+                ev.end_hold(&uffd, f.addr);
+            } else {
+                ev.serve(&uffd, f.addr, &mut buf);
+            }
         }
-        if n == 0 && ev.stop.load(Ordering::SeqCst) && ev.lock_here().evicted_now == 0 {
+        if n == 0 && ev.stop.load(Ordering::SeqCst) && ev.lock_here().idle() {
             return;
         }
     }

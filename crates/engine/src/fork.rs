@@ -230,6 +230,7 @@ impl State {
         if let Some(ev) = &self.evictions {
             ev.lock().store.after_fork_in_child();
         }
+        self.forget_holds();
         self.protector = State::open_protector(&self.cfg);
         // The scratch range was not inherited (MADV_DONTFORK): its address
         // may be anyone's now, so it must not be unmapped.

@@ -73,6 +73,7 @@ pub mod fds;
 mod fork;
 mod frames;
 mod fresh;
+mod hold;
 mod idle;
 mod index;
 mod patching;

@@ -74,6 +74,7 @@ pub fn scan(inner: &Inner) -> ScanReport {
         let mut st = inner.lock();
         st.expire_recycled();
         st.prune_young();
+        st.prune_holds();
         st.refresh_other_maps();
         if st.protector.is_none() {
             st.stats.fallbacks.uffd += 1;
@@ -206,27 +207,34 @@ impl State {
     }
 
     /// Unregisters pages `[i, i+n)` of a block except evicted ones, which
-    /// must keep their MISSING registration.
+    /// must keep their MISSING registration, and held ones (hold.rs), which
+    /// must stay write-protected.
     fn unregister_unevicted(&mut self, base: usize, i: usize, n: usize) {
         let Some(block) = self.blocks.get(&base) else {
             return;
         };
-        if block.evicted == 0 {
-            return self.unregister(block.page_addr(i), n * PAGE);
+        let addr = block.page_addr(i);
+        let any_held = self
+            .holds
+            .range(addr as usize..addr as usize + n * PAGE)
+            .next()
+            .is_some();
+        if block.evicted == 0 && !any_held {
+            return self.unregister(addr, n * PAGE);
         }
+        let kept = |k: usize| {
+            block.pages[k].is_evicted() || self.holds.contains_key(&(block.page_addr(k) as usize))
+        };
         let mut plain = Vec::new();
         let mut k = i;
         while k < i + n {
-            let evicted = block.pages[k].is_evicted();
-            let end = (k..i + n)
-                .find(|&j| block.pages[j].is_evicted() != evicted)
-                .unwrap_or(i + n);
-            if !evicted {
+            let keep = kept(k);
+            let end = (k..i + n).find(|&j| kept(j) != keep).unwrap_or(i + n);
+            if !keep {
                 plain.push((block.page_addr(k), (end - k) * PAGE));
             }
             k = end;
         }
-        let addr = block.page_addr(i);
         for (a, len) in plain {
             self.unregister(a, len);
         }
@@ -251,12 +259,15 @@ impl State {
         if due.is_empty() {
             return; // nothing to read: no need to stop writers either
         }
-        let Some(protector) = &self.protector else {
+        let Some(protector) = self.protector.clone() else {
             return;
         };
+        let holds_on = self.holds_on();
+        let held = self.begin_chunk_holds(addr as usize, c * PAGE);
         if protector.protect(addr, c * PAGE).is_err() {
             // It may have protected the mappings before the one it refused:
             // undo that, or their writers would sleep for good.
+            self.end_chunk_holds(addr as usize, c * PAGE, &[]);
             let _ = protector.unprotect(addr, c * PAGE);
             self.stats.fallbacks.uffd += 1;
             return;
@@ -264,6 +275,7 @@ impl State {
         // Divergence again: a write may have landed between the refresh and the protect.
         rep.diverged_released += self.refresh_divergence(base, i, c);
         let guard = self.pin_guard();
+        let mut keep = Vec::new();
         let mut resident = vec![0u8; c];
         if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
             let looked: Vec<usize> = due
@@ -294,13 +306,18 @@ impl State {
             if self.cfg.merge && self.vma_room(4) {
                 plan = self.plan_merges(base, i..i + c, &nonzero, unstable, &mut to_freeze);
             }
-            // Diverged pages have no pin test, nor owned ones with no pin
-            // age: the grace is all they get.
-            let untested = |k: &usize| {
-                matches!(
-                    self.blocks[&base].pages[*k],
-                    Page::Diverged(_) | Page::Owned(_)
-                )
+            // A diverged page not yet held for the pin age is only held now.
+            let to_hold = if holds_on {
+                self.unready_diverged(base, &mut zero, &mut plan, &held)
+            } else {
+                Vec::new()
+            };
+            // Diverged pages without holds have no pin test, nor owned ones
+            // with no pin age: the grace is all they get.
+            let untested = |k: &usize| match self.blocks[&base].pages[*k] {
+                Page::Owned(_) => true,
+                Page::Diverged(_) => !holds_on,
+                _ => false,
             };
             let graced = !guard || zero.iter().any(untested) || plan.keys().any(untested);
             if graced && (!zero.is_empty() || !plan.is_empty()) {
@@ -314,7 +331,11 @@ impl State {
             for (a, b) in crate::space::consecutive(&to_freeze) {
                 self.freeze_young(base, a, b - a);
             }
-            self.record_looks(base, &looked, &zero, &plan, &to_freeze);
+            keep = self.hold_pages(base, &to_hold, &held, &protector, rep);
+            let mut waiting = to_freeze;
+            waiting.extend_from_slice(&to_hold);
+            waiting.sort_unstable();
+            self.record_looks(base, &looked, &zero, &plan, &waiting);
             if let Some(pass) = pass {
                 let block = &self.blocks[&base];
                 let present: Vec<usize> = due
@@ -323,14 +344,14 @@ impl State {
                         resident[k - i] & 1 != 0
                             && !block.pages[k].is_evicted()
                             && zero.binary_search(&k).is_err()
+                            && to_hold.binary_search(&k).is_err()
                     })
                     .collect();
                 self.clock_chunk(base, i..i + c, &present, pass);
             }
         }
-        if let Some(p) = &self.protector {
-            let _ = p.unprotect(addr, c * PAGE);
-        }
+        self.end_chunk_holds(addr as usize, c * PAGE, &keep);
+        self.unprotect_unheld(&protector, addr as usize, c * PAGE);
     }
 
     /// The pages of `[i, i+c)` this scan looks at (see idle.rs; a clock
@@ -463,7 +484,10 @@ impl State {
     fn guarded(&self, base: usize, k: usize) -> bool {
         match self.blocks[&base].pages[k] {
             Page::Anon | Page::Owned(_) => true,
-            Page::Diverged(_) => !self.young_page(self.blocks[&base].page_addr(k) as usize),
+            // Held first (hold.rs), when holds are on.
+            Page::Diverged(_) => {
+                self.holding() || !self.young_page(self.blocks[&base].page_addr(k) as usize)
+            }
             Page::Shared(f) => !self.young(f),
             Page::Evicted(_) => false,
         }
@@ -712,6 +736,7 @@ impl State {
             let Some(protector) = st.protector.clone() else {
                 return none;
             };
+            st.drop_holds(qaddr as usize, n * PAGE);
             if protector.protect(qaddr, n * PAGE).is_err() {
                 let _ = protector.unprotect(qaddr, n * PAGE);
                 return none;

@@ -25,6 +25,9 @@ pub struct Fallbacks {
     /// The kernel cannot move pages (UFFDIO_MOVE, Linux 6.8): scans fold
     /// and merge behind the pin grace instead of the pin guard.
     pub pin_guard: u64,
+    /// No fault thread to end holds (userfaultfd MISSING mode missing):
+    /// diverged pages are folded and merged behind the pin grace (hold.rs).
+    pub pin_hold: u64,
 }
 
 /// A snapshot of the engine's state and history.
@@ -59,6 +62,10 @@ pub struct Stats {
     /// Total pages a scan left alone because they changed between its
     /// comparison and taking them off (a write through an earlier pin).
     pub pin_changed: u64,
+    /// Total holds begun on diverged pages before folding or merging them (hold.rs).
+    pub pin_held: u64,
+    /// Total holds a write (or a pin for writing) ended.
+    pub pin_hold_broken: u64,
     /// Total frames released because every page using them had diverged.
     pub diverged_released: u64,
     /// Total pages the program discarded (madvise MADV_DONTNEED/MADV_FREE

@@ -217,3 +217,165 @@ fn owned_pages_wait_out_the_pin_age_before_their_frames_are_shared() {
     // SAFETY: p is the block allocated above, freed once.
     assert!(unsafe { e.free(p) });
 }
+
+/// Two 16-page blocks: `src` of one content, `dst` a virtual copy of it
+/// whose pages the program then wrote, so they are diverged: 0..8 with
+/// zeros, 8..16 with the content they had (the scans merge `src` onto one
+/// frame, which they can then share).
+fn diverged_pages(e: &Engine) -> (*mut u8, *mut u8) {
+    let src = e.alloc(16 * PAGE, Hint::None);
+    let dst = e.alloc(16 * PAGE, Hint::None);
+    // SAFETY: both blocks are live, 16 pages long and distinct; the copy and
+    // the writes stay inside them.
+    unsafe {
+        std::ptr::write_bytes(src, 0x5a, 16 * PAGE);
+        e.copy(dst, src, 16 * PAGE);
+        for k in 0..16 {
+            let byte = if k < 8 { 0 } else { 0x5a };
+            std::ptr::write_bytes(dst.add(k * PAGE), byte, PAGE);
+        }
+    }
+    (src, dst)
+}
+
+fn expect_diverged_content(dst: *mut u8) {
+    for k in 0..16 {
+        let want = if k < 8 { 0 } else { 0x5a };
+        assert!(content(dst, k).iter().all(|&b| b == want), "page {k}");
+    }
+}
+
+/// The page's userfaultfd write protection, from /proc/self/pagemap (bit 57).
+fn uffd_wp(p: *mut u8) -> bool {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open("/proc/self/pagemap").unwrap();
+    let mut b = [0u8; 8];
+    f.read_exact_at(&mut b, (p as u64 / PAGE as u64) * 8)
+        .unwrap();
+    u64::from_le_bytes(b) >> 57 & 1 == 1
+}
+
+/// Scans until `done` holds or `tries` scans ran; the sum of what they folded and merged.
+fn scan_for(e: &Engine, tries: usize, done: impl Fn(u64, u64) -> bool) -> (u64, u64) {
+    let mut sum = (0, 0);
+    for _ in 0..tries {
+        let r = e.scan();
+        sum = (sum.0 + r.zero_folded, sum.1 + r.merged);
+        if done(sum.0, sum.1) {
+            break;
+        }
+    }
+    sum
+}
+
+#[test]
+fn diverged_pages_are_held_for_the_pin_age_before_they_fold() {
+    let age = Duration::from_millis(300);
+    let e = Engine::new(Config {
+        pin_age: age,
+        ..Config::default()
+    });
+    let (src, dst) = diverged_pages(&e);
+    // Seen, then held: nothing of the diverged pages is folded or merged yet.
+    let early = scan_for(&e, 3, |_, _| false);
+    let held = e.stats();
+    assert_eq!(held.fallbacks.pin_hold, 0, "{held:?}");
+    assert!(
+        held.pin_held >= 16,
+        "the diverged pages were not held: {held:?}"
+    );
+    // Only the source's pages merged (onto one frame).
+    assert_eq!(early, (0, 15), "acted before the pin age: {held:?}");
+    expect_diverged_content(dst);
+    std::thread::sleep(age + Duration::from_millis(50));
+    // After the age the zero pages fold and the copies share a frame.
+    let done = scan_for(&e, 4, |z, m| z >= 8 && m >= 7);
+    assert!(
+        done.0 >= 8 && done.1 >= 8,
+        "after the pin age: {done:?} {:?}",
+        e.stats()
+    );
+    expect_diverged_content(dst);
+    assert_eq!(e.stats().pin_hold_broken, 0);
+    // SAFETY: both blocks were allocated above and are freed once.
+    unsafe { assert!(e.free(src) && e.free(dst)) };
+}
+
+/// A pin for writing taken on a held page faults first: the hold ends, the
+/// write lands, and the page is not folded under it.
+#[test]
+fn a_write_pin_on_a_held_page_ends_the_hold() {
+    let age = Duration::from_millis(200);
+    let e = Engine::new(Config {
+        pin_age: age,
+        ..Config::default()
+    });
+    let (src, dst) = diverged_pages(&e);
+    scan_for(&e, 3, |_, _| false);
+    assert!(e.stats().pin_held >= 16, "{:?}", e.stats());
+    // SAFETY: page 1 lies inside the live destination block.
+    let page1 = unsafe { dst.add(PAGE) };
+    assert!(
+        uffd_wp(dst) && uffd_wp(page1),
+        "held pages are not write-protected"
+    );
+    // Pins page 0 for writing (io_uring registration, FOLL_WRITE |
+    // FOLL_LONGTERM) and writes page 1 through process_vm_writev, which pins
+    // it for the call. Both fault on the held pages first.
+    let ring = Ring::new();
+    ring.pin(&[dst]);
+    let data = vec![0x77u8; PAGE];
+    let local = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: PAGE,
+    };
+    let remote = libc::iovec {
+        iov_base: page1.cast(),
+        iov_len: PAGE,
+    };
+    // SAFETY: one local and one remote iovec of PAGE bytes each, both live;
+    // the remote one is this process's own memory.
+    let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
+    assert_eq!(n, PAGE as isize, "{}", std::io::Error::last_os_error());
+    assert_eq!(content(dst, 1), data);
+    let broken = e.stats().pin_hold_broken;
+    assert!(
+        broken >= 2,
+        "the pins did not end the holds: {:?}",
+        e.stats()
+    );
+    ring.unpin();
+    std::thread::sleep(age + Duration::from_millis(50));
+    scan_for(&e, 4, |_, _| false);
+    assert_eq!(content(dst, 1), data, "the pinned write was lost");
+    assert!(content(dst, 0).iter().all(|&b| b == 0));
+    // SAFETY: both blocks were allocated above and are freed once.
+    unsafe { assert!(e.free(src) && e.free(dst)) };
+}
+
+/// Without a fault thread to end holds (no userfaultfd MISSING mode),
+/// diverged pages fall back to the pin grace after the pin age, and say so.
+#[test]
+fn without_missing_mode_diverged_pages_fall_back_to_the_grace() {
+    let age = Duration::from_millis(100);
+    let e = Engine::new(Config {
+        pin_age: age,
+        inject: pagefold_engine::Inject {
+            fail_uffd_missing: true,
+            ..Default::default()
+        },
+        ..Config::default()
+    });
+    let (src, dst) = diverged_pages(&e);
+    // The scan that sees the pages diverged starts their age.
+    e.scan();
+    std::thread::sleep(age + Duration::from_millis(50));
+    let done = scan_for(&e, 8, |z, m| z >= 8 && m >= 7);
+    let s = e.stats();
+    assert_eq!(s.fallbacks.pin_hold, 1, "{s:?}");
+    assert_eq!(s.pin_held, 0, "{s:?}");
+    assert!(done.0 >= 8 && done.1 >= 8, "{done:?} {s:?}");
+    expect_diverged_content(dst);
+    // SAFETY: both blocks were allocated above and are freed once.
+    unsafe { assert!(e.free(src) && e.free(dst)) };
+}

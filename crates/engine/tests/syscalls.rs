@@ -276,6 +276,10 @@ const COPYING: [KernelWrite; 4] = [
 ];
 
 /// Every way.
+/// Pages per block for the pinned-write reproducers: enough that most pages
+/// stay unwritten for longer than the pin age, so scans act on them.
+const PINNED_PAGES: usize = 1024;
+
 const INTO: [KernelWrite; 6] = [
     KernelWrite::PipeRead,
     KernelWrite::FilePread,
@@ -789,56 +793,49 @@ fn kernel_writes_into_pages_under_concurrent_scan_small_chunks() {
     );
 }
 
+/// The engine as the preload runs it, scaled for a test: a pin age (50 ms
+/// here, 200 ms in the preload) and no pin grace, so that the pin guard,
+/// the freezes and the holds alone keep writes through pins from being lost.
+/// Pins held longer than the age are outside what this covers.
+fn pinned_cfg() -> Config {
+    Config {
+        scan_chunk_pages: 8,
+        pin_age: std::time::Duration::from_millis(50),
+        pin_grace: std::time::Duration::ZERO,
+        ..Config::default()
+    }
+}
+
 /// Writes through pinned pages: the kernel takes the page (get_user_pages,
 /// faulting it in writable) and writes it afterwards, past any write
 /// protection set in between. A scan that compares and remaps the page in
-/// that window leaves the write in a page nobody maps any more.
+/// that window leaves the write in a page nobody maps any more. Anonymous
+/// pages are taken off with the kernel's pin test, owned pages frozen first
+/// and diverged pages held write-protected (so a later pin faults) for the
+/// pin age. With `pin_hold: false` (20 ms age) this or the O_DIRECT test
+/// below lost a write in 10 of 25 runs; with holds in none.
 #[test]
 fn process_vm_writev_into_pages_under_concurrent_scan() {
-    // Known open bug (docs/MECHANISMS.md, "Correctness boundaries"): a write
-    // through a page pinned before the scan protected it, landing after the
-    // fold, is lost. The pin grace and the volatility check narrow the window
-    // but a writer descheduled between pin and copy still loses its write,
-    // about once in several thousand iterations here. This reproducer runs
-    // when asked, so CI stays meaningful: PAGEFOLD_TEST_PINNED_RACE=1.
-    if std::env::var_os("PAGEFOLD_TEST_PINNED_RACE").is_none() {
-        eprintln!("known open bug, reproducer skipped: set PAGEFOLD_TEST_PINNED_RACE=1 to run it");
-        return;
-    }
-    let cfg = Config {
-        scan_chunk_pages: 8,
-        ..Config::default()
-    };
     concurrent(
-        cfg,
+        pinned_cfg(),
         "process_vm_writev",
         &[KernelWrite::ProcessVmWritev],
-        64,
+        PINNED_PAGES,
         2,
     );
 }
 
 /// read(2) on an O_DIRECT file: the device writes the pages by DMA while
 /// they are pinned; as above, a scan must not remap a page under the I/O.
-/// Known open bug (docs/MECHANISMS.md, "Correctness boundaries"): the pin
-/// guard closes it for anonymous pages (tests/pins.rs pins pages for real),
-/// and with a pin age for owned ones, but a diverged page (a merged page the
-/// program wrote, which a write pin does too) has no pin test, and a read
-/// into it pinned later than its divergence has only the pin grace: lost
-/// about once in 12 runs of this test, with the 200 ms age the preload
-/// uses. Runs when asked: PAGEFOLD_TEST_PINNED_RACE=1.
 #[test]
 fn o_direct_read_into_pages_under_concurrent_scan() {
-    if std::env::var_os("PAGEFOLD_TEST_PINNED_RACE").is_none() {
-        eprintln!("known open bug, reproducer skipped: set PAGEFOLD_TEST_PINNED_RACE=1 to run it");
-        return;
-    }
-    let cfg = Config {
-        scan_chunk_pages: 8,
-        pin_age: std::time::Duration::from_millis(200),
-        ..Config::default()
-    };
-    concurrent(cfg, "o_direct_pread", &[KernelWrite::DirectPread], 64, 2);
+    concurrent(
+        pinned_cfg(),
+        "o_direct_pread",
+        &[KernelWrite::DirectPread],
+        PINNED_PAGES,
+        2,
+    );
 }
 
 /// madvise(MADV_DONTNEED) on private anonymous memory makes the pages read
