@@ -94,6 +94,8 @@ pub(crate) struct State {
     pub hold_scanning: bool,
     /// Evicted pages and their store (evict.rs, fault.rs); made on first use.
     pub evictions: Option<Arc<Evictions>>,
+    /// `evictions` has a real page store (not `NoStore`, made for holds).
+    pub has_store: bool,
     /// Similarity detection and reference pins (patching.rs); made on first use.
     pub patching: Option<crate::patching::Patching>,
     /// The thread restoring evicted pages, once eviction was used.
@@ -314,6 +316,7 @@ impl State {
             hold_missing: false,
             hold_scanning: false,
             evictions: None,
+            has_store: false,
             patching: None,
             fault_thread: None,
             pagemap: sys::Pagemap::open().ok(),

@@ -59,7 +59,7 @@ use crate::fault::Evictions;
 use crate::frames::FrameId;
 use crate::patching::{Chunk, Content};
 use crate::space::{Block, Page, Restores};
-use crate::store::{PageStore, StoreError};
+use crate::store::{NoStore, PageStore, StoreError};
 use crate::tier_store::{TierConfig, TierStore};
 use crate::{sys, PAGE};
 
@@ -188,25 +188,39 @@ impl Engine {
 }
 
 impl State {
-    /// The fault thread runs (started on first use); false if userfaultfd
-    /// MISSING mode is unavailable or the thread cannot be started.
+    /// The fault thread runs (started on first use) with a page store for
+    /// evicted content; false if userfaultfd MISSING mode is unavailable,
+    /// the store cannot reserve its address space or the thread cannot start.
     pub(crate) fn fault_thread_ready(&mut self) -> bool {
-        if self.fault_thread.is_some() {
-            return true;
-        }
+        self.start_fault_thread(true)
+    }
+
+    /// The fault thread runs; `with_store`: with a store for evicted
+    /// content. Holds (hold.rs) need none, and a process under a low
+    /// RLIMIT_AS would lose the store's address space to them.
+    pub(crate) fn start_fault_thread(&mut self, with_store: bool) -> bool {
         let Some(uffd) = self.protector.clone().filter(|p| p.missing) else {
             return false;
         };
-        if self.evictions.is_none() {
+        if with_store && !self.has_store {
             // No address space for the store's slabs: no eviction.
             let Ok(store) = TierStore::new(TierConfig::from_engine(&self.cfg)) else {
                 return false;
             };
-            self.evictions = Some(Arc::new(Evictions::new(Arc::new(store))));
+            match &self.evictions {
+                // Nothing was evicted into the empty store it replaces.
+                Some(ev) => ev.lock().store = Arc::new(store),
+                None => self.evictions = Some(Arc::new(Evictions::new(Arc::new(store)))),
+            }
+            self.has_store = true;
         }
-        let Some(ev) = self.evictions.clone() else {
-            return false;
-        };
+        if self.fault_thread.is_some() {
+            return true;
+        }
+        let ev = self
+            .evictions
+            .get_or_insert_with(|| Arc::new(Evictions::new(Arc::new(NoStore))))
+            .clone();
         ev.lock().patches.fail_decode = self.cfg.inject.fail_patch;
         let spawned = std::thread::Builder::new()
             .name("pagefold-fault".into())

@@ -105,10 +105,10 @@ impl State {
     /// asked for, there is a pin age, the pin guard, and a fault thread to
     /// end holds.
     pub fn holds_on(&mut self) -> bool {
-        if !self.freeze_first() || !self.cfg.pin_hold {
+        if !self.holds_wanted() {
             return false;
         }
-        if self.fault_thread_ready() {
+        if self.start_fault_thread(false) {
             return true;
         }
         if !self.hold_missing {
@@ -118,10 +118,32 @@ impl State {
         false
     }
 
+    /// Holds are asked for: a pin age under the pin guard, and `pin_hold`.
+    pub fn holds_wanted(&self) -> bool {
+        self.freeze_first() && self.cfg.pin_hold
+    }
+
+    /// Without holds, takes out of `zero` and `plan` the diverged pages of
+    /// block `base` that diverged less than the pin age ago.
+    pub fn drop_young_diverged(
+        &self,
+        base: usize,
+        zero: &mut Vec<usize>,
+        plan: &mut HashMap<usize, FrameId>,
+    ) {
+        let block = &self.blocks[&base];
+        let young = |k: usize| {
+            matches!(block.pages[k], Page::Diverged(_))
+                && self.young_page(block.page_addr(k) as usize)
+        };
+        zero.retain(|&k| !young(k));
+        plan.retain(|&k, _| !young(k));
+    }
+
     /// Holds decide when diverged pages may be folded or merged (after
     /// `holds_on` said so; the fault thread, once started, stays).
     pub fn holding(&self) -> bool {
-        self.freeze_first() && self.cfg.pin_hold && self.fault_thread.is_some()
+        self.holds_wanted() && self.fault_thread.is_some()
     }
 
     /// Takes out of `zero` and `plan` the diverged pages of block `base` not

@@ -262,7 +262,6 @@ impl State {
         let Some(protector) = self.protector.clone() else {
             return;
         };
-        let holds_on = self.holds_on();
         let held = self.begin_chunk_holds(addr as usize, c * PAGE);
         if protector.protect(addr, c * PAGE).is_err() {
             // It may have protected the mappings before the one it refused:
@@ -306,10 +305,15 @@ impl State {
             if self.cfg.merge && self.vma_room(4) {
                 plan = self.plan_merges(base, i..i + c, &nonzero, unstable, &mut to_freeze);
             }
-            // A diverged page not yet held for the pin age is only held now.
+            // A diverged page not yet held for the pin age is only held now
+            // (the first one starts the fault thread that ends holds).
+            let diverged = |k: &usize| matches!(self.blocks[&base].pages[*k], Page::Diverged(_));
+            let any_diverged = zero.iter().any(diverged) || plan.keys().any(diverged);
+            let holds_on = self.holding() || (any_diverged && self.holds_on());
             let to_hold = if holds_on {
                 self.unready_diverged(base, &mut zero, &mut plan, &held)
             } else {
+                self.drop_young_diverged(base, &mut zero, &mut plan);
                 Vec::new()
             };
             // Diverged pages without holds have no pin test, nor owned ones
@@ -484,9 +488,9 @@ impl State {
     fn guarded(&self, base: usize, k: usize) -> bool {
         match self.blocks[&base].pages[k] {
             Page::Anon | Page::Owned(_) => true,
-            // Held first (hold.rs), when holds are on.
+            // Held first (hold.rs) when holds are asked for.
             Page::Diverged(_) => {
-                self.holding() || !self.young_page(self.blocks[&base].page_addr(k) as usize)
+                self.holds_wanted() || !self.young_page(self.blocks[&base].page_addr(k) as usize)
             }
             Page::Shared(f) => !self.young(f),
             Page::Evicted(_) => false,

@@ -82,3 +82,21 @@ pub trait PageStore: Send + Sync {
         0
     }
 }
+
+/// A store that keeps nothing: the fault thread's while it only ends holds
+/// (hold.rs) and nothing was evicted, so that no address space is reserved
+/// for content that may never come.
+pub struct NoStore;
+
+impl PageStore for NoStore {
+    fn put(&self, _page: &[u8; PAGE]) -> Result<Handle, StoreError> {
+        Err(StoreError::Full)
+    }
+    fn get(&self, _h: Handle, _out: &mut [u8; PAGE]) -> Result<(), StoreError> {
+        Err(StoreError::Lost)
+    }
+    fn remove(&self, _h: Handle) {}
+    fn bytes(&self) -> StoreBytes {
+        StoreBytes::default()
+    }
+}
