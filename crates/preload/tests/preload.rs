@@ -403,6 +403,34 @@ fn tiering_evicts_under_real_programs_and_keeps_every_byte() {
     );
 }
 
+/// The mixed soak (tests/c/soak.c: threads copying, writing, discarding and
+/// checking pages against a shadow, the kernel reading and writing them,
+/// fork with exec, a timer signal) for its default 10 s with tiering and the
+/// pin age on: no mismatch, the same output as plain, and every mechanism
+/// at work (holds of diverged pages, folds, merges, evictions and restores).
+/// The documented 30-minute run is the same program (docs/TESTING.md).
+#[test]
+fn soak_keeps_every_byte() {
+    let r = same_output(
+        "soak",
+        &[
+            ("PAGEFOLD_TIER", "1"),
+            ("PAGEFOLD_CLOCK_MS", "50"),
+            ("PAGEFOLD_COLD_PASSES", "1"),
+        ],
+    );
+    for key in [
+        "pin_held",
+        "zero_folded",
+        "merged",
+        "pages_shared_by_copy",
+        "clock.total.evicted",
+    ] {
+        assert!(stat(&r, key) > 0, "soak: no {key}: {r:?}");
+    }
+    assert_eq!(stat(&r, "restore_errors"), 0, "{r:?}");
+}
+
 /// Python data left cold is evicted by the policy, then written to a file by
 /// the kernel (write(2) reading the evicted pages) and read back into a fresh
 /// buffer (read(2)): same bytes as plain Python.
