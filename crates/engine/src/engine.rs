@@ -87,7 +87,7 @@ pub(crate) struct State {
     pub young_pages: HashMap<usize, std::time::Instant>,
     /// Diverged pages held write-protected (hold.rs), and since when; the
     /// fault thread's table says which holds no write has ended yet.
-    pub holds: BTreeMap<usize, std::time::Instant>,
+    pub holds: crate::hold::Holds,
     /// Holds were wanted without a fault thread: counted once.
     pub hold_missing: bool,
     /// A scan told the fault thread it works on a chunk with holds.
@@ -312,7 +312,7 @@ impl State {
             pin_guard_missing: false,
             young_frames: HashMap::new(),
             young_pages: HashMap::new(),
-            holds: BTreeMap::new(),
+            holds: crate::hold::Holds::default(),
             hold_missing: false,
             hold_scanning: false,
             evictions: None,
@@ -880,8 +880,7 @@ impl State {
             * (std::mem::size_of::<(FrameId, std::time::Instant)>() + 1)
             + self.young_pages.capacity()
                 * (std::mem::size_of::<(usize, std::time::Instant)>() + 1)
-            // A B-tree entry, with about as much again for its node.
-            + self.holds.len() * 2 * std::mem::size_of::<(usize, std::time::Instant)>();
+            + self.holds.bytes();
         blocks
             + pools
             + self.stable.bytes()

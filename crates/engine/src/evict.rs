@@ -170,20 +170,21 @@ impl Engine {
     /// while any page is evicted or awaits reconciling.
     pub fn set_store(&self, store: Arc<dyn PageStore>) -> bool {
         let mut st = self.inner.lock();
-        match &st.evictions {
+        let set = match &st.evictions {
             None => {
                 st.evictions = Some(Arc::new(Evictions::new(store)));
                 true
             }
             Some(ev) => {
                 let mut t = ev.lock();
-                if !t.is_empty() {
-                    return false;
+                if t.is_empty() {
+                    t.store = store;
                 }
-                t.store = store;
-                true
+                t.is_empty()
             }
-        }
+        };
+        st.has_store |= set;
+        set
     }
 }
 
@@ -315,7 +316,11 @@ impl State {
         let pool = |f: FrameId| &self.pools[f.pool()];
         match self.blocks[&base].pages[k] {
             Page::Anon => Some(Restores::Anon),
-            Page::Owned(f) if live(f) => Some(Restores::Owned(f)),
+            Page::Owned(f)
+                if live(f) && !self.is_held(self.blocks[&base].page_addr(k) as usize) =>
+            {
+                Some(Restores::Owned(f))
+            }
             // A young frame may still take a write through a pin older than
             // its freeze, and is about to be folded or shared anyway.
             Page::Shared(f)

@@ -1,4 +1,5 @@
-//! Holding diverged pages write-protected for the pin age.
+//! Holding pages write-protected for the pin age before folding them:
+//! diverged pages, and owned zero pages.
 //!
 //! Folding or merging a page drops the physical page behind its address; a
 //! write through a pin the kernel took earlier (an O_DIRECT read in flight,
@@ -11,7 +12,10 @@
 //! What can be known of such a page is when a write pin could last have been
 //! taken on it: pinning a page for writing goes through the page table, and a
 //! page write-protected with userfaultfd makes the pinning call fault first.
-//! So before a scan folds or merges a diverged page it *holds* it: the page
+//! So before a scan folds or merges a diverged page it *holds* it (and an
+//! owned zero page too, rather than freezing it: its fold punches the frame
+//! and needs no mapping, where a freeze splits the block's mapping for
+//! good; a hold's registration splits it only while the hold lasts): the page
 //! stays write-protected and registered after its chunk is unprotected, and
 //! the time is noted. A write, or a pin for writing, faults; the fault thread
 //! ends the hold and unprotects the page, and the write goes on. A page held
@@ -27,9 +31,9 @@
 //! thread leaves that chunk's holds alone: the scan decides which go on, and
 //! wakes the writers of those that do, which then fault again.
 //!
-//! Cost: a held page's registration may split the mapping around it, so each
-//! counts two mappings against the budget, and at most `MAX_HELD` pages are
-//! held at once. Holds need the fault thread; without it (no userfaultfd
+//! Cost: a run of held pages stays registered, which splits the mapping
+//! around it, so each run counts two mappings against the budget; at most
+//! `MAX_HELD` pages are held at once. Holds need the fault thread; without it (no userfaultfd
 //! MISSING mode) diverged pages get the pin grace, counted as
 //! `fallbacks.pin_hold`.
 
@@ -42,8 +46,67 @@ use crate::protect::Protector;
 use crate::space::Page;
 use crate::PAGE;
 
-/// Pages held at most at once.
-pub const MAX_HELD: usize = 1024;
+/// Pages held at most at once (256 MiB).
+pub const MAX_HELD: usize = 1 << 16;
+
+/// The engine's own list of held pages (a superset of the table's: a write
+/// ends a hold in the table only), with the number of runs they form.
+#[derive(Default)]
+pub struct Holds {
+    pages: BTreeMap<usize, Instant>,
+    runs: usize,
+}
+
+impl Holds {
+    pub fn insert(&mut self, a: usize, since: Instant) {
+        if self.pages.insert(a, since).is_none() {
+            let joined = self.neighbours(a);
+            self.runs = self.runs + 1 - joined;
+        }
+    }
+
+    pub fn remove(&mut self, a: usize) {
+        if self.pages.remove(&a).is_some() {
+            let joined = self.neighbours(a);
+            self.runs = self.runs + joined - 1;
+        }
+    }
+
+    /// Held pages right before and after `a` (0, 1 or 2).
+    fn neighbours(&self, a: usize) -> usize {
+        let held = |x: Option<usize>| x.is_some_and(|x| self.pages.contains_key(&x));
+        held(a.checked_sub(PAGE)) as usize + held(a.checked_add(PAGE)) as usize
+    }
+
+    pub fn contains(&self, a: usize) -> bool {
+        self.pages.contains_key(&a)
+    }
+
+    /// Held pages in `[addr, addr+len)`, with when their hold began.
+    pub fn within(&self, addr: usize, len: usize) -> Vec<(usize, Instant)> {
+        self.pages
+            .range(addr..addr + len)
+            .map(|(&a, &t)| (a, t))
+            .collect()
+    }
+
+    pub fn any_within(&self, addr: usize, len: usize) -> bool {
+        self.pages.range(addr..addr + len).next().is_some()
+    }
+
+    pub fn len(&self) -> usize {
+        self.pages.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pages.is_empty()
+    }
+
+    /// Memory the list takes: a B-tree entry, with about as much again for its node.
+    pub fn bytes(&self) -> usize {
+        self.pages.len() * 2 * std::mem::size_of::<(usize, Instant)>()
+    }
+}
 
 /// The held pages, in the table the fault thread shares (fault.rs).
 pub(crate) struct Held {
@@ -56,10 +119,11 @@ pub(crate) struct Held {
 }
 
 impl Held {
+    /// Only engine threads insert (and may allocate); the fault thread
+    /// only removes, which never allocates.
     pub fn new() -> Held {
         Held {
-            // The fault thread removes entries and must never allocate.
-            pages: HashMap::with_capacity(MAX_HELD),
+            pages: HashMap::new(),
             scanning: None,
             broken: 0,
         }
@@ -146,10 +210,12 @@ impl State {
         self.holds_wanted() && self.fault_thread.is_some()
     }
 
-    /// Takes out of `zero` and `plan` the diverged pages of block `base` not
-    /// yet held unbroken for the pin age (`held`: the chunk's holds as the
-    /// scan began), and returns them, sorted: they are to be held.
-    pub fn unready_diverged(
+    /// Takes out of `zero` and `plan` the pages of block `base` that must be
+    /// held first and are not yet held unbroken for the pin age (`held`: the
+    /// chunk's holds as the scan began): diverged pages, and owned zero
+    /// pages (held instead of frozen, their fold needs no new mapping).
+    /// Returns them, sorted: they are to be held.
+    pub fn unready_held(
         &self,
         base: usize,
         zero: &mut Vec<usize>,
@@ -160,8 +226,8 @@ impl State {
         let age = self.cfg.pin_age;
         let unready = |k: usize| {
             let addr = block.page_addr(k) as usize;
-            matches!(block.pages[k], Page::Diverged(_))
-                && !(self.holds.contains_key(&addr)
+            matches!(block.pages[k], Page::Diverged(_) | Page::Owned(_))
+                && !(self.holds.contains(addr)
                     && held.get(&addr).is_some_and(|t| t.elapsed() >= age))
         };
         let mut out: Vec<usize> = zero.iter().copied().filter(|&k| unready(k)).collect();
@@ -173,8 +239,8 @@ impl State {
     }
 
     /// The holds that go on after this chunk: the pages of `to_hold`
-    /// (sorted, still diverged) with the start of their hold, if it was
-    /// unbroken all through the chunk, else from now, once protected
+    /// (sorted, still diverged or owned) with the start of their hold, if it
+    /// was unbroken all through the chunk, else from now, once protected
     /// again (something may have unprotected the page during the scan).
     pub fn hold_pages(
         &mut self,
@@ -185,26 +251,36 @@ impl State {
         rep: &mut crate::engine::ScanReport,
     ) -> Vec<(usize, Instant)> {
         let mut keep = Vec::new();
-        let mut fresh = 0;
+        let mut fresh: Vec<usize> = Vec::new();
         for &k in to_hold {
-            let addr = self.blocks[&base].page_addr(k);
-            if !matches!(self.blocks[&base].pages[k], Page::Diverged(_)) {
+            let block = &self.blocks[&base];
+            if !matches!(block.pages[k], Page::Diverged(_) | Page::Owned(_)) {
                 continue;
             }
-            let going_on = held
-                .get(&(addr as usize))
-                .filter(|_| self.holds.contains_key(&(addr as usize)));
-            if let Some(&since) = going_on {
-                keep.push((addr as usize, since));
-                continue;
-            }
-            let room = self.holds.len() + fresh < MAX_HELD && self.vma_room(2 * (fresh + 1));
-            if room && protector.protect(addr, PAGE).is_ok() {
-                keep.push((addr as usize, Instant::now()));
-                fresh += 1;
+            let addr = block.page_addr(k) as usize;
+            match held.get(&addr).filter(|_| self.holds.contains(addr)) {
+                Some(&since) => keep.push((addr, since)),
+                None if self.holds.len() + fresh.len() < MAX_HELD => fresh.push(k),
+                None => {}
             }
         }
-        self.stats.pin_held += fresh as u64;
+        // Each new run may split a mapping in three.
+        let runs = crate::space::consecutive(&fresh);
+        let mut protected = Vec::new();
+        for (a, b) in runs {
+            if !self.vma_room(2 * (protected.len() + 1)) {
+                break;
+            }
+            let addr = self.blocks[&base].page_addr(a);
+            if protector.protect(addr, (b - a) * PAGE).is_ok() {
+                protected.push((addr as usize, b - a));
+            }
+        }
+        let now = Instant::now();
+        for &(addr, n) in &protected {
+            keep.extend((0..n).map(|j| (addr + j * PAGE, now)));
+        }
+        self.stats.pin_held += protected.iter().map(|&(_, n)| n as u64).sum::<u64>();
         rep.frozen += keep.len() as u64;
         keep
     }
@@ -212,16 +288,22 @@ impl State {
     /// Unprotects `[addr, addr+len)` but its held pages, and wakes those:
     /// a writer whose fault came while a scan worked here faults again.
     pub fn unprotect_unheld(&self, protector: &Protector, addr: usize, len: usize) {
-        let mut from = addr;
-        for (&a, _) in self.holds.range(addr..addr + len) {
+        let held: Vec<usize> = self
+            .holds
+            .within(addr, len)
+            .into_iter()
+            .map(|(a, _)| (a - addr) / PAGE)
+            .collect();
+        let mut from = 0;
+        for (a, b) in crate::space::consecutive(&held) {
             if a > from {
-                let _ = protector.unprotect(from as *const u8, a - from);
+                let _ = protector.unprotect((addr + from * PAGE) as *const u8, (a - from) * PAGE);
             }
-            protector.wake(a as *const u8, PAGE);
-            from = a + PAGE;
+            protector.wake((addr + a * PAGE) as *const u8, (b - a) * PAGE);
+            from = b;
         }
-        if from < addr + len {
-            let _ = protector.unprotect(from as *const u8, addr + len - from);
+        if from * PAGE < len {
+            let _ = protector.unprotect((addr + from * PAGE) as *const u8, len - from * PAGE);
         }
     }
 
@@ -230,11 +312,7 @@ impl State {
     /// with when they began.
     pub fn begin_chunk_holds(&mut self, addr: usize, len: usize) -> HashMap<usize, Instant> {
         let mut out = HashMap::new();
-        let mine: Vec<(usize, Instant)> = self
-            .holds
-            .range(addr..addr + len)
-            .map(|(&a, &t)| (a, t))
-            .collect();
+        let mine = self.holds.within(addr, len);
         let Some(ev) = self.evictions.clone().filter(|_| !mine.is_empty()) else {
             return out;
         };
@@ -245,7 +323,7 @@ impl State {
             if t.held.pages.get(&a) == Some(&since) {
                 out.insert(a, since);
             } else {
-                self.holds.remove(&a);
+                self.holds.remove(a);
             }
         }
         out
@@ -256,11 +334,13 @@ impl State {
     /// there ends. The caller unprotects the rest of the range and wakes
     /// the held pages (a writer whose fault came during the scan faults again).
     pub fn end_chunk_holds(&mut self, addr: usize, len: usize, keep: &[(usize, Instant)]) {
+        let kept: std::collections::HashSet<usize> = keep.iter().map(|&(a, _)| a).collect();
         let ended: Vec<usize> = self
             .holds
-            .range(addr..addr + len)
-            .map(|(&a, _)| a)
-            .filter(|a| !keep.iter().any(|(k, _)| k == a))
+            .within(addr, len)
+            .into_iter()
+            .map(|(a, _)| a)
+            .filter(|a| !kept.contains(a))
             .collect();
         if ended.is_empty() && keep.is_empty() && !self.hold_scanning {
             return;
@@ -271,7 +351,7 @@ impl State {
         };
         let mut t = ev.lock();
         for a in ended {
-            self.holds.remove(&a);
+            self.holds.remove(a);
             t.held.pages.remove(&a);
         }
         for &(a, since) in keep {
@@ -284,25 +364,21 @@ impl State {
     /// Ends the holds in `[addr, addr+len)`, which is about to be protected,
     /// unprotected, unregistered or replaced, and wakes their writers.
     pub fn drop_holds(&mut self, addr: usize, len: usize) {
-        let Some((&first, _)) = self.holds.range(addr..addr + len).next() else {
+        if !self.holds.any_within(addr, len) {
             return;
-        };
-        let ended: Vec<usize> = self
-            .holds
-            .range(first..addr + len)
-            .map(|(&a, _)| a)
-            .collect();
+        }
+        let ended = self.holds.within(addr, len);
         if let Some(ev) = self.evictions.clone() {
             let mut t = ev.lock();
-            for a in &ended {
+            for (a, _) in &ended {
                 t.held.pages.remove(a);
             }
         }
-        for a in ended {
-            self.holds.remove(&a);
-            if let Some(p) = &self.protector {
-                p.wake(a as *const u8, PAGE);
-            }
+        for (a, _) in ended {
+            self.holds.remove(a);
+        }
+        if let Some(p) = &self.protector {
+            p.wake(addr as *const u8, len);
         }
     }
 
@@ -312,24 +388,33 @@ impl State {
         let Some(ev) = self.evictions.clone().filter(|_| !self.holds.is_empty()) else {
             return;
         };
-        let t = ev.lock();
-        self.holds
-            .retain(|a, since| t.held.pages.get(a) == Some(since));
+        let stale: Vec<usize> = {
+            let t = ev.lock();
+            let all = self.holds.within(0, usize::MAX);
+            all.into_iter()
+                .filter(|(a, since)| t.held.pages.get(a) != Some(since))
+                .map(|(a, _)| a)
+                .collect()
+        };
+        for a in stale {
+            self.holds.remove(a);
+        }
     }
 
     /// The page at `addr` is held.
     pub fn is_held(&self, addr: usize) -> bool {
-        self.holds.contains_key(&addr)
+        self.holds.contains(addr)
     }
 
-    /// Mappings the holds may cost.
+    /// Mappings the holds may cost: their registration splits the mapping
+    /// around each run.
     pub fn hold_vmas(&self) -> usize {
-        2 * self.holds.len()
+        2 * self.holds.runs
     }
 
     /// In a forked child: nothing is registered any more.
     pub fn forget_holds(&mut self) {
-        self.holds = BTreeMap::new();
+        self.holds = Holds::default();
         self.hold_scanning = false;
         if let Some(ev) = &self.evictions {
             ev.lock().held.clear();

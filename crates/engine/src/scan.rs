@@ -214,16 +214,12 @@ impl State {
             return;
         };
         let addr = block.page_addr(i);
-        let any_held = self
-            .holds
-            .range(addr as usize..addr as usize + n * PAGE)
-            .next()
-            .is_some();
+        let any_held = self.holds.any_within(addr as usize, n * PAGE);
         if block.evicted == 0 && !any_held {
             return self.unregister(addr, n * PAGE);
         }
         let kept = |k: usize| {
-            block.pages[k].is_evicted() || self.holds.contains_key(&(block.page_addr(k) as usize))
+            block.pages[k].is_evicted() || self.holds.contains(block.page_addr(k) as usize)
         };
         let mut plain = Vec::new();
         let mut k = i;
@@ -292,35 +288,41 @@ impl State {
             let zero = self.settled(base, zero, true, rep);
             let nonzero = self.settled(base, nonzero, false, rep);
             let mut zero = if self.cfg.zero { zero } else { Vec::new() };
-            // Under the guard an owned page is only frozen now (see `guarded`).
+            // Under the guard an owned page is only frozen now (see
+            // `guarded`), or if zero held: below.
             let mut to_freeze: Vec<usize> = Vec::new();
-            if self.freeze_first() {
-                let owned =
-                    |st: &State, k: usize| matches!(st.blocks[&base].pages[k], Page::Owned(_));
-                to_freeze.extend(zero.iter().copied().filter(|&k| owned(self, k)));
-                zero.retain(|&k| !owned(self, k));
+            if self.freeze_first() && !self.holds_wanted() {
+                self.freeze_owned_zero(base, &mut zero, &mut to_freeze);
             }
             // A merge costs up to two mappings for the page and two for its partner.
             let mut plan = HashMap::new();
             if self.cfg.merge && self.vma_room(4) {
                 plan = self.plan_merges(base, i..i + c, &nonzero, unstable, &mut to_freeze);
             }
-            // A diverged page not yet held for the pin age is only held now
-            // (the first one starts the fault thread that ends holds).
-            let diverged = |k: &usize| matches!(self.blocks[&base].pages[*k], Page::Diverged(_));
-            let any_diverged = zero.iter().any(diverged) || plan.keys().any(diverged);
-            let holds_on = self.holding() || (any_diverged && self.holds_on());
+            // A diverged page or an owned zero page not yet held for the
+            // pin age is only held now (the first one starts the fault
+            // thread that ends holds); without holds, the old ways.
+            let holdable = |k: &usize| {
+                matches!(
+                    self.blocks[&base].pages[*k],
+                    Page::Diverged(_) | Page::Owned(_)
+                )
+            };
+            let any_holdable = zero.iter().any(holdable) || plan.keys().any(holdable);
+            let holds_on = self.holding() || (any_holdable && self.holds_on());
             let to_hold = if holds_on {
-                self.unready_diverged(base, &mut zero, &mut plan, &held)
+                self.unready_held(base, &mut zero, &mut plan, &held)
             } else {
                 self.drop_young_diverged(base, &mut zero, &mut plan);
+                if self.freeze_first() {
+                    self.freeze_owned_zero(base, &mut zero, &mut to_freeze);
+                }
                 Vec::new()
             };
-            // Diverged pages without holds have no pin test, nor owned ones
+            // Without holds diverged pages have no pin test, nor owned ones
             // with no pin age: the grace is all they get.
             let untested = |k: &usize| match self.blocks[&base].pages[*k] {
-                Page::Owned(_) => true,
-                Page::Diverged(_) => !holds_on,
+                Page::Owned(_) | Page::Diverged(_) => !holds_on,
                 _ => false,
             };
             let graced = !guard || zero.iter().any(untested) || plan.keys().any(untested);
@@ -356,6 +358,14 @@ impl State {
         }
         self.end_chunk_holds(addr as usize, c * PAGE, &keep);
         self.unprotect_unheld(&protector, addr as usize, c * PAGE);
+    }
+
+    /// Moves the owned pages of `zero` to `to_freeze`: under the guard, an
+    /// owned page is frozen before it is folded (see `guarded`).
+    fn freeze_owned_zero(&self, base: usize, zero: &mut Vec<usize>, to_freeze: &mut Vec<usize>) {
+        let owned = |k: usize| matches!(self.blocks[&base].pages[k], Page::Owned(_));
+        to_freeze.extend(zero.iter().copied().filter(|&k| owned(k)));
+        zero.retain(|&k| !owned(k));
     }
 
     /// The pages of `[i, i+c)` this scan looks at (see idle.rs; a clock

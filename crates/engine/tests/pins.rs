@@ -184,7 +184,7 @@ fn without_the_guard_the_grace_path_folds_and_merges() {
 }
 
 #[test]
-fn owned_pages_wait_out_the_pin_age_before_their_frames_are_shared() {
+fn owned_pages_wait_out_the_pin_age_before_they_are_folded_or_shared() {
     let age = Duration::from_millis(300);
     let e = Engine::new(Config {
         fresh: Fresh::Frames,
@@ -194,9 +194,11 @@ fn owned_pages_wait_out_the_pin_age_before_their_frames_are_shared() {
     let p = block(&e);
     e.scan();
     let r = e.scan();
-    // Frozen in place, nothing folded or shared yet.
+    // Frozen in place (the copies) or held (the zero pages), nothing folded
+    // or shared yet.
     assert_eq!((r.zero_folded, r.merged), (0, 0), "{r:?}");
     let frozen = e.stats();
+    assert_eq!(frozen.pin_held, 8, "{frozen:?}");
     std::thread::sleep(age + Duration::from_millis(50));
     let mut done = (0, 0);
     for _ in 0..4 {
@@ -378,4 +380,41 @@ fn without_missing_mode_diverged_pages_fall_back_to_the_grace() {
     expect_diverged_content(dst);
     // SAFETY: both blocks were allocated above and are freed once.
     unsafe { assert!(e.free(src) && e.free(dst)) };
+}
+
+/// An owned zero page is held, not frozen: a write pin on it ends the hold,
+/// and the other zero pages fold once the age has passed.
+#[test]
+fn a_write_pin_on_a_held_owned_zero_page_ends_the_hold() {
+    let age = Duration::from_millis(200);
+    let e = Engine::new(Config {
+        fresh: Fresh::Frames,
+        pin_age: age,
+        ..Config::default()
+    });
+    let p = block(&e);
+    scan_for(&e, 2, |_, _| false);
+    assert!(e.stats().pin_held >= 8, "{:?}", e.stats());
+    assert!(uffd_wp(p), "a held owned page is not write-protected");
+    let data = vec![0x33u8; PAGE];
+    let local = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: PAGE,
+    };
+    let remote = libc::iovec {
+        iov_base: p.cast(),
+        iov_len: PAGE,
+    };
+    // SAFETY: one local and one remote iovec of PAGE bytes each, both live;
+    // the remote one is this process's own memory.
+    let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
+    assert_eq!(n, PAGE as isize, "{}", std::io::Error::last_os_error());
+    assert!(e.stats().pin_hold_broken >= 1, "{:?}", e.stats());
+    std::thread::sleep(age + Duration::from_millis(50));
+    let done = scan_for(&e, 4, |z, _| z >= 7);
+    assert!(done.0 >= 7, "{done:?} {:?}", e.stats());
+    assert_eq!(content(p, 0), data, "the pinned write was lost");
+    assert_eq!((1..8).filter(|&k| resident(p, k)).count(), 0);
+    // SAFETY: p is the block allocated above, freed once.
+    assert!(unsafe { e.free(p) });
 }
