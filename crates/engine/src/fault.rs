@@ -158,11 +158,12 @@ impl Evictions {
     }
 
     /// A write or write pin faulted on the page at `addr`: if it is held,
-    /// the hold ends and the page is unprotected (waking its writers).
+    /// its hold ends (with the held run around it) and the pages are
+    /// unprotected, waking their writers.
     fn end_hold(&self, uffd: &Protector, addr: usize) {
         let mut l = self.lock_here();
-        if l.held.end_by_write(addr) {
-            let _ = uffd.unprotect(addr as *const u8, PAGE);
+        if let Some((start, len)) = l.held.end_by_write(addr) {
+            let _ = uffd.unprotect(start as *const u8, len);
         }
     }
 

@@ -18,7 +18,9 @@
 //! good; a hold's registration splits it only while the hold lasts): the page
 //! stays write-protected and registered after its chunk is unprotected, and
 //! the time is noted. A write, or a pin for writing, faults; the fault thread
-//! ends the hold and unprotects the page, and the write goes on. A page held
+//! ends the hold (and those of the held run around the page, so that a
+//! program writing a range pays one fault for it) and unprotects the
+//! pages, and the write goes on. A page held
 //! for `pin_age` without a fault has taken no write pin since the hold began,
 //! so only pins older than the hold, which the age assumes finished, could
 //! still write it: the scan then acts on it, as it acts on an owned page
@@ -48,6 +50,10 @@ use crate::PAGE;
 
 /// Pages held at most at once (256 MiB).
 pub const MAX_HELD: usize = 1 << 16;
+
+/// A write to a held page ends the holds of up to this many held pages on
+/// each side of it too.
+const END_AROUND: usize = 256;
 
 /// The engine's own list of held pages (a superset of the table's: a write
 /// ends a hold in the table only), with the number of runs they form.
@@ -114,7 +120,7 @@ pub(crate) struct Held {
     pages: HashMap<usize, Instant>,
     /// The range a scan is working on: its holds are the scan's.
     scanning: Option<(usize, usize)>,
-    /// Holds a write ended.
+    /// Holds a write ended (with the run around the page written).
     pub broken: u64,
 }
 
@@ -130,17 +136,31 @@ impl Held {
     }
 
     /// On the fault thread: a write-protect fault at `addr` ends its hold,
-    /// unless a scan is working there. True if it did: the caller unprotects.
-    pub fn end_by_write(&mut self, addr: usize) -> bool {
-        if self
-            .scanning
-            .is_some_and(|(a, end)| (a..end).contains(&addr))
-        {
-            return false;
+    /// unless a scan is working there, and the holds of the run of held
+    /// pages around it (up to `END_AROUND` each way): a program writing a
+    /// held range page by page pays one fault for the run, not one a page.
+    /// Returns the range whose holds ended, for the caller to unprotect.
+    pub fn end_by_write(&mut self, addr: usize) -> Option<(usize, usize)> {
+        let free = |held: &Held, a: usize| {
+            held.pages.contains_key(&a)
+                && !held.scanning.is_some_and(|(s, end)| (s..end).contains(&a))
+        };
+        if !free(self, addr) {
+            return None;
         }
-        let ended = self.pages.remove(&addr).is_some();
-        self.broken += ended as u64;
-        ended
+        let mut start = addr;
+        while addr - start < END_AROUND * PAGE && start >= PAGE && free(self, start - PAGE) {
+            start -= PAGE;
+        }
+        let mut end = addr + PAGE;
+        while end - addr <= END_AROUND * PAGE && free(self, end) {
+            end += PAGE;
+        }
+        for a in (start..end).step_by(PAGE) {
+            self.pages.remove(&a);
+        }
+        self.broken += ((end - start) / PAGE) as u64;
+        Some((start, end - start))
     }
 
     pub fn is_empty(&self) -> bool {
