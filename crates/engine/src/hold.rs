@@ -36,8 +36,8 @@
 //! Cost: a run of held pages stays registered, which splits the mapping
 //! around it, so each run counts two mappings against the budget; at most
 //! `MAX_HELD` pages are held at once. Holds need the fault thread; without it (no userfaultfd
-//! MISSING mode) diverged pages get the pin grace, counted as
-//! `fallbacks.pin_hold`.
+//! MISSING mode) diverged pages get the pin grace and owned zero pages are
+//! frozen, counted as `fallbacks.pin_hold`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -185,9 +185,9 @@ impl Held {
 }
 
 impl State {
-    /// Diverged pages are held before they are folded or merged: holds are
-    /// asked for, there is a pin age, the pin guard, and a fault thread to
-    /// end holds.
+    /// Diverged and owned zero pages are held before they are folded or
+    /// merged: holds are asked for, there is a pin age, the pin guard, and a
+    /// fault thread to end holds.
     pub fn holds_on(&mut self) -> bool {
         if !self.holds_wanted() {
             return false;
@@ -224,7 +224,7 @@ impl State {
         plan.retain(|&k, _| !young(k));
     }
 
-    /// Holds decide when diverged pages may be folded or merged (after
+    /// Holds decide when diverged and owned zero pages may be folded or merged (after
     /// `holds_on` said so; the fault thread, once started, stays).
     pub fn holding(&self) -> bool {
         self.holds_wanted() && self.fault_thread.is_some()
