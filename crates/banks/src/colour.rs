@@ -18,11 +18,77 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::map::{bits_of, BankMap, Source};
+use crate::set::BankSet;
+
+/// What to colour by: a bank map and the banks a program's pages may use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Colouring {
+    pub map: BankMap,
+    pub set: BankSet,
+}
+
+impl Colouring {
+    /// The set `set_text` (`0-7,12`) under the map `functions`: a table
+    /// entry's name, or hex masks (`0x2040,0x24000`); without it, the table
+    /// entry assumed for this CPU. One-line errors.
+    pub fn parse(set_text: &str, functions: Option<&str>) -> Result<Colouring, String> {
+        let map = match functions.map(str::trim).filter(|f| !f.is_empty()) {
+            None => crate::map::assumed_for_this_cpu().0,
+            Some(f) => parse_map(f)?,
+        };
+        let set = BankSet::parse(set_text, map.bank_count()).map_err(|e| e.to_string())?;
+        if !map.reachable(&set) {
+            let inside: Vec<String> = map
+                .functions
+                .iter()
+                .filter(|&&f| f & (crate::PAGE - 1) != 0)
+                .map(|&f| bits_of(f))
+                .collect();
+            return Err(format!(
+                "bank set {set} cannot be met by 4 KiB pages: function {} uses an address bit \
+                 inside the page, so a page always covers both banks it separates",
+                inside.join(", ")
+            ));
+        }
+        Ok(Colouring { map, set })
+    }
+
+    /// Whether page `pfn` lies wholly in the set.
+    pub fn fits(&self, pfn: u64) -> bool {
+        self.map.page_fits(pfn, &self.set)
+    }
+}
+
+/// A table entry's name or comma-separated hex masks.
+fn parse_map(text: &str) -> Result<BankMap, String> {
+    if let Some(m) = BankMap::known(text) {
+        return Ok(m);
+    }
+    let masks = text
+        .split(',')
+        .map(|m| {
+            let hex = m.trim().trim_start_matches("0x");
+            u64::from_str_radix(hex, 16)
+                .ok()
+                .filter(|&v| v != 0)
+                .ok_or_else(|| format!("'{}' is neither a bank map name nor a hex mask", m.trim()))
+        })
+        .collect::<Result<Vec<u64>, String>>()?;
+    if masks.is_empty() || masks.len() > 6 {
+        return Err(format!("{} bank functions given; 1 to 6 are supported", masks.len()));
+    }
+    Ok(BankMap::new("given", Source::Measured, masks))
+}
+
 /// Rounds of fill, check and retry.
 pub const MAX_ROUNDS: usize = 24;
 /// Pages held aside at most, per page of the run (plus `HOLD_SLACK`).
 pub const HOLD_PER_PAGE: usize = 8;
 pub const HOLD_SLACK: usize = 4096;
+/// Pages held beyond those given back each round: the holder's own page
+/// tables and other allocations in between take freed pages too.
+pub const HOLD_EXTRA: usize = 32;
 
 /// A run of pages whose backing can be filled and given back.
 pub trait Pages {
@@ -85,13 +151,13 @@ pub fn colour_run(pages: &mut dyn Pages, n: usize, fits: &dyn Fn(u64) -> bool) -
         if wrong.is_empty() {
             break;
         }
-        if round + 1 == MAX_ROUNDS || !holder.has_room(wrong.len()) {
+        if round + 1 == MAX_ROUNDS || !holder.has_room(wrong.len() + HOLD_EXTRA) {
             out.unmet = wrong.len() as u64;
             break;
         }
         wrong.iter().for_each(|&i| pages.give_back(i));
         out.rejected += wrong.len() as u64;
-        holder.take(wrong.len());
+        holder.take(wrong.len() + HOLD_EXTRA);
         pending = wrong;
     }
     if out.pfns_hidden || out.failed {
@@ -209,6 +275,21 @@ mod tests {
         let out = colour_run(&mut c, 10, &|_| true);
         assert!(out.pfns_hidden && !out.met());
         assert_eq!((out.coloured, out.unmet, c.given_back), (0, 10, 0));
+    }
+
+    #[test]
+    fn colouring_parses_maps_and_refuses_sets_pages_cannot_meet() {
+        let c = Colouring::parse("0-7", Some("coffee-lake-ddr4-1rank")).unwrap();
+        assert!(c.fits(0) && !c.fits(1 << (19 - 12)));
+        let c = Colouring::parse("1", Some("0x22000,0x44000,0x88000")).unwrap();
+        assert_eq!(c.map.bank_count(), 8);
+        assert!(c.fits(1 << (13 - 12)));
+        let e = Colouring::parse("0,2", Some("coffee-lake-ddr4-1rank")).unwrap_err();
+        assert!(e.contains("(6, 13)"), "{e}");
+        let e = Colouring::parse("0-16", Some("coffee-lake-ddr4-1rank")).unwrap_err();
+        assert!(e.contains("does not exist"), "{e}");
+        assert!(Colouring::parse("0", Some("zz")).is_err());
+        assert!(Colouring::parse("9-3", None).is_err());
     }
 
     #[test]
