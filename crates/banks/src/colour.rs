@@ -76,7 +76,10 @@ fn parse_map(text: &str) -> Result<BankMap, String> {
         })
         .collect::<Result<Vec<u64>, String>>()?;
     if masks.is_empty() || masks.len() > 6 {
-        return Err(format!("{} bank functions given; 1 to 6 are supported", masks.len()));
+        return Err(format!(
+            "{} bank functions given; 1 to 6 are supported",
+            masks.len()
+        ));
     }
     Ok(BankMap::new("given", Source::Measured, masks))
 }

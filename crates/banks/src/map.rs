@@ -110,7 +110,9 @@ impl BankMap {
     /// Address bits below the page offset that some function uses.
     pub fn in_page_bits(&self) -> u64 {
         let page_mask = (1u64 << PAGE_SHIFT) - 1;
-        self.functions.iter().fold(0, |acc, f| acc | (f & page_mask))
+        self.functions
+            .iter()
+            .fold(0, |acc, f| acc | (f & page_mask))
     }
 
     /// The banks the lines of page `pfn` fall in.

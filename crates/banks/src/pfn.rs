@@ -17,7 +17,12 @@ pub struct Pagemap {
 impl Pagemap {
     pub fn open() -> Option<Pagemap> {
         // SAFETY: a NUL-terminated path literal; the descriptor is owned by the returned value.
-        let fd = unsafe { libc::open(c"/proc/self/pagemap".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        let fd = unsafe {
+            libc::open(
+                c"/proc/self/pagemap".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        };
         (fd >= 0).then_some(Pagemap { fd })
     }
 

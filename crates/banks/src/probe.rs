@@ -97,7 +97,10 @@ impl std::fmt::Display for ProbeError {
             ProbeError::NotX86 => write!(f, "the timing probe needs x86-64 (clflush, rdtscp)"),
             ProbeError::NoMemory => write!(f, "could not map the probe's buffer"),
             ProbeError::PfnsHidden => {
-                write!(f, "pagemap hides physical addresses (needs root / CAP_SYS_ADMIN)")
+                write!(
+                    f,
+                    "pagemap hides physical addresses (needs root / CAP_SYS_ADMIN)"
+                )
             }
         }
     }
@@ -131,10 +134,7 @@ impl Buffer {
             libc::madvise(p, len, libc::MADV_HUGEPAGE);
             libc::madvise(p, len, libc::MADV_POPULATE_WRITE);
         }
-        Some(Buffer {
-            ptr: p.cast(),
-            len,
-        })
+        Some(Buffer { ptr: p.cast(), len })
     }
 }
 

@@ -45,7 +45,11 @@ impl BankSet {
 
     /// Every bank of a map with `count` banks.
     pub fn all(count: u32) -> BankSet {
-        BankSet(if count >= 64 { u64::MAX } else { (1 << count) - 1 })
+        BankSet(if count >= 64 {
+            u64::MAX
+        } else {
+            (1 << count) - 1
+        })
     }
 
     /// Parses `0-7,12` for a map of `count` banks (at most 64).

@@ -17,7 +17,10 @@ impl Pages for Anon {
         for (k, &i) in which.iter().enumerate() {
             // SAFETY: page i lies inside the test's mapping.
             unsafe { std::ptr::write_volatile(self.base.add(i * PAGE as usize), 0u8) };
-            pfns[k] = self.map.pfn(self.base as usize + i * PAGE as usize).unwrap_or(0);
+            pfns[k] = self
+                .map
+                .pfn(self.base as usize + i * PAGE as usize)
+                .unwrap_or(0);
         }
         true
     }
@@ -67,9 +70,15 @@ fn every_kept_page_is_in_the_set_as_root() {
     eprintln!("{out:?}");
     assert!(out.met(), "{out:?}");
     assert_eq!(out.coloured, n as u64);
-    assert!(out.rejected > 0, "half the banks: some pages must be refused");
+    assert!(
+        out.rejected > 0,
+        "half the banks: some pages must be refused"
+    );
     for i in 0..n {
-        let pfn = pages.map.pfn(pages.base as usize + i * PAGE as usize).unwrap();
+        let pfn = pages
+            .map
+            .pfn(pages.base as usize + i * PAGE as usize)
+            .unwrap();
         assert!(c.fits(pfn), "page {i} pfn {pfn:#x}");
     }
 }

@@ -106,8 +106,11 @@ pub struct ModelResult {
 pub fn run(plan: &BanksPlan) -> Result<BanksResult, String> {
     let machine = Machine::probe();
     let (bank_map, map_why) = map::assumed_for_this_cpu();
-    let half = BankSet::parse(&format!("0-{}", bank_map.bank_count() / 2 - 1), bank_map.bank_count())
-        .map_err(|e| e.to_string())?;
+    let half = BankSet::parse(
+        &format!("0-{}", bank_map.bank_count() / 2 - 1),
+        bank_map.bank_count(),
+    )
+    .map_err(|e| e.to_string())?;
     let stream_set = colouring(&bank_map, half);
     let random_set = colouring(&bank_map, half.complement(bank_map.bank_count()));
     let mut shared = Vec::new();
@@ -117,7 +120,11 @@ pub fn run(plan: &BanksPlan) -> Result<BanksResult, String> {
     let mut verified = true;
     for run in 0..plan.runs {
         eprintln!("bench: banks run {}/{}", run + 1, plan.runs);
-        let order = if run % 2 == 0 { [false, true] } else { [true, false] };
+        let order = if run % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
         for partitioned in order {
             let sets = partitioned.then(|| (stream_set.clone(), random_set.clone()));
             let (pair, ok, fit) = together(plan, sets)?;
@@ -207,7 +214,10 @@ impl<'a> Buffer<'a> {
 
     /// Whether every word still holds what was written.
     fn intact(&self) -> bool {
-        self.words().iter().enumerate().all(|(i, &w)| w == mix(i as u64))
+        self.words()
+            .iter()
+            .enumerate()
+            .all(|(i, &w)| w == mix(i as u64))
     }
 
     /// Of its pages, how many lie wholly in `c`'s set (needs readable PFNs).
@@ -331,7 +341,7 @@ fn each_alone(plan: &BanksPlan) -> Result<Pair, String> {
         let stop = AtomicBool::new(false);
         std::thread::scope(|scope| {
             let h = scope.spawn(|| f(words, &stop));
-            std::thread::sleep(Duration::from_secs_f64(plan.seconds / 2.0));
+            std::thread::sleep(Duration::from_secs_f64(plan.seconds));
             stop.store(true, Ordering::Relaxed);
             h.join().unwrap_or(0.0)
         })
@@ -535,7 +545,10 @@ pub fn markdown(r: &BanksResult) -> String {
         "\n| simulated: row-buffer model, {} accesses each, same patterns | stream hit rate | stream mean ns | random hit rate | random mean ns |\n|---|---|---|---|---|\n",
         mm.accesses
     );
-    for (name, c) in [("shared banks", &mm.shared), ("partitioned", &mm.partitioned)] {
+    for (name, c) in [
+        ("shared banks", &mm.shared),
+        ("partitioned", &mm.partitioned),
+    ] {
         s += &format!(
             "| {name} | {:.3} | {:.1} | {:.3} | {:.1} |\n",
             c[0].hit_rate(),

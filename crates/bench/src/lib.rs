@@ -438,7 +438,10 @@ fn constrained_suite(a: &Args, ps: ProgramSuite) -> anyhow::Result<bool> {
 fn banks_suite(a: &Args) -> anyhow::Result<bool> {
     let plan = banks::BanksPlan {
         runs: a.runs.unwrap_or(if a.quick { 1 } else { 3 }).max(1),
-        mib: a.banks_mib.unwrap_or(if a.quick { 128 } else { 512 }).max(8),
+        mib: a
+            .banks_mib
+            .unwrap_or(if a.quick { 128 } else { 512 })
+            .max(8),
         seconds: if a.quick { 1.0 } else { 2.0 },
         cost_mib: 64,
     };

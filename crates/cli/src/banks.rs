@@ -39,7 +39,6 @@ pub struct Args {
 /// Everything `pagefold banks` found.
 #[derive(Serialize)]
 struct Findings {
-    schema: &'static str,
     machine: Machine,
     addresses_real: bool,
     probe: Option<ProbeSummary>,
@@ -69,12 +68,14 @@ struct ProbeSummary {
 
 pub fn run(a: Args) -> i32 {
     if a.candidates == 0 || a.rounds == 0 || a.buffer_mib < 4 {
-        eprintln!("pagefold banks: --candidates and --rounds must be positive, --buffer-mib at least 4");
+        eprintln!(
+            "pagefold banks: --candidates and --rounds must be positive, --buffer-mib at least 4"
+        );
         return 2;
     }
     let f = find(&a);
     if a.json {
-        match serde_json::to_string_pretty(&f) {
+        match pagefold_measure::schema::pretty(SCHEMA, &f) {
             Ok(s) => println!("{s}"),
             Err(e) => {
                 eprintln!("pagefold banks: {e}");
@@ -110,22 +111,21 @@ fn find(a: &Args) -> Findings {
         .map(|p| p.functions.clone());
     let (map, confidence, why) = match (&probe, measured) {
         (Some(p), Some(_)) => (
-            BankMap::new(
-                "measured",
-                Source::Measured,
-                probe_functions(p),
-            ),
+            BankMap::new("measured", Source::Measured, probe_functions(p)),
             Confidence::High,
             p.reason.clone(),
         ),
         _ => {
             let (m, why) = map::assumed_for_this_cpu();
-            (m, Confidence::None, format!("table entry ASSUMED, not measured: {why}"))
+            (
+                m,
+                Confidence::None,
+                format!("table entry ASSUMED, not measured: {why}"),
+            )
         }
     };
     let in_page = map.page_banks(0).len();
     Findings {
-        schema: SCHEMA,
         addresses_real: machine.addresses_real(),
         functions: map.describe(),
         banks: map.bank_count(),
@@ -201,7 +201,11 @@ fn print_human(f: &Findings) {
             );
             println!("  {}", p.reason);
             if p.bimodal {
-                println!("  functions found: {} (confidence {:?})", p.functions.join(" "), p.confidence);
+                println!(
+                    "  functions found: {} (confidence {:?})",
+                    p.functions.join(" "),
+                    p.confidence
+                );
             }
         }
         (None, Some(e)) => println!("timing probe: not run: {e}"),

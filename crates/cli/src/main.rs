@@ -49,7 +49,10 @@ enum Cmd {
 
 fn main() {
     let cli = Cli::parse();
-    if matches!(cli.cmd, Cmd::Measure(_) | Cmd::Analyze(_) | Cmd::Banks(_) | Cmd::Preload) {
+    if matches!(
+        cli.cmd,
+        Cmd::Measure(_) | Cmd::Analyze(_) | Cmd::Banks(_) | Cmd::Preload
+    ) {
         quiet_on_closed_output();
     }
     if let Err(e) = preload::provide() {

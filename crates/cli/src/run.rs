@@ -76,7 +76,8 @@ fn config(name: &str) -> Config {
 fn run_checked(a: &Args) -> Result<i32, String> {
     if let Some(set) = &a.banks {
         let functions = a.bank_functions.as_deref();
-        pagefold_banks::colour::Colouring::parse(set, functions).map_err(|e| format!("--banks: {e}"))?;
+        pagefold_banks::colour::Colouring::parse(set, functions)
+            .map_err(|e| format!("--banks: {e}"))?;
         // The children inherit it; the preload's engine reads it (docs/CONFIG.md).
         std::env::set_var("PAGEFOLD_BANKS", set);
         if let Some(f) = functions {

@@ -90,7 +90,10 @@ mod tests {
 
     #[test]
     fn consecutive_runs() {
-        assert_eq!(consecutive(&[0, 1, 2, 5, 7, 8]), vec![(0, 3), (5, 1), (7, 2)]);
+        assert_eq!(
+            consecutive(&[0, 1, 2, 5, 7, 8]),
+            vec![(0, 3), (5, 1), (7, 2)]
+        );
         assert!(consecutive(&[]).is_empty());
     }
 }

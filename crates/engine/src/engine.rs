@@ -435,7 +435,8 @@ impl State {
     /// pages of the bank set and counts what that cost (colour.rs).
     fn colour(&mut self, pi: usize, slot: u64, n: usize) {
         let Some(c) = &self.cfg.banks else { return };
-        let out = crate::colour::colour_slots(&self.pools[pi], slot, n, c, self.cfg.inject.hide_pfns);
+        let out =
+            crate::colour::colour_slots(&self.pools[pi], slot, n, c, self.cfg.inject.hide_pfns);
         self.stats.coloured_pages += out.coloured;
         self.stats.colour_rejected += out.rejected;
         self.stats.colour_unmet += out.unmet;

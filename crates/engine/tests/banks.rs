@@ -22,12 +22,19 @@ fn write_and_check(p: *mut u8, pages: usize) {
     let w = p as *mut u64;
     for i in 0..words {
         // SAFETY: i < words and the block holds pages * PAGE bytes.
-        unsafe { w.add(i).write((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) };
+        unsafe {
+            w.add(i)
+                .write((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        };
     }
     for i in 0..words {
         // SAFETY: as above.
         let v = unsafe { w.add(i).read() };
-        assert_eq!(v, (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15), "word {i}");
+        assert_eq!(
+            v,
+            (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            "word {i}"
+        );
     }
 }
 
@@ -50,7 +57,10 @@ fn fresh_frames_come_from_the_bank_set_and_keep_their_bytes() {
     let map = Pagemap::open().unwrap();
     for i in 0..PAGES {
         let pfn = map.pfn(p as usize + i * PAGE).expect("present");
-        assert!(colouring.fits(pfn), "page {i}: pfn {pfn:#x} outside the set");
+        assert!(
+            colouring.fits(pfn),
+            "page {i}: pfn {pfn:#x} outside the set"
+        );
     }
     let s = e.stats();
     eprintln!(
@@ -88,7 +98,10 @@ fn colouring_off_costs_nothing() {
     let p = e.alloc(PAGES * PAGE, Hint::None);
     write_and_check(p, PAGES);
     let s = e.stats();
-    assert_eq!((s.coloured_pages, s.colour_ns, s.fallbacks.banks), (0, 0, 0));
+    assert_eq!(
+        (s.coloured_pages, s.colour_ns, s.fallbacks.banks),
+        (0, 0, 0)
+    );
     // SAFETY: p came from this engine's alloc and nothing uses it after.
     assert!(unsafe { e.free(p) });
 }
