@@ -106,7 +106,7 @@ impl Rng {
         Rng(seed.max(1))
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -114,7 +114,7 @@ impl Rng {
     }
 
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.next_u64() % n.max(1)
     }
 }
 
@@ -163,7 +163,7 @@ pub fn simulate(
                 Pattern::Random => rng.below(lines),
             };
             let pfn = frames[i][(line / lines_per_page) as usize];
-            let pa = (pfn << crate::PAGE_SHIFT) | (line % lines_per_page) * LINE;
+            let pa = (pfn << crate::PAGE_SHIFT) | ((line % lines_per_page) * LINE);
             rows.access(map.bank_of(pa), pa, &mut counts[i]);
         }
     }
