@@ -154,13 +154,17 @@ pub fn colour_run(pages: &mut dyn Pages, n: usize, fits: &dyn Fn(u64) -> bool) -
         if wrong.is_empty() {
             break;
         }
-        if round + 1 == MAX_ROUNDS || !holder.has_room(wrong.len() + HOLD_EXTRA) {
+        // Pages given back in round r are retried after taking r + 1 times as
+        // many: when the free lists' head is mostly outside the set (pages a
+        // previous run held and let go), holding grows until it is drained.
+        let hold = (wrong.len() * (round + 1) + HOLD_EXTRA).min(holder.room());
+        if round + 1 == MAX_ROUNDS || hold < wrong.len() {
             out.unmet = wrong.len() as u64;
             break;
         }
         wrong.iter().for_each(|&i| pages.give_back(i));
         out.rejected += wrong.len() as u64;
-        holder.take(wrong.len() + HOLD_EXTRA);
+        holder.take(hold);
         pending = wrong;
     }
     if out.pfns_hidden || out.failed {
@@ -189,8 +193,9 @@ impl Holder {
         }
     }
 
-    pub fn has_room(&self, pages: usize) -> bool {
-        self.held + pages <= self.limit
+    /// Pages it may still take.
+    pub fn room(&self) -> usize {
+        self.limit.saturating_sub(self.held)
     }
 
     /// Takes `pages` fresh pages (written, so each is a page of its own).

@@ -86,7 +86,7 @@ const DEFAULT_DE_CONFIGS: &str = "plain,de-share,de-patch,de-compress,de-all";
 /// programs under pagefold, plain and kernel KSM: print tables, write JSON, markdown and charts.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Suites to run, comma-separated or repeated: micro, fold, synthetic, all (= micro,fold,synthetic),
+    /// Suites to run, comma-separated or repeated: micro, fold, synthetic, all (= micro,fold,synthetic), banks,
     /// r, python, de.
     #[arg(long, value_enum, value_delimiter = ',', num_args = 1.., default_value = "all")]
     pub suite: Vec<Suite>,

@@ -1,7 +1,8 @@
 //! `pagefold banks` and `pagefold run --banks` through the built binary: the
 //! report names its map, its source and whether addresses are real; a bad
 //! bank set is refused before the program runs, with one line and a non-zero
-//! exit, never a panic; a good one reaches the program's engine.
+//! exit, never a panic; a good one reaches the program's engine; the banks
+//! suite writes its measured and simulated tables.
 
 #[allow(dead_code)]
 mod common;
@@ -104,4 +105,37 @@ fn a_good_set_reaches_the_program() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0-7");
+}
+
+#[test]
+fn the_banks_suite_writes_measured_and_simulated_results() {
+    let out_dir = common::scratch("banks-suite");
+    let out = Command::new(pagefold())
+        .args([
+            "bench",
+            "--quick",
+            "--suite",
+            "banks",
+            "--banks-mib",
+            "16",
+            "--out",
+        ])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = std::fs::read(out_dir.join("results/banks.json")).unwrap();
+    let v: Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(v["schema"], "pagefold-bench/1");
+    assert_eq!(v["verified"], true);
+    let md = std::fs::read_to_string(out_dir.join("results/banks.md")).unwrap();
+    assert!(
+        md.contains("| measured |") && md.contains("| simulated:"),
+        "{md}"
+    );
+    let _ = std::fs::remove_dir_all(&out_dir);
 }
