@@ -3,9 +3,12 @@
 //!
 //! The kernel hands out the most recently freed page first (per-CPU free
 //! lists are last in, first out), so a page given back would come straight
-//! back on the retry. A [`Holder`] therefore takes as many fresh anonymous
-//! pages as were given back, right after giving them back: those are most
-//! likely the very pages rejected, and they stay held until the run is done.
+//! back on the retry. A [`Holder`] therefore takes fresh anonymous pages
+//! right after they were given back: those are most likely the very pages
+//! rejected, and they stay held until the run is done. In round r it takes
+//! r + 1 times as many as were given back, so that free lists whose head is
+//! mostly outside the set (another run's refused pages, let go when that run
+//! ended) are drained instead of being drawn from again and again.
 //! The number of rounds and the pages held are bounded; pages still wrong
 //! then are left as they are (correct memory, only not coloured) and counted.
 //!
