@@ -84,7 +84,7 @@ fn parse_map(text: &str) -> Result<BankMap, String> {
             masks.len()
         ));
     }
-    Ok(BankMap::new("given", Source::Measured, masks))
+    Ok(BankMap::new("given", Source::Given, masks))
 }
 
 /// Rounds of fill, check and retry.

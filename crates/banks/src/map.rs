@@ -29,6 +29,8 @@ pub enum Source {
     Measured,
     /// Taken from the table of published maps; not checked on this machine.
     Table,
+    /// Masks given by the user (`PAGEFOLD_BANK_FUNCTIONS`).
+    Given,
 }
 
 /// XOR bank functions over physical address bits.

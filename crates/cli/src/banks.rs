@@ -217,6 +217,7 @@ fn print_human(f: &Findings) {
         match f.map.source {
             Source::Measured => "measured here",
             Source::Table => "from the table of published maps",
+            Source::Given => "given",
         }
     );
     println!("  {} banks; functions {}", f.banks, f.functions.join(" "));
