@@ -8,7 +8,10 @@
 //! coloured against plain, pages refused per page kept); the row-conflict
 //! probe's times of address pairs the bank map puts in the same bank and a
 //! different row against pairs in different banks (if the map is right and
-//! the addresses real, the first are slower). Simulated: the row-buffer
+//! the addresses real, the first are slower). A control runs both programs
+//! coloured to the same half of the banks: colouring without partitioning,
+//! so that an effect of colouring itself (which pages, allocated when) is
+//! not taken for one of banks. Simulated: the row-buffer
 //! model's hit rates for the same two access patterns, shared and
 //! partitioned. The report says which numbers are which.
 //!
@@ -44,6 +47,18 @@ pub struct BanksPlan {
     pub cost_mib: usize,
 }
 
+/// Where the two programs' frames come from.
+#[derive(Clone, Copy)]
+enum Layout {
+    /// Any page (no colouring).
+    Shared,
+    /// Disjoint halves of the banks.
+    Partitioned,
+    /// Both coloured to the same half: colouring without partitioning, the
+    /// control that tells an effect of colouring itself from one of banks.
+    SameBanks,
+}
+
 /// Throughput of both programs in one configuration, one run.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 struct Pair {
@@ -68,6 +83,9 @@ pub struct BanksResult {
     pub shared_random_mops: Spread,
     pub partitioned_stream_gbs: Spread,
     pub partitioned_random_mops: Spread,
+    /// Both coloured to the stream's half (the control).
+    pub same_banks_stream_gbs: Spread,
+    pub same_banks_random_mops: Spread,
     pub alone_stream_gbs: Spread,
     pub alone_random_mops: Spread,
     /// Pages of the two buffers whose banks lay in their program's set, of all (partitioned runs).
@@ -115,25 +133,29 @@ pub fn run(plan: &BanksPlan) -> Result<BanksResult, String> {
     let random_set = colouring(&bank_map, half.complement(bank_map.bank_count()));
     let mut shared = Vec::new();
     let mut split = Vec::new();
+    let mut same = Vec::new();
     let mut alone = Vec::new();
     let mut in_set = (0u64, 0u64);
     let mut verified = true;
     for run in 0..plan.runs {
         eprintln!("bench: banks run {}/{}", run + 1, plan.runs);
-        let order = if run % 2 == 0 {
-            [false, true]
-        } else {
-            [true, false]
-        };
-        for partitioned in order {
-            let sets = partitioned.then(|| (stream_set.clone(), random_set.clone()));
+        let mut order = [Layout::Shared, Layout::Partitioned, Layout::SameBanks];
+        order.rotate_left(run % 3);
+        for layout in order {
+            let sets = match layout {
+                Layout::Shared => None,
+                Layout::Partitioned => Some((stream_set.clone(), random_set.clone())),
+                Layout::SameBanks => Some((stream_set.clone(), stream_set.clone())),
+            };
             let (pair, ok, fit) = together(plan, sets)?;
             verified &= ok;
-            if partitioned {
-                split.push(pair);
-                in_set = (in_set.0 + fit.0, in_set.1 + fit.1);
-            } else {
-                shared.push(pair);
+            match layout {
+                Layout::Shared => shared.push(pair),
+                Layout::Partitioned => {
+                    split.push(pair);
+                    in_set = (in_set.0 + fit.0, in_set.1 + fit.1);
+                }
+                Layout::SameBanks => same.push(pair),
             }
         }
         alone.push(each_alone(plan)?);
@@ -156,6 +178,8 @@ pub fn run(plan: &BanksPlan) -> Result<BanksResult, String> {
         shared_random_mops: spread(&shared, |p| p.random_mops),
         partitioned_stream_gbs: spread(&split, |p| p.stream_gbs),
         partitioned_random_mops: spread(&split, |p| p.random_mops),
+        same_banks_stream_gbs: spread(&same, |p| p.stream_gbs),
+        same_banks_random_mops: spread(&same, |p| p.random_mops),
         alone_stream_gbs: spread(&alone, |p| p.stream_gbs),
         alone_random_mops: spread(&alone, |p| p.random_mops),
         partitioned_pages_in_set: in_set.0 as f64 / in_set.1.max(1) as f64,
@@ -497,19 +521,26 @@ pub fn markdown(r: &BanksResult) -> String {
     );
     let f = |x: &Spread, d: usize| format!("{:.d$} ({:.d$}-{:.d$})", x.median, x.min, x.max);
     let ratio = |a: &Spread, b: &Spread| b.median / a.median;
-    s += "| measured | shared banks | partitioned | partitioned / shared | alone |\n|---|---|---|---|---|\n";
     s += &format!(
-        "| stream, GB/s of lines read | {} | {} | {:.3} | {} |\n",
+        "| measured | shared banks | partitioned | partitioned / shared | both coloured to banks {} (control) | control / shared | alone |\n|---|---|---|---|---|---|---|\n",
+        r.stream_banks
+    );
+    s += &format!(
+        "| stream, GB/s of lines read | {} | {} | {:.3} | {} | {:.3} | {} |\n",
         f(&r.shared_stream_gbs, 2),
         f(&r.partitioned_stream_gbs, 2),
         ratio(&r.shared_stream_gbs, &r.partitioned_stream_gbs),
+        f(&r.same_banks_stream_gbs, 2),
+        ratio(&r.shared_stream_gbs, &r.same_banks_stream_gbs),
         f(&r.alone_stream_gbs, 2)
     );
     s += &format!(
-        "| random reader, M dependent loads/s | {} | {} | {:.3} | {} |\n",
+        "| random reader, M dependent loads/s | {} | {} | {:.3} | {} | {:.3} | {} |\n",
         f(&r.shared_random_mops, 2),
         f(&r.partitioned_random_mops, 2),
         ratio(&r.shared_random_mops, &r.partitioned_random_mops),
+        f(&r.same_banks_random_mops, 2),
+        ratio(&r.shared_random_mops, &r.same_banks_random_mops),
         f(&r.alone_random_mops, 2)
     );
     s += &format!(
