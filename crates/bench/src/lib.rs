@@ -17,8 +17,11 @@
 //! `plot`); with `--limit`, the same programs under a memory limit with swap
 //! (see `constrained`). The workload suite `de` is Difference Engine's
 //! micro-benchmark (pagefold-synth's `de-*` workloads) with its savings over
-//! time per mechanism (see `de`).
+//! time per mechanism (see `de`). The suite `banks` runs a streaming and a
+//! random-access program together with their frames from shared and from
+//! disjoint DRAM banks (page colouring), next to the row-buffer model (see `banks`).
 
+pub mod banks;
 pub mod cgroup;
 pub mod compass;
 pub mod constrained;
@@ -68,6 +71,10 @@ pub enum Suite {
     /// Difference Engine's micro-benchmark (pagefold-synth de-zero, de-random, de-identical,
     /// de-similar): savings over time of sharing, patching and compression alone and together.
     De,
+    /// Bank partitioning: a streaming and a random-access program together, frames from shared
+    /// banks and from disjoint halves (page colouring), with the colouring cost, the row-conflict
+    /// probe and the trace-driven row-buffer model.
+    Banks,
 }
 
 /// The configurations a workload suite runs without `--configs`.
@@ -79,7 +86,7 @@ const DEFAULT_DE_CONFIGS: &str = "plain,de-share,de-patch,de-compress,de-all";
 /// programs under pagefold, plain and kernel KSM: print tables, write JSON, markdown and charts.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Suites to run, comma-separated or repeated: micro, fold, synthetic, all (= micro,fold,synthetic),
+    /// Suites to run, comma-separated or repeated: micro, fold, synthetic, all (= micro,fold,synthetic), banks,
     /// r, python, de.
     #[arg(long, value_enum, value_delimiter = ',', num_args = 1.., default_value = "all")]
     pub suite: Vec<Suite>,
@@ -147,6 +154,10 @@ pub struct Args {
     /// DIR/RESULTS.md of --update-docs; "-" leaves it alone.
     #[arg(long, value_name = "PATH")]
     pub results_doc: Option<PathBuf>,
+    /// MiB of each program's buffer in the banks suite (default 512, 128 with --quick): more than
+    /// the caches hold.
+    #[arg(long, value_name = "MIB")]
+    pub banks_mib: Option<usize>,
     #[command(flatten)]
     pub limits: constrained::LimitArgs,
 }
@@ -249,6 +260,9 @@ fn run_suites(a: &Args) -> anyhow::Result<bool> {
             &markdown,
             serde_json::json!({ "machine": machine, "results": results }),
         )?;
+    }
+    if has(Suite::Banks) {
+        all_verified &= banks_suite(a)?;
     }
     for (s, ps) in PROGRAM_SUITES {
         if has(s) {
@@ -417,6 +431,34 @@ fn constrained_suite(a: &Args, ps: ProgramSuite) -> anyhow::Result<bool> {
         .iter()
         .flat_map(|w| &w.runs)
         .all(|r| !r.verdict.is_error()))
+}
+
+/// `--suite banks`: runs, prints, writes results/banks.{json,md} and the doc
+/// section; false if a program's bytes were not intact.
+fn banks_suite(a: &Args) -> anyhow::Result<bool> {
+    let plan = banks::BanksPlan {
+        runs: a.runs.unwrap_or(if a.quick { 1 } else { 3 }).max(1),
+        mib: a
+            .banks_mib
+            .unwrap_or(if a.quick { 128 } else { 512 })
+            .max(8),
+        seconds: if a.quick { 1.0 } else { 2.0 },
+        cost_mib: 64,
+    };
+    let result = banks::run(&plan).map_err(anyhow::Error::msg)?;
+    let markdown = banks::markdown(&result);
+    println!("\n## pagefold bench: banks\n\n{markdown}");
+    let dir = a.out.join("results");
+    std::fs::create_dir_all(&dir)?;
+    let json = pagefold_measure::schema::pretty(report::SCHEMA, &result)?;
+    std::fs::write(dir.join("banks.json"), json + "\n")?;
+    std::fs::write(dir.join("banks.md"), &markdown)?;
+    eprintln!("bench: wrote {}", dir.join("banks.{json,md}").display());
+    if let Some(doc) = a.results_doc_path() {
+        report::update_doc(&doc, "banks", &markdown)?;
+        eprintln!("bench: banks section regenerated in {}", doc.display());
+    }
+    Ok(result.verified)
 }
 
 /// Publishes earlier suite results again (`--render`).

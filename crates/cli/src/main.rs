@@ -5,6 +5,7 @@
 use clap::{Parser, Subcommand};
 
 mod analyze;
+mod banks;
 mod demo;
 mod measure;
 mod preload;
@@ -37,6 +38,10 @@ enum Cmd {
     /// Engine micro-benchmarks, the fold comparison against kernel KSM, and the workload
     /// suites (synthetic, R, Python) under plain, pagefold and kernel KSM.
     Bench(pagefold_bench::Args),
+    /// How physical addresses map to DRAM banks here: the functions found (by
+    /// row-conflict timing) or assumed (from a table), how sure, and whether
+    /// the addresses are real or a virtual machine's.
+    Banks(banks::Args),
     /// Print the path of the preload library `pagefold run` uses (for
     /// LD_PRELOAD in a kernel spec or a service file).
     Preload,
@@ -44,7 +49,10 @@ enum Cmd {
 
 fn main() {
     let cli = Cli::parse();
-    if matches!(cli.cmd, Cmd::Measure(_) | Cmd::Analyze(_) | Cmd::Preload) {
+    if matches!(
+        cli.cmd,
+        Cmd::Measure(_) | Cmd::Analyze(_) | Cmd::Banks(_) | Cmd::Preload
+    ) {
         quiet_on_closed_output();
     }
     if let Err(e) = preload::provide() {
@@ -56,6 +64,7 @@ fn main() {
         Cmd::Analyze(a) => analyze::run(a),
         Cmd::Bench(a) => pagefold_bench::run(a),
         Cmd::Run(a) => run::run(a),
+        Cmd::Banks(a) => banks::run(a),
         Cmd::Preload => match preload::path() {
             Ok(p) => {
                 println!("{}", p.display());

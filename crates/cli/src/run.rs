@@ -41,6 +41,14 @@ pub struct Args {
     /// Draw memory over time (every run of --compare on one chart) into FILE.png.
     #[arg(long, value_name = "FILE.png")]
     pub plot: Option<PathBuf>,
+    /// Serve the program's fresh frames only from pages of these DRAM banks
+    /// (`0-7,12`; sets PAGEFOLD_BANKS, see `pagefold banks` and docs/CONFIG.md).
+    #[arg(long, value_name = "SET")]
+    pub banks: Option<String>,
+    /// The bank map for --banks: a table entry or hex masks (default: the
+    /// entry assumed for this CPU; sets PAGEFOLD_BANK_FUNCTIONS).
+    #[arg(long, value_name = "MAP", requires = "banks")]
+    pub bank_functions: Option<String>,
     /// The command and its arguments.
     #[arg(
         trailing_var_arg = true,
@@ -66,6 +74,16 @@ fn config(name: &str) -> Config {
 }
 
 fn run_checked(a: &Args) -> Result<i32, String> {
+    if let Some(set) = &a.banks {
+        let functions = a.bank_functions.as_deref();
+        pagefold_banks::colour::Colouring::parse(set, functions)
+            .map_err(|e| format!("--banks: {e}"))?;
+        // The children inherit it; the preload's engine reads it (docs/CONFIG.md).
+        std::env::set_var("PAGEFOLD_BANKS", set);
+        if let Some(f) = functions {
+            std::env::set_var("PAGEFOLD_BANK_FUNCTIONS", f);
+        }
+    }
     let preload = program::find_preload(a.preload.as_deref())?;
     let exe =
         program::resolve(&a.cmd[0]).ok_or_else(|| format!("{}: command not found", a.cmd[0]))?;

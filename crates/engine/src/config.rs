@@ -119,6 +119,10 @@ pub struct Config {
     /// Candidate reference pages the detector remembers at most (its memory
     /// is bounded: beyond this it starts afresh, as DE clears it each cycle).
     pub patch_candidates: usize,
+    /// Page colouring (colour.rs): frames of fresh blocks only from physical
+    /// pages whose DRAM banks are in this set, under this bank map. None
+    /// (default): any page.
+    pub banks: Option<pagefold_banks::colour::Colouring>,
     /// Fault injection, for tests.
     pub inject: Inject,
 }
@@ -139,6 +143,9 @@ pub struct Inject {
     pub max_map_count: Option<usize>,
     /// Every patch fails to decode when restored: the page is poisoned (SIGBUS).
     pub fail_patch: bool,
+    /// Page colouring reads every PFN as zero, as without root: colouring
+    /// falls back to uncoloured frames.
+    pub hide_pfns: bool,
     /// Pauses of up to this many microseconds at the points where eviction,
     /// restoring and reconciling race (race.rs).
     pub race_pause_us: u64,
@@ -182,6 +189,7 @@ impl Default for Config {
             patch_blocks: 8,
             patch_block_bytes: 8,
             patch_candidates: 1 << 14,
+            banks: None,
             inject: Inject::default(),
         }
     }
@@ -211,9 +219,11 @@ impl Config {
     /// tiering: `PAGEFOLD_TIER`, `PAGEFOLD_TIER_PATCH`, `PAGEFOLD_TIER_COMPRESS` (0/1),
     /// `PAGEFOLD_CLOCK_MS`, `PAGEFOLD_COLD_PASSES`, `PAGEFOLD_HIGH_MB`, `PAGEFOLD_LOW_MB`
     /// (0 = no watermark); patching: `PAGEFOLD_PATCH_BLOCKS`, `PAGEFOLD_PATCH_BLOCK_BYTES`,
-    /// `PAGEFOLD_PATCH_CANDIDATES`; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
+    /// `PAGEFOLD_PATCH_CANDIDATES`; page colouring: `PAGEFOLD_BANKS` (a bank set, `0-7,12`)
+    /// under `PAGEFOLD_BANK_FUNCTIONS` (a table entry of pagefold-banks or hex masks; default:
+    /// the entry assumed for this CPU), an invalid set leaves colouring off; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
     /// `PAGEFOLD_INJECT_FAIL_UFFD`, `PAGEFOLD_INJECT_FAIL_UFFD_MISSING`, `PAGEFOLD_INJECT_FAIL_PATCH` (0/1),
-    /// `PAGEFOLD_INJECT_MMAP_AFTER`, `PAGEFOLD_INJECT_MAX_MAP_COUNT`.
+    /// `PAGEFOLD_INJECT_MMAP_AFTER`, `PAGEFOLD_INJECT_MAX_MAP_COUNT`, `PAGEFOLD_INJECT_HIDE_PFNS`.
     /// Unparsable values keep the default; the preload cannot report errors.
     pub fn from_env() -> Config {
         let mut c = Config::default();
@@ -303,6 +313,10 @@ impl Config {
             c.low_water = v;
         }
         c.inject = Inject::from_env();
+        if let Ok(set) = std::env::var("PAGEFOLD_BANKS") {
+            let functions = std::env::var("PAGEFOLD_BANK_FUNCTIONS").ok();
+            c.banks = pagefold_banks::colour::Colouring::parse(&set, functions.as_deref()).ok();
+        }
         if let Some(f) = std::env::var("PAGEFOLD_SCAN_SHARE")
             .ok()
             .and_then(|s| s.trim().parse::<f64>().ok())
@@ -326,7 +340,7 @@ impl Inject {
     /// preload (which cannot be given a Config) can be made to take every
     /// fallback path: `PAGEFOLD_INJECT_FAIL_MEMFD=1`, `PAGEFOLD_INJECT_FAIL_UFFD=1`,
     /// `PAGEFOLD_INJECT_FAIL_UFFD_MISSING=1`,
-    /// `PAGEFOLD_INJECT_FAIL_PATCH=1`, `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
+    /// `PAGEFOLD_INJECT_FAIL_PATCH=1`, `PAGEFOLD_INJECT_HIDE_PFNS=1`, `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
     pub fn from_env() -> Inject {
         let num = |name: &str| {
             std::env::var(name)
@@ -341,6 +355,7 @@ impl Inject {
             fail_mmap_after: num("PAGEFOLD_INJECT_MMAP_AFTER"),
             max_map_count: num("PAGEFOLD_INJECT_MAX_MAP_COUNT").map(|v| v as usize),
             fail_patch: on("PAGEFOLD_INJECT_FAIL_PATCH"),
+            hide_pfns: on("PAGEFOLD_INJECT_HIDE_PFNS"),
             race_pause_us: num("PAGEFOLD_INJECT_RACE_US").unwrap_or(0),
         }
     }

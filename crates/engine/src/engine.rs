@@ -430,6 +430,7 @@ impl State {
             false,
         ) {
             Ok(p) => {
+                self.colour(pi, slot, npages);
                 let pool = &mut self.pools[pi];
                 let pages = (0..npages as u64)
                     .map(|i| {
@@ -444,6 +445,27 @@ impl State {
                 self.stats.fallbacks.mmap += 1;
                 None
             }
+        }
+    }
+
+    /// With page colouring on, backs the fresh slots `[slot, slot + n)` with
+    /// pages of the bank set and counts what that cost (colour.rs).
+    fn colour(&mut self, pi: usize, slot: u64, n: usize) {
+        let Some(c) = &self.cfg.banks else { return };
+        let out = crate::colour::colour_slots(
+            &self.pools[pi],
+            slot,
+            n,
+            c,
+            self.pagemap.as_ref(),
+            self.cfg.inject.hide_pfns,
+        );
+        self.stats.coloured_pages += out.coloured;
+        self.stats.colour_rejected += out.rejected;
+        self.stats.colour_unmet += out.unmet;
+        self.stats.colour_ns += out.ns;
+        if !out.met() {
+            self.stats.fallbacks.banks += 1;
         }
     }
 

@@ -64,6 +64,7 @@
 mod advice;
 mod budget;
 mod clock;
+mod colour;
 mod config;
 mod detach;
 mod engine;

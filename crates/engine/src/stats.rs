@@ -26,8 +26,13 @@ pub struct Fallbacks {
     /// and merge behind the pin grace instead of the pin guard.
     pub pin_guard: u64,
     /// No fault thread to end holds (userfaultfd MISSING mode missing):
-    /// diverged pages are folded and merged behind the pin grace (hold.rs).
+    /// diverged pages are folded and merged behind the pin grace and owned
+    /// zero pages frozen (hold.rs).
     pub pin_hold: u64,
+    /// Fresh blocks whose frames could not all be given pages of the bank
+    /// set (PFNs unreadable, a fill failed, the retry bounds ran out): the
+    /// rest of their pages are uncoloured (colour.rs).
+    pub banks: u64,
 }
 
 /// A snapshot of the engine's state and history.
@@ -88,6 +93,13 @@ pub struct Stats {
     pub scans_deferred: u64,
     /// Pages of fresh blocks handed out (not recycled ones).
     pub fresh_pages: u64,
+    /// Page colouring (colour.rs): frames backed by a page of the bank set,
+    /// pages refused for being outside it, frames left uncoloured, and the
+    /// time colouring took, in nanoseconds.
+    pub coloured_pages: u64,
+    pub colour_rejected: u64,
+    pub colour_unmet: u64,
+    pub colour_ns: u64,
     /// One of the engine's descriptors was found naming another file (the
     /// program replaced it behind the preload's back): since then the engine
     /// takes no new work (fresh blocks are plain memory, copies plain, no
