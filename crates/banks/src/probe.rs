@@ -258,9 +258,9 @@ pub fn analyse(base_pa: u64, samples: Vec<Sample>) -> ProbeResult {
         reason: String::new(),
     };
     if !bimodal {
+        let slow = slow_cycles.map_or("none".to_string(), |c| format!("median {c} cycles"));
         result.reason = format!(
-            "no separate group of slow pairs: fast median {fast_cycles} cycles, slow {:?} ({:.1}% of pairs), spread {spread}",
-            slow_cycles,
+            "no separate group of slow pairs: fast median {fast_cycles} cycles, slow {slow} ({:.1}% of pairs), spread {spread}",
             slow_share * 100.0
         );
         return result;
