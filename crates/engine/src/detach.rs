@@ -261,6 +261,15 @@ impl State {
         }
     }
 
+    /// `[a, a+n)` in pieces the scratch range holds.
+    pub fn scratch_pieces(&self, a: usize, n: usize) -> Vec<(usize, usize)> {
+        let most = self.scratch.as_ref().map_or(n, |s| s.pages()).max(1);
+        (a..a + n)
+            .step_by(most)
+            .map(|p| (p, most.min(a + n - p)))
+            .collect()
+    }
+
     /// Ends a detach: frees the moved pages and wakes threads that touched
     /// the holes (they fault again on whatever the caller mapped there).
     pub fn finish_detach(&mut self, d: Detached) {

@@ -115,6 +115,8 @@ pub(crate) struct Taken {
     /// Its memory is freed by punching this frame (owned, sole shared), else by MADV_DONTNEED.
     punch: Option<FrameId>,
     pub handle: Content,
+    /// Which page of the chunk's copies holds what was stored.
+    copy: usize,
 }
 
 impl Engine {
@@ -307,7 +309,7 @@ impl State {
         let mut copies = Vec::new();
         let taken = self.take_pages(base, chunk, pages, &mut copies, rep);
         let taken = self.unchanged_after_grace(base, taken, &copies, rep);
-        self.arm_and_free(base, taken, rep);
+        self.arm_and_free(base, taken, &copies, rep);
     }
 
     /// How page `k` would be evicted, if it may be (see the module comment).
@@ -417,13 +419,14 @@ impl State {
                     continue;
                 }
             };
-            copies.extend_from_slice(&buf);
             taken.push(Taken {
                 k,
                 kind,
                 punch,
                 handle,
+                copy: copies.len() / PAGE,
             });
+            copies.extend_from_slice(&buf);
         }
         taken
     }
@@ -467,7 +470,9 @@ impl State {
         if taken.is_empty() {
             return taken;
         }
-        if !self.cfg.pin_grace.is_zero() {
+        // Anonymous pages go through the pin guard instead (`evict_anon_run`).
+        let guarded = self.pin_guard() && taken.iter().all(|t| t.kind == Restores::Anon);
+        if !guarded && !self.cfg.pin_grace.is_zero() {
             std::thread::sleep(self.cfg.pin_grace);
         }
         let block = &self.blocks[&base];
@@ -491,10 +496,17 @@ impl State {
     }
 
     /// Records, registers and frees the taken pages, run by run.
-    fn arm_and_free(&mut self, base: usize, taken: Vec<Taken>, rep: &mut EvictReport) {
+    fn arm_and_free(
+        &mut self,
+        base: usize,
+        taken: Vec<Taken>,
+        copies: &[u8],
+        rep: &mut EvictReport,
+    ) {
         let Some(ev) = self.evictions.clone() else {
             return;
         };
+        let guard = self.pin_guard();
         let mut runs: Vec<Vec<Taken>> = Vec::new();
         for t in taken {
             match runs.last_mut() {
@@ -516,6 +528,10 @@ impl State {
                 self.unstore(run.into_iter());
                 continue;
             }
+            if guard && run[0].kind == Restores::Anon {
+                self.evict_anon_run(base, run, copies, &ev, rep);
+                continue;
+            }
             {
                 let mut t = ev.lock();
                 run.iter()
@@ -534,15 +550,54 @@ impl State {
             crate::race::pause();
             self.free_run(base, &run);
             crate::race::pause();
-            self.mark_evicted(base, &run);
-            let patched = run
-                .iter()
-                .filter(|p| matches!(p.handle, Content::Patch(_)))
-                .count() as u64;
-            rep.evicted += n as u64;
-            rep.patched += patched;
-            self.stats.evicted += n as u64;
-            self.stats.patched += patched;
+            self.mark_evicted(base, &run, rep);
+        }
+    }
+
+    /// Under the pin guard a run of anonymous pages leaves its addresses
+    /// through the pin test (detach.rs) rather than MADV_DONTNEED: a page
+    /// the kernel may have pinned, or that a write through an earlier pin
+    /// changed since it was stored, stays in memory, and its stored copy goes.
+    fn evict_anon_run(
+        &mut self,
+        base: usize,
+        run: Vec<Taken>,
+        copies: &[u8],
+        ev: &Arc<Evictions>,
+        rep: &mut EvictReport,
+    ) {
+        let a = run[0].k;
+        let mut gone = vec![false; run.len()];
+        for (p, len) in self.scratch_pieces(a, run.len()) {
+            let stored = |_: &State, j: usize| Some(copies[run[p - a + j].copy * PAGE..].as_ptr());
+            let d = self.detach(base, p, len, &stored);
+            {
+                // The holes are registered MISSING: from now on a touch restores.
+                let mut t = ev.lock();
+                for j in (0..len).filter(|&j| d.taken[j]) {
+                    let tk = &run[p - a + j];
+                    t.insert(self.blocks[&base].page_addr(tk.k) as usize, tk.handle);
+                    gone[p - a + j] = true;
+                }
+            }
+            self.finish_detach(d);
+        }
+        let mut out = Vec::new();
+        let mut stay = Vec::new();
+        for (g, t) in gone.into_iter().zip(run) {
+            if g {
+                out.push(t)
+            } else {
+                stay.push(t)
+            }
+        }
+        // Counted by the pin test: `pin_refused`, `pin_changed`.
+        self.unstore(stay.into_iter());
+        let ks: Vec<usize> = out.iter().map(|t| t.k).collect();
+        let mut rest = out.into_iter();
+        for (x, y) in crate::space::consecutive(&ks) {
+            let part: Vec<Taken> = rest.by_ref().take(y - x).collect();
+            self.mark_evicted(base, &part, rep);
         }
     }
 
@@ -568,9 +623,17 @@ impl State {
         };
     }
 
-    /// Page states, frame references and mapping count after a run was evicted.
-    fn mark_evicted(&mut self, base: usize, run: &[Taken]) {
+    /// Page states, frame references, mapping count and counts after a run was evicted.
+    fn mark_evicted(&mut self, base: usize, run: &[Taken], rep: &mut EvictReport) {
         let (a, n) = (run[0].k, run.len());
+        let patched = run
+            .iter()
+            .filter(|p| matches!(p.handle, Content::Patch(_)))
+            .count() as u64;
+        rep.evicted += n as u64;
+        rep.patched += patched;
+        self.stats.evicted += n as u64;
+        self.stats.patched += patched;
         for t in run {
             // A sole shared page's frame (punched) now holds nothing anyone needs.
             if let Page::Shared(f) = self.blocks[&base].pages[t.k] {

@@ -972,15 +972,6 @@ impl State {
         (merged, unmapped)
     }
 
-    /// `[a, a+n)` in pieces the scratch range holds.
-    fn scratch_pieces(&self, a: usize, n: usize) -> Vec<(usize, usize)> {
-        let most = self.scratch.as_ref().map_or(n, |s| s.pages()).max(1);
-        (a..a + n)
-            .step_by(most)
-            .map(|p| (p, most.min(a + n - p)))
-            .collect()
-    }
-
     /// Remaps planned pages onto their frames, consecutive ones as runs.
     fn apply_merges(
         &mut self,

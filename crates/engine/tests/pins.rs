@@ -422,3 +422,31 @@ fn a_write_pin_on_a_held_owned_zero_page_ends_the_hold() {
     // SAFETY: p is the block allocated above, freed once.
     assert!(unsafe { e.free(p) });
 }
+
+/// Eviction of anonymous pages goes through the pin guard too: a pinned
+/// page stays in memory, the others leave and come back when touched.
+#[test]
+fn pinned_anonymous_pages_are_not_evicted() {
+    let e = Engine::new(anon(Config::default()));
+    let p = e.alloc(16 * PAGE, Hint::None);
+    for k in 0..16 {
+        // SAFETY: page k lies inside the live 16-page block just allocated.
+        unsafe { std::ptr::write_bytes(p.add(k * PAGE), k as u8 + 1, PAGE) };
+    }
+    let ring = Ring::new();
+    // SAFETY: page 3 lies inside the block.
+    ring.pin(&[unsafe { p.add(3 * PAGE) }]);
+    let r = e.evict(p, 16 * PAGE);
+    let s = e.stats();
+    assert_eq!(r.evicted, 15, "{r:?} {s:?}");
+    assert!(s.pin_refused >= 1, "{s:?}");
+    assert!(resident(p, 3), "the pinned page was evicted");
+    assert_eq!((0..16).filter(|&k| resident(p, k)).count(), 1);
+    for k in 0..16 {
+        assert!(content(p, k).iter().all(|&b| b == k as u8 + 1), "page {k}");
+    }
+    assert_eq!(e.stats().restored, 15);
+    ring.unpin();
+    // SAFETY: p is the block allocated above, freed once.
+    assert!(unsafe { e.free(p) });
+}
