@@ -45,8 +45,8 @@ pub struct ScanReport {
     pub volatile: u64,
     /// Pages not looked at: earlier looks found nothing to do (smart scan).
     pub skipped_idle: u64,
-    /// Owned pages frozen and diverged pages held (hold.rs), to be folded or
-    /// merged once the pin age has passed.
+    /// Owned pages frozen, and diverged and owned zero pages held (hold.rs),
+    /// to be folded or merged once the pin age has passed.
     pub frozen: u64,
     /// This scan was a clock pass (clock.rs); what it classified and evicted.
     pub pass: bool,
@@ -85,7 +85,7 @@ pub(crate) struct State {
     pub young_frames: HashMap<FrameId, std::time::Instant>,
     /// Pages that diverged less than `pin_age` ago (by address), and when.
     pub young_pages: HashMap<usize, std::time::Instant>,
-    /// Diverged pages held write-protected (hold.rs), and since when; the
+    /// Pages held write-protected (hold.rs), and since when; the
     /// fault thread's table says which holds no write has ended yet.
     pub holds: crate::hold::Holds,
     /// Holds were wanted without a fault thread: counted once.

@@ -79,7 +79,7 @@ pub(crate) struct Table {
     pub store: Arc<dyn PageStore>,
     /// Pages evicted as patches against a reference frame (patching.rs).
     pub patches: Patches,
-    /// Diverged pages held write-protected for the pin age (hold.rs).
+    /// Pages held write-protected for the pin age (hold.rs).
     pub held: Held,
 }
 
@@ -337,8 +337,9 @@ pub(crate) fn run(uffd: Arc<Protector>, ev: Arc<Evictions>) {
     let mut buf = [0u8; PAGE];
     loop {
         let n = uffd.read_faults(&mut faults, 200);
-        // A write-protect fault ends a hold (hold.rs); any other belongs to
-        // a scan, which wakes it when it unprotects.
+        // A write-protect fault on a held page ends its hold (hold.rs); any
+        // other write-protect fault belongs to a scan, which wakes it when it
+        // unprotects; a missing-page fault restores an evicted page.
         for f in &faults[..n] {
             if f.wp {
                 ev.end_hold(&uffd, f.addr);
