@@ -22,6 +22,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::map::{bits_of, BankMap, Source};
+use crate::mem::{Huge, Populated};
 use crate::set::BankSet;
 
 /// What to colour by: a bank map and the banks a program's pages may use.
@@ -181,7 +182,7 @@ pub fn colour_run(pages: &mut dyn Pages, n: usize, fits: &dyn Fn(u64) -> bool) -
 
 /// Anonymous pages taken from the kernel and held until dropped.
 pub struct Holder {
-    regions: Vec<(*mut libc::c_void, usize)>,
+    regions: Vec<Populated>,
     held: usize,
     limit: usize,
 }
@@ -203,38 +204,14 @@ impl Holder {
 
     /// Takes `pages` fresh pages (written, so each is a page of its own).
     pub fn take(&mut self, pages: usize) {
-        let len = pages * crate::PAGE as usize;
-        // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return;
+        if let Some(r) = Populated::new(pages * crate::PAGE as usize, Huge::Default) {
+            self.regions.push(r);
+            self.held += pages;
         }
-        // SAFETY: p..p+len is the mapping just made; populating it only allocates its pages.
-        unsafe { libc::madvise(p, len, libc::MADV_POPULATE_WRITE) };
-        self.regions.push((p, len));
-        self.held += pages;
     }
 
     pub fn held(&self) -> usize {
         self.held
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        for &(p, len) in &self.regions {
-            // SAFETY: each region was mapped by `take` and is unmapped once, here.
-            unsafe { libc::munmap(p, len) };
-        }
     }
 }
 

@@ -21,11 +21,13 @@
 //! - [`colour`]: the keep-or-retry loop that serves only pages of a set,
 //!   generic over where pages come from, so the engine and tests share it;
 //! - [`model`]: a trace-driven row-buffer model (banks x open row) that shows
-//!   the mechanism where the machine cannot.
+//!   the mechanism where the machine cannot;
+//! - [`mem`]: populated anonymous memory for the probe, the loop and the benchmark.
 
 pub mod colour;
 pub mod machine;
 pub mod map;
+pub mod mem;
 pub mod model;
 pub mod pfn;
 pub mod probe;

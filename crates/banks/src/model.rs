@@ -13,6 +13,8 @@
 //! tCL, idle bank tRCD + tCL, conflict tRP + tRCD + tCL, at ~14 ns each),
 //! used only to turn the counts into a mean access time.
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::map::BankMap;
@@ -98,36 +100,21 @@ impl RowBuffers {
     }
 }
 
-/// A small deterministic generator (xorshift64*), so runs repeat exactly.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.max(1))
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
-
 /// Physical pages for every program: distinct, random, and (partitioned)
 /// only pages whose banks lie in the program's set.
-fn place(map: &BankMap, programs: &[Program], partitioned: bool, rng: &mut Rng) -> Vec<Vec<u64>> {
+fn place(
+    map: &BankMap,
+    programs: &[Program],
+    partitioned: bool,
+    rng: &mut StdRng,
+) -> Vec<Vec<u64>> {
     let mut used = std::collections::HashSet::new();
     programs
         .iter()
         .map(|p| {
             let mut frames = Vec::with_capacity(p.pages as usize);
             while (frames.len() as u64) < p.pages {
-                let pfn = rng.below(MEMORY_PAGES);
+                let pfn = rng.gen_range(0..MEMORY_PAGES);
                 if (!partitioned || map.page_fits(pfn, &p.banks)) && used.insert(pfn) {
                     frames.push(pfn);
                 }
@@ -146,7 +133,7 @@ pub fn simulate(
     partitioned: bool,
     seed: u64,
 ) -> Vec<Counts> {
-    let mut rng = Rng::new(seed);
+    let mut rng = StdRng::seed_from_u64(seed);
     let frames = place(map, programs, partitioned, &mut rng);
     let mut rows = RowBuffers::new(map.bank_count(), row_shift);
     let mut counts = vec![Counts::default(); programs.len()];
@@ -160,7 +147,7 @@ pub fn simulate(
                     cursors[i] = (cursors[i] + 1) % lines;
                     cursors[i]
                 }
-                Pattern::Random => rng.below(lines),
+                Pattern::Random => rng.gen_range(0..lines.max(1)),
             };
             let pfn = frames[i][(line / lines_per_page) as usize];
             let pa = (pfn << crate::PAGE_SHIFT) | ((line % lines_per_page) * LINE);

@@ -9,6 +9,15 @@
 const PRESENT: u64 = 1 << 63;
 const PFN_MASK: u64 = (1 << 55) - 1;
 
+/// The PFN in a pagemap entry: 0 for a page not present or a PFN hidden.
+pub fn from_entry(entry: u64) -> u64 {
+    if entry & PRESENT != 0 {
+        entry & PFN_MASK
+    } else {
+        0
+    }
+}
+
 /// An open /proc/self/pagemap.
 pub struct Pagemap {
     fd: libc::c_int,
@@ -37,7 +46,7 @@ impl Pagemap {
             return false;
         }
         for e in out.iter_mut() {
-            *e = if *e & PRESENT != 0 { *e & PFN_MASK } else { 0 };
+            *e = from_entry(*e);
         }
         true
     }

@@ -16,9 +16,11 @@
 //! caller falls back to the table (map.rs). Physical addresses come from
 //! pagemap and are only readable as root.
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::model::Rng;
+use crate::mem::{Huge, Populated};
 use crate::pfn::Pagemap;
 
 /// How thorough the probe is.
@@ -106,45 +108,6 @@ impl std::fmt::Display for ProbeError {
     }
 }
 
-/// A buffer of populated anonymous memory (huge pages asked for, so that
-/// physical addresses run contiguously in 2 MiB pieces).
-struct Buffer {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Buffer {
-    fn new(len: usize) -> Option<Buffer> {
-        // SAFETY: a fresh private anonymous mapping owned by the returned Buffer.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        // SAFETY: advice and population on the mapping just made.
-        unsafe {
-            libc::madvise(p, len, libc::MADV_HUGEPAGE);
-            libc::madvise(p, len, libc::MADV_POPULATE_WRITE);
-        }
-        Some(Buffer { ptr: p.cast(), len })
-    }
-}
-
-impl Drop for Buffer {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in Buffer::new, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 /// Median cycles to read `a` then `b`, both flushed first, over `rounds`.
 #[cfg(target_arch = "x86_64")]
 fn pair_cycles(a: *const u8, b: *const u8, rounds: usize) -> u64 {
@@ -153,7 +116,7 @@ fn pair_cycles(a: *const u8, b: *const u8, rounds: usize) -> u64 {
     let mut aux = 0u32;
     for _ in 0..rounds {
         // SAFETY: a and b point into a live, populated mapping (the probe's
-        // Buffer); clflush, mfence, rdtscp and volatile reads have no other
+        // buffer); clflush, mfence, rdtscp and volatile reads have no other
         // preconditions.
         let t = unsafe {
             _mm_clflush(a);
@@ -180,19 +143,20 @@ pub fn run(cfg: &ProbeConfig) -> Result<ProbeResult, ProbeError> {
     if !cfg!(target_arch = "x86_64") {
         return Err(ProbeError::NotX86);
     }
-    let buf = Buffer::new(cfg.buffer_mib << 20).ok_or(ProbeError::NoMemory)?;
+    // Huge pages: physical addresses run on in 2 MiB pieces.
+    let buf = Populated::new(cfg.buffer_mib << 20, Huge::Asked).ok_or(ProbeError::NoMemory)?;
     let map = Pagemap::open().ok_or(ProbeError::PfnsHidden)?;
     let pa_of = |addr: usize| {
         map.pfn(addr)
             .map(|pfn| pfn << crate::PAGE_SHIFT | (addr as u64 & (crate::PAGE - 1)))
     };
-    let base = buf.ptr as usize;
+    let base = buf.ptr() as usize;
     let base_pa = pa_of(base).ok_or(ProbeError::PfnsHidden)?;
-    let mut rng = Rng::new(cfg.seed);
+    let mut rng = StdRng::seed_from_u64(cfg.seed);
     let mut samples = Vec::with_capacity(cfg.candidates);
     let mut addrs = Vec::with_capacity(cfg.candidates);
     while samples.len() < cfg.candidates {
-        let offset = (rng.below(buf.len as u64 / 64) * 64) as usize;
+        let offset = (rng.gen_range(0..(buf.len() as u64 / 64).max(1)) * 64) as usize;
         if offset < crate::PAGE as usize {
             continue;
         }
@@ -372,10 +336,10 @@ mod tests {
     #[test]
     fn null_space_recovers_known_functions_from_same_bank_addresses() {
         let map = BankMap::known("coffee-lake-ddr4-1rank").unwrap();
-        let mut rng = Rng::new(11);
+        let mut rng = StdRng::seed_from_u64(11);
         let base = 0x1234_5000u64;
         let bank = map.bank_of(base);
-        let same: Vec<u64> = std::iter::from_fn(|| Some(rng.below(1 << 30) & !0x3f))
+        let same: Vec<u64> = std::iter::from_fn(|| Some(rng.gen_range(0..1u64 << 30) & !0x3f))
             .filter(|&pa| map.bank_of(pa) == bank)
             .take(400)
             .map(|pa| pa ^ base)
@@ -407,13 +371,13 @@ mod tests {
     #[test]
     fn analyse_sees_two_groups_and_rejects_one() {
         let map = BankMap::known("coffee-lake-ddr4-1rank").unwrap();
-        let mut rng = Rng::new(5);
+        let mut rng = StdRng::seed_from_u64(5);
         let base = 0x4000_0000u64;
         let samples: Vec<Sample> = (0..3000)
             .map(|_| {
-                let pa = rng.below(1 << 30) & !0x3f;
+                let pa = rng.gen_range(0..1u64 << 30) & !0x3f;
                 let slow = map.bank_of(pa) == map.bank_of(base) && pa >> 17 != base >> 17;
-                let cycles = if slow { 420 } else { 300 } + rng.below(10);
+                let cycles = if slow { 420 } else { 300 } + rng.gen_range(0..10u64);
                 Sample { pa, cycles }
             })
             .collect();

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use pagefold_banks::colour::Colouring;
 use pagefold_banks::machine::Machine;
 use pagefold_banks::map::{self, BankMap};
+use pagefold_banks::mem::{Huge, Populated};
 use pagefold_banks::model::{self, Pattern, Program};
 use pagefold_banks::probe::{self, ProbeConfig};
 use pagefold_banks::BankSet;
@@ -435,24 +436,7 @@ fn colouring_cost(
 /// pages the previous measurement (coloured or not) just gave back: the
 /// kernel hands out the most recently freed pages first.
 fn churn(mib: usize) {
-    let len = mib << 20;
-    // SAFETY: a fresh private anonymous mapping, written and unmapped here only.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            return;
-        }
-        libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
-        libc::madvise(p, len, libc::MADV_POPULATE_WRITE);
-        libc::munmap(p, len);
-    }
+    drop(Populated::new(mib << 20, Huge::Refused));
 }
 
 /// The probe's pairs split by the map: same bank and different row, or different bank.

@@ -24,8 +24,6 @@ use pagefold_banks::colour::{colour_run, Colouring, Outcome, Pages};
 use crate::frames::Pool;
 use crate::{sys, PAGE};
 
-const PFN_MASK: u64 = (1 << 55) - 1;
-
 /// Slots `[first, first + n)` of a pool, filled through its window.
 struct Slots<'a> {
     pool: &'a Pool,
@@ -48,14 +46,8 @@ impl Pages for Slots<'_> {
             let out = &mut pfns[k..k + len];
             match self.pagemap {
                 Some(m) if !self.hide_pfns && m.read(addr, out).is_ok() => {
-                    // Bit 63: present; bits 0-54: the PFN (zero when hidden).
-                    for e in out.iter_mut() {
-                        *e = if *e & sys::PM_PRESENT != 0 {
-                            *e & PFN_MASK
-                        } else {
-                            0
-                        };
-                    }
+                    out.iter_mut()
+                        .for_each(|e| *e = pagefold_banks::pfn::from_entry(*e));
                 }
                 _ => out.fill(0),
             }
