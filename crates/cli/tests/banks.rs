@@ -12,17 +12,22 @@ use std::process::Command;
 use common::pagefold;
 use serde_json::Value;
 
+/// The command exited 0; else its stderr is the failure.
+fn succeeded(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn banks_json_names_the_map_and_its_source() {
     let out = Command::new(pagefold())
         .args(["banks", "--no-probe", "--json"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["schema"], "pagefold-banks/1");
     assert_eq!(v["map"]["source"], "table");
@@ -46,11 +51,7 @@ fn banks_probe_reports_what_it_found() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("physical addresses:"), "{text}");
     assert!(text.contains("bank map in use:"), "{text}");
@@ -99,11 +100,7 @@ fn a_good_set_reaches_the_program() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0-7");
 }
 
@@ -123,11 +120,7 @@ fn the_banks_suite_writes_measured_and_simulated_results() {
         .arg(&out_dir)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let json = std::fs::read(out_dir.join("results/banks.json")).unwrap();
     let v: Value = serde_json::from_slice(&json).unwrap();
     assert_eq!(v["schema"], "pagefold-bench/1");

@@ -247,6 +247,23 @@ fn expect_diverged_content(dst: *mut u8) {
     }
 }
 
+/// Writes one page at `page` of this process with process_vm_writev, which
+/// pins the page for the call.
+fn vm_write(page: *mut u8, data: &[u8]) {
+    let local = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: PAGE,
+    };
+    let remote = libc::iovec {
+        iov_base: page.cast(),
+        iov_len: PAGE,
+    };
+    // SAFETY: one local and one remote iovec of PAGE bytes each, both live;
+    // the remote one is this process's own memory.
+    let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
+    assert_eq!(n, PAGE as isize, "{}", std::io::Error::last_os_error());
+}
+
 /// The page's userfaultfd write protection, from /proc/self/pagemap (bit 57).
 fn uffd_wp(p: *mut u8) -> bool {
     use std::os::unix::fs::FileExt;
@@ -327,18 +344,7 @@ fn a_write_pin_on_a_held_page_ends_the_hold() {
     let ring = Ring::new();
     ring.pin(&[dst]);
     let data = vec![0x77u8; PAGE];
-    let local = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: PAGE,
-    };
-    let remote = libc::iovec {
-        iov_base: page1.cast(),
-        iov_len: PAGE,
-    };
-    // SAFETY: one local and one remote iovec of PAGE bytes each, both live;
-    // the remote one is this process's own memory.
-    let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
-    assert_eq!(n, PAGE as isize, "{}", std::io::Error::last_os_error());
+    vm_write(page1, &data);
     assert_eq!(content(dst, 1), data);
     let broken = e.stats().pin_hold_broken;
     assert!(
@@ -398,18 +404,7 @@ fn a_write_pin_on_a_held_owned_zero_page_ends_the_hold() {
     assert!(e.stats().pin_held >= 8, "{:?}", e.stats());
     assert!(uffd_wp(p), "a held owned page is not write-protected");
     let data = vec![0x33u8; PAGE];
-    let local = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: PAGE,
-    };
-    let remote = libc::iovec {
-        iov_base: p.cast(),
-        iov_len: PAGE,
-    };
-    // SAFETY: one local and one remote iovec of PAGE bytes each, both live;
-    // the remote one is this process's own memory.
-    let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
-    assert_eq!(n, PAGE as isize, "{}", std::io::Error::last_os_error());
+    vm_write(p, &data);
     // The write ends the holds of the whole held run around it (pages 0..8).
     assert_eq!(e.stats().pin_hold_broken, 8, "{:?}", e.stats());
     // Held again, the seven zero pages fold one age later.
