@@ -30,7 +30,7 @@ use serde::Serialize;
 
 use crate::cgroup::{self, MemoryCgroup, Usage};
 use crate::ksm::KsmGuard;
-use crate::program::{self, Config, Invocation, Outcome, Setup};
+use crate::program::{self, Config, Invocation, Outcome};
 use crate::swap::{self, ActiveSwap, SwapDevice, SwapLock, ZramStats};
 use crate::workloads::Workload;
 
@@ -279,10 +279,7 @@ pub fn run(plan: &LimitPlan) -> Result<LimitResult, String> {
     for s in &foreign_swaps {
         eprintln!("bench: note: swap already active from elsewhere: {} ({} MiB); ours gets a higher priority", s.path.display(), s.size_bytes >> 20);
     }
-    let needs_ksm = plan
-        .configs
-        .iter()
-        .any(|c| matches!(c.setup, Setup::Ksm { .. }));
+    let needs_ksm = plan.configs.iter().any(|c| c.setup.runs_ksmd());
     let ksm = if needs_ksm {
         Some(KsmGuard::acquire().map_err(|e| {
             format!(

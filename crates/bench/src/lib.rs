@@ -103,6 +103,7 @@ pub struct Args {
     pub runs: Option<usize>,
     /// Configurations of the workload suites, comma-separated: plain, pagefold, copy, zero, merge,
     /// ksm-100, ksm-1000, ksm-10000 (KSM ones need root; its knobs are restored afterwards),
+    /// pagefold+ksm-10000 (pagefold handing blocks it cannot merge to KSM at that rate),
     /// de-share, de-patch, de-compress, de-all (Difference Engine's mechanisms, see docs/BENCHMARKS.md),
     /// and pagefold:KEY=V:... (pagefold with PAGEFOLD_KEY=V, see docs/CONFIG.md). Default:
     /// plain,pagefold,copy,zero,merge,ksm-100,ksm-1000,ksm-10000; for the de suite

@@ -42,6 +42,37 @@ pub enum Setup {
         pages_to_scan: u32,
         sleep_ms: u32,
     },
+    /// Under the preload with `PAGEFOLD_KSM=1` (and these variables): the
+    /// engine hands blocks whose duplicates it cannot merge to ksmd, which
+    /// scans at this rate.
+    PagefoldKsm {
+        env: Vec<(String, String)>,
+        pages_to_scan: u32,
+        sleep_ms: u32,
+    },
+}
+
+impl Setup {
+    /// Whether the configuration runs ksmd (needs root and the KSM guard).
+    pub fn runs_ksmd(&self) -> bool {
+        matches!(self, Setup::Ksm { .. } | Setup::PagefoldKsm { .. })
+    }
+
+    /// ksmd's rate for this configuration: pages per wake-up and sleep.
+    fn ksmd_rate(&self) -> Option<(u32, u32)> {
+        match self {
+            Setup::Ksm {
+                pages_to_scan,
+                sleep_ms,
+            }
+            | Setup::PagefoldKsm {
+                pages_to_scan,
+                sleep_ms,
+                ..
+            } => Some((*pages_to_scan, *sleep_ms)),
+            _ => None,
+        }
+    }
 }
 
 /// A named configuration, as given to `--configs`.
@@ -61,6 +92,10 @@ pub const CONFIG_NAMES: &[(&str, &str)] = &[
     ("ksm-100", "kernel KSM, 100 pages per 20 ms (its default)"),
     ("ksm-1000", "kernel KSM, 1000 pages per 20 ms"),
     ("ksm-10000", "kernel KSM, 10000 pages per 20 ms"),
+    (
+        "pagefold+ksm-10000",
+        "pagefold handing blocks whose duplicates it cannot merge to kernel KSM, 10000 pages per 20 ms",
+    ),
     (
         "de-share",
         "pagefold with tiering off: zero folding and merging (Difference Engine's sharing)",
@@ -144,6 +179,11 @@ pub fn parse_config(name: &str) -> Result<Config, String> {
         "ksm" | "ksm-100" => ksm(100),
         "ksm-1000" => ksm(1000),
         "ksm-10000" => ksm(10000),
+        "pagefold+ksm-10000" => Setup::PagefoldKsm {
+            env: vec![("PAGEFOLD_KSM".to_string(), "1".to_string())],
+            pages_to_scan: 10000,
+            sleep_ms: 20,
+        },
         _ => {
             let known: Vec<_> = CONFIG_NAMES.iter().map(|(n, _)| *n).collect();
             return Err(format!(
@@ -236,21 +276,18 @@ pub fn run_in(
     if let Some(procs) = cgroup.map(|g| g.procs_file().to_owned()) {
         crate::cgroup::join_before_exec(&mut cmd, procs);
     }
-    let ksmd_before = match &config.setup {
-        Setup::Ksm {
-            pages_to_scan,
-            sleep_ms,
-        } => {
+    let ksmd_before = match config.setup.ksmd_rate() {
+        Some((pages_to_scan, sleep_ms)) => {
             let guard = ksm.ok_or("a KSM configuration needs root and the KSM guard")?;
-            start_ksm(guard, *pages_to_scan, *sleep_ms)?;
+            start_ksm(guard, pages_to_scan, sleep_ms)?;
             ksmd_cpu()
         }
-        _ => None,
+        None => None,
     };
     let result = run_command(&mut cmd, inv, &|| {
         cgroup.iter().for_each(|g| g.kill_members())
     });
-    if let (Setup::Ksm { .. }, Some(guard)) = (&config.setup, ksm) {
+    if let (true, Some(guard)) = (config.setup.runs_ksmd(), ksm) {
         // ksmd must not keep spending CPU during the next configuration's run.
         let _ = guard.set("run", "0");
     }
@@ -298,7 +335,7 @@ fn command(inv: &Invocation, setup: &Setup, reports: &Path) -> Command {
     cmd.args(&inv.cmd[1..]);
     match setup {
         Setup::Plain => {}
-        Setup::Pagefold { env } => {
+        Setup::Pagefold { env } | Setup::PagefoldKsm { env, .. } => {
             let mut ld = inv.preload.as_os_str().to_owned();
             if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
                 ld.push(":");

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::ksm::KsmGuard;
-use crate::program::{self, engine_total, Config, Invocation, Outcome, Setup};
+use crate::program::{self, engine_total, Config, Invocation, Outcome};
 use crate::stats::{geomean, Spread};
 pub use crate::suite_result::{ConfigStats, Geomean, SuiteResult, WorkloadResult};
 use crate::workloads::Workload;
@@ -34,10 +34,7 @@ pub struct SuitePlan<'a> {
 /// Runs everything; an error only for what stops the whole suite (KSM
 /// unavailable, a program that cannot be started).
 pub fn run(plan: &SuitePlan) -> Result<SuiteResult, String> {
-    let needs_ksm = plan
-        .configs
-        .iter()
-        .any(|c| matches!(c.setup, Setup::Ksm { .. }));
+    let needs_ksm = plan.configs.iter().any(|c| c.setup.runs_ksmd());
     let guard = if needs_ksm {
         Some(KsmGuard::acquire().map_err(|e| {
             format!(

@@ -100,6 +100,9 @@ impl Engine {
     }
 }
 
+/// Pages a block moving onto anonymous memory moves at a time (2 MiB).
+const MOVE_PIECE: usize = 512;
+
 /// How close to `vm.max_map_count` a failed call must find the process for
 /// the engine to count it a shortage of mappings (a call may need a few).
 const MAPPINGS_SLACK: usize = 16;
@@ -273,22 +276,29 @@ impl State {
     /// mapping), it stays exempt on its frames, frozen so that fork has nothing
     /// to remap: never scanned or shared, but a discard still remaps it (counted).
     pub fn exempt_block(&mut self, base: usize) {
-        let block = self.blocks.get_mut(&base).expect("overlapping block");
-        if block.exempt {
-            return;
+        if !self.blocks[&base].exempt {
+            self.stats.exempted += 1;
+            self.take_out_of_hands(base);
         }
+    }
+
+    /// Marks a block exempt and moves its content onto one anonymous mapping
+    /// (see `exempt_block`). True if the block is plain anonymous memory now;
+    /// false if it stayed on its frames, frozen.
+    pub(crate) fn take_out_of_hands(&mut self, base: usize) -> bool {
+        let block = self.blocks.get_mut(&base).expect("overlapping block");
         block.exempt = true;
-        self.stats.exempted += 1;
         let n = block.pages.len();
         self.restore_evicted(base, 0, n);
         if self.blocks[&base].pages.iter().all(|p| *p == Page::Anon) {
-            return;
+            return true;
         }
-        if !self.move_block_to_anon(base) {
-            // Freezing loses no concurrent write, unlike a copy without protection.
-            let n = self.blocks[&base].pages.len();
-            self.freeze(base, 0, n);
+        if self.move_block_to_anon(base) {
+            return true;
         }
+        // Freezing loses no concurrent write, unlike a copy without protection.
+        self.freeze(base, 0, n);
+        false
     }
 
     /// See `Engine::give_back_mappings`.
@@ -352,52 +362,76 @@ impl State {
             return false;
         };
         let moved = self.with_registered(base, 0, n, |st| st.move_to_anon(base, tmp));
-        if !moved {
-            sys::unmap(tmp, len);
+        if moved < n {
+            // SAFETY: pages moved..n of tmp are still the temporary mapping's;
+            // the moved ones left it (another mapping may sit there now).
+            sys::unmap(unsafe { tmp.add(moved * PAGE) }, (n - moved) * PAGE);
         }
-        moved
+        if moved == n {
+            self.record_anon(base);
+        }
+        moved == n
     }
 
-    /// Copies the block into `tmp` and moves `tmp` over it, with the block
-    /// write-protected so that no write lands between its page's copy and the move.
-    fn move_to_anon(&mut self, base: usize, tmp: *mut u8) -> bool {
+    /// Copies the block into `tmp` and moves it over the block piece by
+    /// piece, with the block write-protected so that no write lands between
+    /// a page's copy and its move; each piece's frames are released as soon
+    /// as it has moved, so the block's memory is never held twice over more
+    /// than `MOVE_PIECE` pages. Returns the pages moved (from the start).
+    fn move_to_anon(&mut self, base: usize, tmp: *mut u8) -> usize {
         let (addr, n) = (base as *mut u8, self.blocks[&base].pages.len());
         let len = n * PAGE;
         self.drop_holds(base, len);
-        let Some(p) = &self.protector else {
-            return false;
+        let Some(p) = self.protector.clone() else {
+            return 0;
         };
         if p.protect(addr, len).is_err() {
             let _ = p.unprotect(addr, len);
             self.stats.fallbacks.uffd += 1;
-            return false;
+            return 0;
+        }
+        // Writes through pages the kernel pinned before the protection (I/O
+        // in flight) land in the frames, not in the copy: let them land first.
+        if !self.cfg.pin_grace.is_zero() {
+            std::thread::sleep(self.cfg.pin_grace);
         }
         // A shared page the program wrote holds its own copy, whatever its
         // frame holds (a folded zero frame is a hole): learn of those writes
         // now, under protection, before holes are skipped.
         self.refresh_divergence(base, 0, n);
-        for k in 0..n {
-            let page = self.blocks[&base].page_addr(k);
-            // Reading a hole of a frame would allocate it; it reads zero anyway.
-            if !self.frame_is_hole(self.blocks[&base].pages[k]) && !sys::is_zero(page) {
-                // SAFETY: page is page k of the live block at base (k < n), readable for PAGE
-                // bytes; tmp is the fresh anonymous mapping of len = n * PAGE bytes made by the
-                // caller, so tmp + k * PAGE has PAGE writable bytes; the two mappings are
-                // distinct, so they do not overlap.
-                unsafe { std::ptr::copy_nonoverlapping(page, tmp.add(k * PAGE), PAGE) };
+        let mut moved = 0;
+        while moved < n {
+            let m = MOVE_PIECE.min(n - moved);
+            for k in moved..moved + m {
+                self.copy_page_out(base, k, tmp);
             }
+            // SAFETY: pages moved..moved+m lie inside both the block and tmp (n pages each).
+            let (from, to) = unsafe { (tmp.add(moved * PAGE), addr.add(moved * PAGE)) };
+            if sys::mremap_fixed(from, m * PAGE, to).is_err() {
+                self.stats.fallbacks.mmap += 1;
+                break;
+            }
+            // The piece's pages are anonymous now: their frames go, and
+            // writers asleep on the replaced mapping fault again on the new one.
+            self.record_moved(base, moved, m);
+            p.wake(to, m * PAGE);
+            moved += m;
         }
-        let moved = sys::mremap_fixed(tmp, len, addr).is_ok();
-        // Wakes writers asleep on the replaced mappings: they fault again on the new one.
-        if let Some(p) = &self.protector {
-            let _ = p.unprotect(addr, len);
-        }
-        if moved {
-            self.record_anon(base);
-        } else {
-            self.stats.fallbacks.mmap += 1;
-        }
+        let _ = p.unprotect(addr, len);
         moved
+    }
+
+    /// Copies page `k` of block `base` to the same page of `tmp` (a mapping
+    /// as long as the block), skipping pages that read zero.
+    fn copy_page_out(&self, base: usize, k: usize, tmp: *mut u8) {
+        let page = self.blocks[&base].page_addr(k);
+        // Reading a hole of a frame would allocate it; it reads zero anyway.
+        if !self.frame_is_hole(self.blocks[&base].pages[k]) && !sys::is_zero(page) {
+            // SAFETY: page is page k of the live block at base, readable for PAGE bytes; tmp
+            // is a fresh anonymous mapping as long as the block, so tmp + k * PAGE has PAGE
+            // writable bytes; the two mappings are distinct, so they do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(page, tmp.add(k * PAGE), PAGE) };
+        }
     }
 
     /// True if the page's content is a frame with no data (reads zero).
@@ -406,6 +440,26 @@ impl State {
             Page::Owned(f) | Page::Shared(f) => sys::is_hole(self.pools[f.pool()].fd, f.slot()),
             _ => false,
         }
+    }
+
+    /// Page states and frame counts after pages `[i, i+m)` of a block moved
+    /// onto anonymous memory.
+    fn record_moved(&mut self, base: usize, i: usize, m: usize) {
+        let block = &self.blocks[&base];
+        let old: Vec<Page> = block.pages[i..i + m].to_vec();
+        let block = self
+            .blocks
+            .get_mut(&base)
+            .expect("block vanished under the lock");
+        let before = block.boundaries(i, m);
+        for k in i..i + m {
+            block.set(k, Page::Anon);
+        }
+        let after = block.boundaries(i, m);
+        block.vmas = block.vmas + after - before;
+        self.vmas = self.vmas + after - before;
+        self.remaps_since_count += 1;
+        self.drop_pages(&old);
     }
 
     /// Bookkeeping after a whole block became one anonymous mapping.

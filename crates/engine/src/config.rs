@@ -27,6 +27,10 @@ pub struct Config {
     pub zero: bool,
     /// Merge identical pages during a scan.
     pub merge: bool,
+    /// Hand a block to kernel KSM when the mapping budget keeps refusing
+    /// merges in it (scattered duplicates), if ksmd is running (ksm.rs).
+    /// On by default: where the administrator does not run KSM it does nothing.
+    pub ksm_handoff: bool,
     /// Most mappings (VMAs) the engine's blocks may use in total; None: half
     /// of what `vm.max_map_count` leaves after the reserve, at least
     /// `VMA_BUDGET_MIN` (see `Config::vma_budget_for`).
@@ -146,6 +150,8 @@ pub struct Inject {
     /// Page colouring reads every PFN as zero, as without root: colouring
     /// falls back to uncoloured frames.
     pub hide_pfns: bool,
+    /// Kernel KSM reads as not running: blocks are never handed to it.
+    pub ksm_off: bool,
     /// Pauses of up to this many microseconds at the points where eviction,
     /// restoring and reconciling race (race.rs).
     pub race_pause_us: u64,
@@ -161,6 +167,7 @@ impl Default for Config {
             copy: true,
             zero: true,
             merge: true,
+            ksm_handoff: true,
             vma_budget: None,
             vma_reserve: 4_096,
             scan_chunk_pages: 512,
@@ -211,7 +218,7 @@ impl Config {
     }
 
     /// Defaults overridden by `PAGEFOLD_*` variables:
-    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_COPY_LEARN`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN`, `PAGEFOLD_PIN_GUARD`, `PAGEFOLD_PIN_HOLD` (0/1),
+    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_COPY_LEARN`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_KSM`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN`, `PAGEFOLD_PIN_GUARD`, `PAGEFOLD_PIN_HOLD` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction), `PAGEFOLD_SCAN_SHARE` (fraction of the program's CPU; 0 = off),
     /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_PIN_AGE_MS`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
@@ -244,6 +251,7 @@ impl Config {
         }
         flag("PAGEFOLD_ZERO", &mut c.zero);
         flag("PAGEFOLD_MERGE", &mut c.merge);
+        flag("PAGEFOLD_KSM", &mut c.ksm_handoff);
         flag("PAGEFOLD_VOLATILE_CHECK", &mut c.volatile_check);
         flag("PAGEFOLD_SMART_SCAN", &mut c.smart_scan);
         flag("PAGEFOLD_PIN_GUARD", &mut c.pin_guard);
@@ -340,7 +348,7 @@ impl Inject {
     /// preload (which cannot be given a Config) can be made to take every
     /// fallback path: `PAGEFOLD_INJECT_FAIL_MEMFD=1`, `PAGEFOLD_INJECT_FAIL_UFFD=1`,
     /// `PAGEFOLD_INJECT_FAIL_UFFD_MISSING=1`,
-    /// `PAGEFOLD_INJECT_FAIL_PATCH=1`, `PAGEFOLD_INJECT_HIDE_PFNS=1`, `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
+    /// `PAGEFOLD_INJECT_FAIL_PATCH=1`, `PAGEFOLD_INJECT_HIDE_PFNS=1`, `PAGEFOLD_INJECT_KSM_OFF=1`, `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
     pub fn from_env() -> Inject {
         let num = |name: &str| {
             std::env::var(name)
@@ -356,6 +364,7 @@ impl Inject {
             max_map_count: num("PAGEFOLD_INJECT_MAX_MAP_COUNT").map(|v| v as usize),
             fail_patch: on("PAGEFOLD_INJECT_FAIL_PATCH"),
             hide_pfns: on("PAGEFOLD_INJECT_HIDE_PFNS"),
+            ksm_off: on("PAGEFOLD_INJECT_KSM_OFF"),
             race_pause_us: num("PAGEFOLD_INJECT_RACE_US").unwrap_or(0),
         }
     }

@@ -156,6 +156,12 @@ impl State {
             })
             .collect();
         self.freeze(base, i, n);
+        // Pages still owned: the mapping budget refused their freeze.
+        let refused = owned
+            .iter()
+            .filter(|&&(k, f)| self.blocks[&base].pages[k] == crate::space::Page::Owned(f))
+            .count();
+        self.refused_merges(base, refused);
         if !self.freeze_first() {
             return;
         }

@@ -48,6 +48,8 @@ pub struct ScanReport {
     /// Owned pages frozen, and diverged and owned zero pages held (hold.rs),
     /// to be folded or merged once the pin age has passed.
     pub frozen: u64,
+    /// Blocks handed to kernel KSM after this scan (ksm.rs).
+    pub ksm_handed: u64,
     /// This scan was a clock pass (clock.rs); what it classified and evicted.
     pub pass: bool,
     pub clock: crate::clock::PassCounts,

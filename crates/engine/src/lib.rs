@@ -77,6 +77,7 @@ mod fresh;
 mod hold;
 mod idle;
 mod index;
+mod ksm;
 mod patching;
 #[doc(hidden)]
 pub mod protect;

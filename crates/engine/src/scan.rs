@@ -120,6 +120,7 @@ pub fn scan(inner: &Inner) -> ScanReport {
     if let Some(p) = pass {
         st.end_pass(p, spilled, &mut rep);
     }
+    rep.ksm_handed = st.hand_to_ksm();
     st.stats.scans += 1;
     st.stats.scan_cpu_ns += rep.cpu_ns;
     st.stats.scan_skipped_idle += rep.skipped_idle;
@@ -298,6 +299,8 @@ impl State {
             let mut plan = HashMap::new();
             if self.cfg.merge && self.vma_room(4) {
                 plan = self.plan_merges(base, i..i + c, &nonzero, unstable, &mut to_freeze);
+            } else if self.cfg.merge && self.cfg.ksm_handoff {
+                self.count_unmergeable(base, &nonzero, unstable);
             }
             // A diverged page or an owned zero page not yet held for the
             // pin age is only held now (the first one starts the fault
@@ -652,7 +655,7 @@ impl State {
     /// The bytes of page `qi` of block `qb`, an unstable index entry: a page
     /// seen earlier in this scan may have been freed, cut off or exempted (and
     /// protected) since, between two chunks.
-    fn unstable_content(&self, qb: usize, qi: usize) -> Option<*const u8> {
+    pub(crate) fn unstable_content(&self, qb: usize, qi: usize) -> Option<*const u8> {
         self.blocks
             .get(&qb)
             .filter(|b| !b.exempt && qi < b.pages.len() && !b.pages[qi].is_evicted())
@@ -1002,12 +1005,14 @@ impl State {
             if through_guard {
                 let (m, unmapped) = self.merge_anon(base, a, n, plan[&a]);
                 rep.skipped_vma += unmapped as u64;
+                self.refused_merges(base, unmapped);
                 rep.merged += m as u64;
                 self.stats.merged += m as u64;
                 continue;
             }
             if !self.remap(base, a, n, Some(plan[&a])) {
                 rep.skipped_vma += n as u64;
+                self.refused_merges(base, n);
                 continue;
             }
             rep.merged += n as u64;

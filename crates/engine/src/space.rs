@@ -108,6 +108,9 @@ pub struct Block {
     pub evicted: usize,
     /// Pages a copy shared into this block and not yet found written (fresh.rs learns from them).
     pub copy_shared: usize,
+    /// Pages whose merge the mapping budget refused since the last look at
+    /// handing the block to kernel KSM (ksm.rs).
+    pub merges_refused: usize,
 }
 
 // SAFETY: base is the start of a mapping the engine made and owns; the Block only stores the
@@ -127,6 +130,7 @@ impl Block {
             exempt: false,
             evicted,
             copy_shared: 0,
+            merges_refused: 0,
         };
         b.vmas = b.count_vmas();
         b

@@ -33,6 +33,9 @@ pub struct Fallbacks {
     /// set (PFNs unreadable, a fill failed, the retry bounds ran out): the
     /// rest of their pages are uncoloured (colour.rs).
     pub banks: u64,
+    /// Blocks the mapping budget kept from merging that could not be
+    /// handed to kernel KSM: it is not running (ksm.rs).
+    pub ksm: u64,
 }
 
 /// A snapshot of the engine's state and history.
@@ -79,6 +82,10 @@ pub struct Stats {
     /// Blocks taken out of the engine's hands (the program changed their
     /// protection or set fork/dump advice on them): plain memory since.
     pub exempted: u64,
+    /// Blocks handed to kernel KSM (ksm.rs) and their bytes: plain
+    /// anonymous memory marked mergeable, no longer scanned by the engine.
+    pub ksm_blocks: u64,
+    pub ksm_bytes: u64,
     /// Times the program ran out of mappings (`vm.max_map_count`) and the
     /// engine gave its own back, and the mappings it gave back (advice.rs).
     pub mappings_given_back: u64,

@@ -9,11 +9,22 @@ fn config_reads_fault_injection_from_the_environment() {
     std::env::set_var("PAGEFOLD_INJECT_FAIL_UFFD", "0");
     std::env::set_var("PAGEFOLD_INJECT_MMAP_AFTER", "7");
     std::env::set_var("PAGEFOLD_INJECT_MAX_MAP_COUNT", "5000");
+    std::env::set_var("PAGEFOLD_INJECT_KSM_OFF", "1");
+    std::env::set_var("PAGEFOLD_KSM", "0");
     let c = Config::from_env();
-    for v in ["FAIL_MEMFD", "FAIL_UFFD", "MMAP_AFTER", "MAX_MAP_COUNT"] {
+    for v in [
+        "FAIL_MEMFD",
+        "FAIL_UFFD",
+        "MMAP_AFTER",
+        "MAX_MAP_COUNT",
+        "KSM_OFF",
+    ] {
         std::env::remove_var(format!("PAGEFOLD_INJECT_{v}"));
     }
+    std::env::remove_var("PAGEFOLD_KSM");
     assert!(c.inject.fail_memfd && !c.inject.fail_uffd);
+    assert!(c.inject.ksm_off && !c.ksm_handoff);
+    assert!(Config::default().ksm_handoff);
     assert_eq!(
         (c.inject.fail_mmap_after, c.inject.max_map_count),
         (Some(7), Some(5000))

@@ -1,0 +1,124 @@
+//! Handing scattered duplicates to kernel KSM.
+//!
+//! The engine merges a page by mapping it onto another page's frame, and a
+//! mapping covers consecutive frames only: a duplicate page among unique ones
+//! is a mapping of its own and splits its neighbour's, two mappings a page.
+//! So merging scattered duplicates stops at the mapping budget (about 15,000
+//! pages at the kernel's default `vm.max_map_count`), and each further scan
+//! finds the same duplicates and is refused again. Kernel KSM merges at the
+//! level of page-table entries, with no mapping per page, and checks for pins
+//! under the page lock before each merge; it works only on private anonymous
+//! memory of ranges marked `MADV_MERGEABLE`, and its scan rate is the
+//! administrator's (`/sys/kernel/mm/ksm`).
+//!
+//! So with `Config::ksm_handoff` (the default), a block in which the budget refused at
+//! least `HANDOFF_PAGES` merges is handed over after the scan: the block is
+//! taken out of the engine's hands as an exempt block is (its content moved
+//! onto one anonymous mapping under write protection, behind the pin grace),
+//! the whole block is marked mergeable with one `madvise` (one mapping, no
+//! split), and the engine never scans it again: KSM folds its duplicates,
+//! zero pages included, at its own pace. The engine hands over only blocks
+//! whose duplicates it found and could not merge, so KSM scans those and
+//! nothing else of the program.
+//!
+//! When KSM is not running (`/sys/kernel/mm/ksm/run` is not 1, or the kernel
+//! has no KSM), nothing is handed over: moving a block off its frames would
+//! give up the sharing the engine has and gain nothing. Each such block is
+//! counted once in `fallbacks.ksm` and looked at again only after the budget
+//! refuses another `HANDOFF_PAGES` of its merges.
+
+use crate::engine::State;
+use crate::index::ContentIndex;
+use crate::{sys, PAGE};
+
+/// Merges the mapping budget must refuse in one block before it is handed
+/// to KSM: 1 MiB of duplicates the engine could not fold itself.
+pub const HANDOFF_PAGES: usize = 256;
+
+/// Where the kernel says whether ksmd runs.
+const KSM_RUN: &str = "/sys/kernel/mm/ksm/run";
+
+/// Whether ksmd is merging now.
+fn ksm_running() -> bool {
+    std::fs::read_to_string(KSM_RUN).is_ok_and(|s| s.trim() == "1")
+}
+
+impl State {
+    /// Notes that the mapping budget refused `n` merges in block `base`.
+    pub(crate) fn refused_merges(&mut self, base: usize, n: usize) {
+        if let Some(b) = self.blocks.get_mut(&base) {
+            b.merges_refused += n;
+        }
+    }
+
+    /// With no mapping to spare for a merge, counts the pages of block
+    /// `base` at indices `pages` that duplicate a page seen earlier in this
+    /// scan: merges the budget refuses. Nothing is remapped.
+    pub(crate) fn count_unmergeable(
+        &mut self,
+        base: usize,
+        pages: &[usize],
+        unstable: &mut ContentIndex<(usize, usize)>,
+    ) {
+        let mut found = 0;
+        for &k in pages {
+            let ptr = self.blocks[&base].page_addr(k);
+            let content = |(qb, qi): (usize, usize)| self.unstable_content(qb, qi);
+            match unstable.find(ptr, content) {
+                Some(q) if q != (base, k) => found += 1,
+                Some(_) => {}
+                None => unstable.insert(ptr, (base, k), content),
+            }
+        }
+        self.refused_merges(base, found);
+    }
+
+    /// Hands to KSM every block whose refused merges reached `HANDOFF_PAGES`;
+    /// returns how many were handed over.
+    pub(crate) fn hand_to_ksm(&mut self) -> u64 {
+        if !self.cfg.ksm_handoff {
+            return 0;
+        }
+        let due: Vec<usize> = self
+            .blocks
+            .iter()
+            .filter(|(_, b)| !b.exempt && b.merges_refused >= HANDOFF_PAGES)
+            .map(|(&base, _)| base)
+            .collect();
+        if due.is_empty() {
+            return 0;
+        }
+        let running = !self.cfg.inject.ksm_off && ksm_running();
+        let mut handed = 0;
+        for base in due {
+            self.blocks
+                .get_mut(&base)
+                .expect("listed block")
+                .merges_refused = 0;
+            if !running {
+                self.stats.fallbacks.ksm += 1;
+            } else if self.hand_block(base) {
+                handed += 1;
+            }
+        }
+        handed
+    }
+
+    /// Takes block `base` out of the engine's hands and marks it mergeable.
+    /// False if it could not be moved onto anonymous memory (it stays exempt
+    /// on its frames, frozen, as an exempt block does) or the kernel refused
+    /// the advice.
+    fn hand_block(&mut self, base: usize) -> bool {
+        if !self.take_out_of_hands(base) {
+            return false;
+        }
+        let len = self.blocks[&base].pages.len() * PAGE;
+        if sys::madvise(base as *mut u8, len, libc::MADV_MERGEABLE).is_err() {
+            self.stats.fallbacks.ksm += 1;
+            return false;
+        }
+        self.stats.ksm_blocks += 1;
+        self.stats.ksm_bytes += len as u64;
+        true
+    }
+}
