@@ -19,12 +19,14 @@
 //!   copies use `rep movsb`.
 //!
 //! - memory-management calls on engine blocks (madvise, mprotect, mlock)
-//!   get the answer private anonymous memory would give.
+//!   get the answer private anonymous memory would give;
+//! - buffers a program registers for long-lived kernel pins (io_uring fixed
+//!   buffers, RDMA memory regions) are taken out of the engine's hands first.
 //!
 //! Modules: `real` (glibc's functions), `hooks` (malloc family and copies),
 //! `placement` (where in its first page a large allocation starts, so that
 //! the program's copies line up),
-//! `vm` (madvise, mprotect, mlock), `global` (the engine instance,
+//! `vm` (madvise, mprotect, mlock), `pins` (buffer registrations), `global` (the engine instance,
 //! configuration, the exit report), `probe` (statistics and scans on demand,
 //! for tests).
 
@@ -35,6 +37,7 @@
 mod fds;
 mod global;
 mod hooks;
+mod pins;
 mod placement;
 mod probe;
 mod real;

@@ -65,7 +65,7 @@ unsafe fn kernel_madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int 
 
 /// Moves engine blocks in the range onto plain memory before the kernel
 /// changes their mappings' protection or flags.
-fn exempt(addr: *const c_void, len: usize) {
+pub(crate) fn exempt(addr: *const c_void, len: usize) {
     if len == 0 {
         return; // the kernel changes nothing either
     }

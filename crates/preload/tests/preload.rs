@@ -42,11 +42,20 @@ fn c_program(name: &str) -> PathBuf {
             .arg(&exe)
             .arg(dir.join(format!("{name}.c")))
             .arg("-ldl")
+            .args(libraries(name))
             .status()
             .expect("cc");
         assert!(st.success(), "compiling {name}.c failed");
     }
     exe
+}
+
+/// Libraries a test program links beyond libc and libdl.
+fn libraries(name: &str) -> &'static [&'static str] {
+    match name {
+        "uring_pins" => &["-luring"],
+        _ => &[],
+    }
 }
 
 /// A command for `program` (args included) with no PAGEFOLD_* variable of
@@ -176,6 +185,21 @@ fn c_program_same_output_with_engine_serving_it() {
         "no copy was virtual: {r:?}"
     );
     assert_eq!(stat(&r, "blocks"), 0, "blocks leaked at exit: {r:?}");
+}
+
+/// A buffer registered with io_uring as fixed buffers is pinned by the
+/// kernel until unregistered: READ_FIXED into it after the engine has
+/// scanned it must land where the program reads. The registration takes the
+/// block out of the engine's hands first; without that the engine folds and
+/// merges the pinned pages and most of the read is lost.
+#[test]
+fn io_uring_fixed_buffers_are_never_folded_or_merged() {
+    let r = same_output("uring_pins", &[]);
+    assert!(
+        stat(&r, "exempted") >= 1,
+        "the buffer was not exempted: {r:?}"
+    );
+    assert!(stat(&r, "scans") > 0, "no scan ran beside it: {r:?}");
 }
 
 /// `pagefold_stats_json` (the Python package's `engine_stats()`) hands out
