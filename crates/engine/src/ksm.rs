@@ -28,7 +28,6 @@
 //! refuses another `HANDOFF_PAGES` of its merges.
 
 use crate::engine::State;
-use crate::index::ContentIndex;
 use crate::{sys, PAGE};
 
 /// Merges the mapping budget must refuse in one block before it is handed
@@ -49,28 +48,6 @@ impl State {
         if let Some(b) = self.blocks.get_mut(&base) {
             b.merges_refused += n;
         }
-    }
-
-    /// With no mapping to spare for a merge, counts the pages of block
-    /// `base` at indices `pages` that duplicate a page seen earlier in this
-    /// scan: merges the budget refuses. Nothing is remapped.
-    pub(crate) fn count_unmergeable(
-        &mut self,
-        base: usize,
-        pages: &[usize],
-        unstable: &mut ContentIndex<(usize, usize)>,
-    ) {
-        let mut found = 0;
-        for &k in pages {
-            let ptr = self.blocks[&base].page_addr(k);
-            let content = |(qb, qi): (usize, usize)| self.unstable_content(qb, qi);
-            match unstable.find(ptr, content) {
-                Some(q) if q != (base, k) => found += 1,
-                Some(_) => {}
-                None => unstable.insert(ptr, (base, k), content),
-            }
-        }
-        self.refused_merges(base, found);
     }
 
     /// Hands to KSM every block whose refused merges reached `HANDOFF_PAGES`;

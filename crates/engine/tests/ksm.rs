@@ -1,7 +1,9 @@
-//! Handing scattered duplicates to kernel KSM (ksm.rs): a block in which the
-//! mapping budget keeps refusing merges is moved onto anonymous memory,
-//! marked mergeable, and merged by the real ksmd; when KSM is not running,
-//! nothing is handed over and the fallback is counted. Every byte is checked.
+//! Scattered duplicates and the mapping budget. Handing them to kernel KSM
+//! (ksm.rs): a block in which the budget keeps refusing merges is moved onto
+//! anonymous memory, marked mergeable, and merged by the real ksmd; when KSM
+//! is not running, nothing is handed over and the fallback is counted. And
+//! with the budget spent, pages already frozen (each its own mapping) still
+//! merge onto frames, which needs no new mapping. Every byte is checked.
 
 mod common;
 
@@ -206,6 +208,38 @@ fn without_the_handoff_blocks_stay_the_engines() {
     let s = e.stats();
     assert_eq!((s.ksm_blocks, s.fallbacks.ksm), (0, 0), "{s:?}");
     assert!(s.fallbacks.vma_budget > 0, "{s:?}");
+    check(p);
+    // SAFETY: p is the block allocated above, no longer used.
+    assert!(unsafe { e.free(p) });
+}
+
+#[test]
+fn frozen_pages_merge_once_the_budget_is_spent() {
+    let _serial = common::serial();
+    // With a pin age, owned pages with a match are frozen first (mappings
+    // of their own) and merged once the age has passed; the freezes spend
+    // the whole budget.
+    let e = Engine::new(Config {
+        ksm_handoff: false,
+        vma_budget: Some(400),
+        pin_age: Duration::from_millis(20),
+        ..Config::default()
+    });
+    let p = e.alloc(PAGES * PAGE, Hint::None);
+    assert!(!p.is_null());
+    fill(p);
+    for _ in 0..SCANS {
+        e.scan();
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let s = e.stats();
+    assert!(
+        s.fallbacks.vma_budget > 0,
+        "the budget was never spent: {s:?}"
+    );
+    // Scans after the one that spent the budget merge what needs no new
+    // mapping: a page frozen on its own, remapped onto another frame.
+    assert!(s.merged > 0, "frozen pages did not merge: {s:?}");
     check(p);
     // SAFETY: p is the block allocated above, no longer used.
     assert!(unsafe { e.free(p) });
