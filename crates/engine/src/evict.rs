@@ -17,9 +17,10 @@
 //!    which may refuse (incompressible, full): that page stays;
 //! 5. give writes through pages the kernel pinned earlier (O_DIRECT) the pin
 //!    grace to land, and keep only the pages that still equal what was stored;
-//! 6. record each page in the table, register its run MISSING|WP, then free
-//!    its memory: MADV_DONTNEED for anonymous memory and diverged pages, a
-//!    hole punched in the frame for owned and sole shared pages;
+//! 6. register each run MISSING|WP, free its memory (MADV_DONTNEED for
+//!    anonymous memory and diverged pages, a hole punched in the frame for
+//!    owned and sole shared pages), then record its pages in the table, so
+//!    that a restore always finds a hole (`arm_and_free`);
 //! 7. unprotect: sleeping writers wake, fault on the missing page, and the
 //!    fault thread (fault.rs) puts the content back before their write lands.
 //!
@@ -532,24 +533,28 @@ impl State {
                 self.evict_anon_run(base, run, copies, &ev, rep);
                 continue;
             }
+            crate::race::pause();
+            if !self.arm(base, a, n) {
+                // Still in memory and right; the chunk's end unregisters the run.
+                self.unstore(run.into_iter());
+                continue;
+            }
+            crate::race::pause();
+            self.free_run(base, &run);
+            crate::race::pause();
+            // Recorded only once freed: a fault answered before this (one
+            // queued before the page was last restored, or by a touch of the
+            // fresh hole) finds no record and is only woken. Recorded
+            // earlier, a late fault's UFFDIO_COPY would meet the page still
+            // present (EEXIST) and mark it restored; the hole punched next
+            // would then be answered with the zero page, into the frame.
+            // Evicted even if freeing failed (part of) the run: a page still
+            // present reads what was stored, and one freed faults and is restored.
             {
                 let mut t = ev.lock();
                 run.iter()
                     .for_each(|p| t.insert(self.blocks[&base].page_addr(p.k) as usize, p.handle));
             }
-            crate::race::pause();
-            if !self.arm(base, a, n) {
-                // Still in memory and right; the chunk's end unregisters the run.
-                let mut t = ev.lock();
-                run.iter()
-                    .for_each(|p| t.unrecord(self.blocks[&base].page_addr(p.k) as usize));
-                continue;
-            }
-            // Evicted even if freeing failed (part of) the run: a page still
-            // present reads what was stored, and one freed faults and is restored.
-            crate::race::pause();
-            self.free_run(base, &run);
-            crate::race::pause();
             self.mark_evicted(base, &run, rep);
         }
     }

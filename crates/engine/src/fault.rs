@@ -17,10 +17,12 @@
 //!   looked yet (the page is still `Page::Evicted` and still registered, and
 //!   the store copy is removed when the engine reconciles, on its own threads).
 //!
-//! A record exists exactly while its page is registered MISSING with the
-//! mapping it had when evicted: the engine removes records after a mapping
-//! change (a new mapping is unregistered, so a late UFFDIO_COPY into it fails
-//! with ENOENT instead of landing) and before it registers anything there.
+//! A record exists only while its page is registered MISSING with the
+//! mapping it had when evicted, and only once its memory is freed (so a
+//! restore never finds the page still there, evict.rs `arm_and_free`): the
+//! engine removes records after a mapping change (a new mapping is
+//! unregistered, so a late UFFDIO_COPY into it fails with ENOENT instead of
+//! landing) and before it registers anything there.
 //! So a fault on an address without a record is only woken (the thread
 //! faults again, and the kernel handles it as usual); on a restored page it
 //! is answered with the zero page (it was dropped again: MADV_DONTNEED on
@@ -229,15 +231,6 @@ impl Table {
             }
             Some(Record::Restored { handle }) => self.drop_content(handle),
             None => {}
-        }
-    }
-
-    /// Removes the record of a page that stayed in memory after all (its
-    /// registration or freeing failed), and its stored copy.
-    pub fn unrecord(&mut self, addr: usize) {
-        if let Some(Record::Evicted { handle, .. }) = self.records.remove(&addr) {
-            self.evicted_now -= 1;
-            self.drop_content(handle);
         }
     }
 
