@@ -109,6 +109,26 @@ fn engine(inject_off: bool) -> Engine {
     Engine::new(cfg)
 }
 
+/// A filled block of `PAGES` pages after `SCANS` scans, `pause` apart, and
+/// the number of its pages that are copies.
+fn scanned_block(e: &Engine, pause: Duration) -> (*mut u8, usize) {
+    let p = e.alloc(PAGES * PAGE, Hint::None);
+    assert!(!p.is_null());
+    let copies = fill(p);
+    for _ in 0..SCANS {
+        e.scan();
+        std::thread::sleep(pause);
+    }
+    (p, copies)
+}
+
+/// Checks every byte of the block and frees it.
+fn check_and_free(e: &Engine, p: *mut u8) {
+    check(p);
+    // SAFETY: p is a block the test allocated, no longer used.
+    assert!(unsafe { e.free(p) });
+}
+
 /// Pages of this process KSM has merged.
 fn ksm_merging_pages() -> u64 {
     std::fs::read_to_string("/proc/self/ksm_merging_pages")
@@ -125,12 +145,7 @@ fn scattered_duplicates_are_handed_to_ksm_and_merged() {
         return;
     };
     let e = engine(false);
-    let p = e.alloc(PAGES * PAGE, Hint::None);
-    assert!(!p.is_null());
-    let copies = fill(p);
-    for _ in 0..SCANS {
-        e.scan();
-    }
+    let (p, copies) = scanned_block(&e, Duration::ZERO);
     let s = e.stats();
     assert_eq!(s.ksm_blocks, 1, "{s:?}");
     assert_eq!(s.ksm_bytes, (PAGES * PAGE) as u64);
@@ -156,13 +171,11 @@ fn scattered_duplicates_are_handed_to_ksm_and_merged() {
     assert_eq!(unsafe { p.add(k * PAGE).read() }, 0xEE);
     // SAFETY: as above.
     unsafe { p.add(k * PAGE).write(content_first_byte(k)) };
-    check(p);
     // No more scans of the block: the engine does nothing more with it.
     let before = e.stats();
     e.scan();
     assert_eq!(e.stats().merged, before.merged);
-    // SAFETY: p is the block allocated above, no longer used.
-    assert!(unsafe { e.free(p) });
+    check_and_free(&e, p);
 }
 
 /// The first byte of page `k`'s content (little-endian first word).
@@ -175,20 +188,13 @@ fn content_first_byte(k: usize) -> u8 {
 fn nothing_is_handed_over_while_ksm_is_not_running() {
     let _serial = common::serial();
     let e = engine(true);
-    let p = e.alloc(PAGES * PAGE, Hint::None);
-    assert!(!p.is_null());
-    fill(p);
-    for _ in 0..SCANS {
-        e.scan();
-    }
+    let (p, _) = scanned_block(&e, Duration::ZERO);
     let s = e.stats();
     assert_eq!(s.ksm_blocks, 0, "{s:?}");
     assert!(s.fallbacks.ksm >= 1, "{s:?}");
     assert!(s.fallbacks.vma_budget > 0, "{s:?}");
     assert!(s.merged > 0, "the engine keeps what it merged: {s:?}");
-    check(p);
-    // SAFETY: p is the block allocated above, no longer used.
-    assert!(unsafe { e.free(p) });
+    check_and_free(&e, p);
 }
 
 #[test]
@@ -199,18 +205,11 @@ fn without_the_handoff_blocks_stay_the_engines() {
         vma_budget: Some(400),
         ..Config::default()
     });
-    let p = e.alloc(PAGES * PAGE, Hint::None);
-    assert!(!p.is_null());
-    fill(p);
-    for _ in 0..SCANS {
-        e.scan();
-    }
+    let (p, _) = scanned_block(&e, Duration::ZERO);
     let s = e.stats();
     assert_eq!((s.ksm_blocks, s.fallbacks.ksm), (0, 0), "{s:?}");
     assert!(s.fallbacks.vma_budget > 0, "{s:?}");
-    check(p);
-    // SAFETY: p is the block allocated above, no longer used.
-    assert!(unsafe { e.free(p) });
+    check_and_free(&e, p);
 }
 
 #[test]
@@ -225,13 +224,7 @@ fn frozen_pages_merge_once_the_budget_is_spent() {
         pin_age: Duration::from_millis(20),
         ..Config::default()
     });
-    let p = e.alloc(PAGES * PAGE, Hint::None);
-    assert!(!p.is_null());
-    fill(p);
-    for _ in 0..SCANS {
-        e.scan();
-        std::thread::sleep(Duration::from_millis(30));
-    }
+    let (p, _) = scanned_block(&e, Duration::from_millis(30));
     let s = e.stats();
     assert!(
         s.fallbacks.vma_budget > 0,
@@ -240,7 +233,5 @@ fn frozen_pages_merge_once_the_budget_is_spent() {
     // Scans after the one that spent the budget merge what needs no new
     // mapping: a page frozen on its own, remapped onto another frame.
     assert!(s.merged > 0, "frozen pages did not merge: {s:?}");
-    check(p);
-    // SAFETY: p is the block allocated above, no longer used.
-    assert!(unsafe { e.free(p) });
+    check_and_free(&e, p);
 }
