@@ -120,6 +120,9 @@ pub(crate) struct State {
     pub remaps_since_count: usize,
     /// A scan has blocks registered with userfaultfd.
     pub scanning: bool,
+    /// This scan may hand blocks to kernel KSM: the handoff is on and ksmd
+    /// runs (ksm.rs).
+    pub ksm_ready: bool,
     /// The tiering clock's state between passes.
     pub clock: crate::clock::Clock,
     /// What copies taught about where fresh blocks should start (fresh.rs).
@@ -331,6 +334,7 @@ impl State {
             vma_budget: cfg.vma_budget_for(max_map),
             remaps_since_count: 0,
             scanning: false,
+            ksm_ready: false,
             clock: Default::default(),
             placement: Default::default(),
             stats,

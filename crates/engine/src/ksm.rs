@@ -21,13 +21,19 @@
 //! whose duplicates it found and could not merge, so KSM scans those and
 //! nothing else of the program.
 //!
+//! Once the budget has no room left for a merge, a scan no longer plans
+//! merges; while KSM runs it still hashes the pages it looks at and counts
+//! those that duplicate a page seen before (no system call, no mapping), so
+//! a block full of scattered duplicates reaches `HANDOFF_PAGES` in one scan.
+//!
 //! When KSM is not running (`/sys/kernel/mm/ksm/run` is not 1, or the kernel
-//! has no KSM), nothing is handed over: moving a block off its frames would
-//! give up the sharing the engine has and gain nothing. Each such block is
-//! counted once in `fallbacks.ksm` and looked at again only after the budget
-//! refuses another `HANDOFF_PAGES` of its merges.
+//! has no KSM; read once a scan), nothing is handed over and nothing more is
+//! hashed: moving a block off its frames would give up the sharing the
+//! engine has and gain nothing. Each scan counts in `fallbacks.ksm` the
+//! blocks in which the budget refused merges.
 
 use crate::engine::State;
+use crate::index::ContentIndex;
 use crate::{sys, PAGE};
 
 /// Merges the mapping budget must refuse in one block before it is handed
@@ -50,29 +56,57 @@ impl State {
         }
     }
 
+    /// Whether blocks may be handed over now: the handoff is on and ksmd
+    /// runs. Read once a scan.
+    pub(crate) fn ksm_running(&self) -> bool {
+        self.cfg.ksm_handoff && !self.cfg.inject.ksm_off && ksm_running()
+    }
+
+    /// With no mapping to spare for a merge, counts the pages of block
+    /// `base` at indices `pages` that duplicate a page seen earlier in this
+    /// scan: merges the budget refuses. Nothing is remapped; only hashes
+    /// are taken and compared.
+    pub(crate) fn count_unmergeable(
+        &mut self,
+        base: usize,
+        pages: &[usize],
+        unstable: &mut ContentIndex<(usize, usize)>,
+    ) {
+        let mut found = 0;
+        for &k in pages {
+            let ptr = self.blocks[&base].page_addr(k);
+            let content = |(qb, qi): (usize, usize)| self.unstable_content(qb, qi);
+            match unstable.find(ptr, content) {
+                Some(q) if q != (base, k) => found += 1,
+                Some(_) => {}
+                None => unstable.insert(ptr, (base, k), content),
+            }
+        }
+        self.refused_merges(base, found);
+    }
+
     /// Hands to KSM every block whose refused merges reached `HANDOFF_PAGES`;
-    /// returns how many were handed over.
+    /// returns how many were handed over. While ksmd does not run, a block
+    /// in which the budget refused merges this scan is counted in
+    /// `fallbacks.ksm` instead.
     pub(crate) fn hand_to_ksm(&mut self) -> u64 {
         if !self.cfg.ksm_handoff {
             return 0;
         }
+        let least = if self.ksm_ready { HANDOFF_PAGES } else { 1 };
         let due: Vec<usize> = self
             .blocks
             .iter()
-            .filter(|(_, b)| !b.exempt && b.merges_refused >= HANDOFF_PAGES)
+            .filter(|(_, b)| !b.exempt && b.merges_refused >= least)
             .map(|(&base, _)| base)
             .collect();
-        if due.is_empty() {
-            return 0;
-        }
-        let running = !self.cfg.inject.ksm_off && ksm_running();
         let mut handed = 0;
         for base in due {
             self.blocks
                 .get_mut(&base)
                 .expect("listed block")
                 .merges_refused = 0;
-            if !running {
+            if !self.ksm_ready {
                 self.stats.fallbacks.ksm += 1;
             } else if self.hand_block(base) {
                 handed += 1;

@@ -76,6 +76,7 @@ pub fn scan(inner: &Inner) -> ScanReport {
         st.prune_young();
         st.prune_holds();
         st.refresh_other_maps();
+        st.ksm_ready = st.ksm_running();
         if st.protector.is_none() {
             st.stats.fallbacks.uffd += 1;
         }
@@ -296,12 +297,13 @@ impl State {
                 self.freeze_owned_zero(base, &mut zero, &mut to_freeze);
             }
             // A merge costs up to two mappings for the page and two for its partner.
-            // Without room for that, only merges that need no new mapping
-            // (a frozen page onto a frame) are made; the rest are counted.
+            // Without room for that, the duplicates are only counted, for
+            // handing the block to KSM when it runs (ksm.rs).
             let mut plan = HashMap::new();
-            if self.cfg.merge {
-                let room = self.vma_room(4);
-                plan = self.plan_merges(base, i..i + c, &nonzero, unstable, &mut to_freeze, room);
+            if self.cfg.merge && self.vma_room(4) {
+                plan = self.plan_merges(base, i..i + c, &nonzero, unstable, &mut to_freeze);
+            } else if self.cfg.merge && self.ksm_ready {
+                self.count_unmergeable(base, &nonzero, unstable);
             }
             // A diverged page or an owned zero page not yet held for the
             // pin age is only held now (the first one starts the fault
@@ -568,9 +570,6 @@ impl State {
 
     /// Finds, for the non-zero pages at indices `pages` of a block (all inside
     /// the protected `chunk`), frozen frames with the same content: page -> frame.
-    /// Without `room` for new mappings, a page matching one seen earlier in
-    /// this scan is only counted as a merge the budget refused (ksm.rs): its
-    /// partner would have to be frozen, which costs mappings.
     fn plan_merges(
         &mut self,
         base: usize,
@@ -578,11 +577,9 @@ impl State {
         pages: &[usize],
         unstable: &mut Unstable,
         to_freeze: &mut Vec<usize>,
-        room: bool,
     ) -> HashMap<usize, FrameId> {
         let freeze_first = self.freeze_first();
         let mut plan: HashMap<usize, FrameId> = HashMap::new();
-        let mut refused = 0;
         // Out of `self` while in use, so lookups can read frames and pages.
         let mut stable = std::mem::take(&mut self.stable);
         let mut idx = 0;
@@ -613,7 +610,6 @@ impl State {
             }
             let page_content = |(qb, qi): (usize, usize)| self.unstable_content(qb, qi);
             match unstable.find(ptr, page_content) {
-                Some(q) if !room && q != (base, k) => refused += 1,
                 Some((qb, qi)) if owned && (qb, qi) != (base, k) => to_freeze.push(k),
                 Some((qb, qi)) if (qb, qi) != (base, k) => {
                     // The pages after this one often repeat the pages after
@@ -648,7 +644,6 @@ impl State {
             }
         }
         self.stable = stable;
-        self.refused_merges(base, refused);
         plan
     }
 
@@ -663,7 +658,7 @@ impl State {
     /// The bytes of page `qi` of block `qb`, an unstable index entry: a page
     /// seen earlier in this scan may have been freed, cut off or exempted (and
     /// protected) since, between two chunks.
-    fn unstable_content(&self, qb: usize, qi: usize) -> Option<*const u8> {
+    pub(crate) fn unstable_content(&self, qb: usize, qi: usize) -> Option<*const u8> {
         self.blocks
             .get(&qb)
             .filter(|b| !b.exempt && qi < b.pages.len() && !b.pages[qi].is_evicted())

@@ -33,8 +33,8 @@ pub struct Fallbacks {
     /// set (PFNs unreadable, a fill failed, the retry bounds ran out): the
     /// rest of their pages are uncoloured (colour.rs).
     pub banks: u64,
-    /// Blocks the mapping budget kept from merging that could not be
-    /// handed to kernel KSM: it is not running (ksm.rs).
+    /// Blocks in which the mapping budget refused merges while kernel KSM,
+    /// which could take them, was not running; counted at each scan (ksm.rs).
     pub ksm: u64,
 }
 
