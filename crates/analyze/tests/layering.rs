@@ -8,5 +8,7 @@ fn the_module_graph_reader_finds_cycles() {
 
 #[test]
 fn no_module_depends_on_itself_through_others() {
-    pagefold_layering::assert_layered(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    pagefold_layering::assert_layered(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+    );
 }

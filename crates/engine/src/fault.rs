@@ -41,14 +41,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use crate::hold::Held;
-use crate::patching::{Content, Patches};
+use crate::held::Held;
+use crate::patches::{Content, Patches};
 use crate::protect::{Fault, Protector};
+use crate::stats::LIFETIME_BUCKETS;
 use crate::store::PageStore;
 use crate::{sys, PAGE};
-
-/// Lifetime buckets: [0] under 1 ms, [b] from 2^(b-1) to 2^b ms, the last open.
-pub const LIFETIME_BUCKETS: usize = 24;
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Record {
@@ -332,7 +330,7 @@ impl Table {
 pub(crate) fn run(uffd: Arc<Protector>, ev: Arc<Evictions>) {
     // Process signals go to the program's threads, never to this one.
     let _ = sys::block_signals();
-    crate::ENGINE_THREAD.with(|t| t.set(true));
+    crate::threads::ENGINE_THREAD.with(|t| t.set(true));
     let mut faults = [Fault { addr: 0, wp: false }; 16];
     let mut buf = [0u8; PAGE];
     loop {

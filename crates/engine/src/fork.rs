@@ -24,8 +24,8 @@
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard, Once, Weak};
 
-use crate::engine::{Inner, State};
 use crate::space::Page;
+use crate::state::{Inner, State};
 use crate::sys;
 
 static ENGINES: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
@@ -66,8 +66,8 @@ extern "C" fn prepare() {
     // code below copies and allocates: through a preload those calls would
     // come back into the engine and wait for the lock this thread holds.
     // Marked as an engine thread, it gets glibc's functions instead.
-    WAS_ENGINE_THREAD.with(|w| w.set(crate::on_engine_thread()));
-    crate::ENGINE_THREAD.with(|t| t.set(true));
+    WAS_ENGINE_THREAD.with(|w| w.set(crate::threads::on_engine_thread()));
+    crate::threads::ENGINE_THREAD.with(|t| t.set(true));
     let registry = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
     let engines = registry
         .iter()
@@ -117,7 +117,7 @@ extern "C" fn child() {
 
 fn release(in_child: bool) {
     release_locks(in_child);
-    crate::ENGINE_THREAD.with(|t| t.set(WAS_ENGINE_THREAD.with(|w| w.get())));
+    crate::threads::ENGINE_THREAD.with(|t| t.set(WAS_ENGINE_THREAD.with(|w| w.get())));
 }
 
 fn release_locks(in_child: bool) {

@@ -66,6 +66,7 @@ mod budget;
 mod clock;
 mod colour;
 mod config;
+mod copy;
 mod detach;
 mod engine;
 mod evict;
@@ -74,41 +75,36 @@ pub mod fds;
 mod fork;
 mod frames;
 mod fresh;
+mod held;
 mod hold;
 mod idle;
 mod index;
+mod pass;
+mod patches;
 mod patching;
 #[doc(hidden)]
 pub mod protect;
 mod race;
 mod recycle;
+mod restore;
 mod scan;
+mod scratch;
+mod seen;
 mod space;
+mod state;
 mod stats;
 mod store;
 mod sys;
+mod threads;
 mod tier_store;
 
-pub use clock::{ClockStats, PassCounts};
+pub use clock::{Allow, ClockStats, PassCounts};
 pub use config::{Config, Inject};
-pub use engine::{Engine, Hint, ScanReport};
-pub use evict::{Allow, EvictReport};
-pub use fault::LIFETIME_BUCKETS;
+pub use engine::Engine;
 pub use fresh::Fresh;
-pub use stats::{Fallbacks, Stats, STATS_SCHEMA};
+pub use state::Hint;
+pub use stats::{EvictReport, Fallbacks, ScanReport, Stats, LIFETIME_BUCKETS, STATS_SCHEMA};
 pub use store::{Handle, PageStore, StoreBytes, StoreError};
+pub use sys::PAGE;
+pub use threads::on_engine_thread;
 pub use tier_store::{SwapSettings, TierConfig, TierCounts, TierStore};
-
-thread_local! {
-    static ENGINE_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// True on the engine's own threads (the background scanner). A preload
-/// must not route their allocations and copies back into the engine, whose
-/// lock they may hold.
-pub fn on_engine_thread() -> bool {
-    ENGINE_THREAD.with(|t| t.get())
-}
-
-/// The page size the engine works in.
-pub const PAGE: usize = 4096;

@@ -52,18 +52,19 @@ use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use crate::budget::Budget;
-use crate::clock::Pass;
-use crate::engine::{Inner, ScanReport, State};
 use crate::frames::FrameId;
 use crate::idle;
 use crate::index::{page_eq, sample_hash, ContentIndex};
+use crate::pass::{Pass, Tiering};
 use crate::space::{runs, Page};
+use crate::state::{Inner, State};
+use crate::stats::ScanReport;
 use crate::{sys, PAGE};
 
 /// Pages seen earlier in this scan, by content: (block base, page index).
 type Unstable = ContentIndex<(usize, usize)>;
 
-pub fn scan(inner: &Inner) -> ScanReport {
+pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
     let (t0, c0) = (Instant::now(), sys::thread_cpu_ns());
     let mut rep = ScanReport::default();
     if crate::fds::lost() {
@@ -81,7 +82,7 @@ pub fn scan(inner: &Inner) -> ScanReport {
         }
         (
             st.blocks.keys().copied().collect::<Vec<usize>>(),
-            st.begin_pass(),
+            st.begin_pass(tier),
         )
     };
     let spilled = pass.as_mut().map_or(0, |p| p.spill_now());
@@ -133,7 +134,7 @@ pub fn scan(inner: &Inner) -> ScanReport {
 /// scan share configured it also keeps to the account in budget.rs: scans
 /// only while the program's CPU time, its fresh memory and the pages saved
 /// pay for them, and backs off while scans find nothing.
-pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
+pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64, tier: Tiering) {
     // Process signals go to the program's threads, never to the scanner.
     let _ = sys::block_signals();
     let (interval, share, pin_age) = match weak.upgrade() {
@@ -145,7 +146,7 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
         Some(inner) => (interval, inner.cfg.scan_share, inner.cfg.pin_age),
         None => return,
     };
-    crate::ENGINE_THREAD.with(|t| t.set(true));
+    crate::threads::ENGINE_THREAD.with(|t| t.set(true));
     let mut account = share.map(Budget::new);
     let mut earliest = Instant::now();
     let mut next_early: Option<Duration> = None;
@@ -174,7 +175,7 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
                 continue;
             }
         }
-        let rep = scan(&inner);
+        let rep = scan(&inner, tier);
         drop(inner);
         if let Some(a) = account.as_mut() {
             a.record(rep.cpu_ns, rep.merged + rep.zero_folded, rep.volatile > 0);
@@ -186,60 +187,6 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
 }
 
 impl State {
-    /// Runs `f` with pages `[i, i+n)` of a block registered for write
-    /// protection, and unregistered again afterwards (remaps inside `f`
-    /// register their new mappings).
-    pub fn with_registered<T>(
-        &mut self,
-        base: usize,
-        i: usize,
-        n: usize,
-        f: impl FnOnce(&mut State) -> T,
-    ) -> T {
-        let addr = self.blocks[&base].page_addr(i);
-        let was = std::mem::replace(&mut self.scanning, true);
-        self.register(addr, n * PAGE);
-        crate::race::pause();
-        let r = f(self);
-        self.unregister_unevicted(base, i, n);
-        self.scanning = was;
-        r
-    }
-
-    /// Unregisters pages `[i, i+n)` of a block except evicted ones, which
-    /// must keep their MISSING registration, and held ones (hold.rs), which
-    /// must stay write-protected.
-    fn unregister_unevicted(&mut self, base: usize, i: usize, n: usize) {
-        let Some(block) = self.blocks.get(&base) else {
-            return;
-        };
-        let addr = block.page_addr(i);
-        let any_held = self.holds.any_within(addr as usize, n * PAGE);
-        if block.evicted == 0 && !any_held {
-            return self.unregister(addr, n * PAGE);
-        }
-        let kept = |k: usize| {
-            block.pages[k].is_evicted() || self.holds.contains(block.page_addr(k) as usize)
-        };
-        let mut plain = Vec::new();
-        let mut k = i;
-        while k < i + n {
-            let keep = kept(k);
-            let end = (k..i + n).find(|&j| kept(j) != keep).unwrap_or(i + n);
-            if !keep {
-                plain.push((block.page_addr(k), (end - k) * PAGE));
-            }
-            k = end;
-        }
-        for (a, len) in plain {
-            self.unregister(a, len);
-        }
-        // Unregistering wakes only MISSING sleepers: wake write-protect ones too.
-        if let Some(p) = &self.protector {
-            p.wake(addr, n * PAGE);
-        }
-    }
-
     fn scan_chunk(
         &mut self,
         base: usize,
@@ -384,7 +331,7 @@ impl State {
             .filter(|&k| {
                 !self.cfg.smart_scan
                     || idle::due(seen[k], scan_no)
-                    || pass && crate::clock::wanted(seen[k])
+                    || pass && crate::seen::wanted(seen[k])
             })
             .collect();
         rep.skipped_idle += (c - due.len()) as u64;
@@ -442,13 +389,13 @@ impl State {
                 let look = if zero {
                     1
                 } else {
-                    (sample_hash(block.page_addr(k)) as u32 & idle::LOOK_MASK) | 2
+                    (sample_hash(block.page_addr(k)) as u32 & crate::seen::LOOK_MASK) | 2
                 };
                 let before = block.seen[k];
-                let same = before & idle::LOOK_MASK == look;
-                block.seen[k] = idle::with_look(before, look);
+                let same = before & crate::seen::LOOK_MASK == look;
+                block.seen[k] = crate::seen::with_look(before, look);
                 if !same {
-                    block.seen[k] = crate::clock::written(block.seen[k]);
+                    block.seen[k] = crate::seen::written(block.seen[k]);
                 }
                 same || !check
             })
