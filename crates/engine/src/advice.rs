@@ -29,7 +29,7 @@
 use crate::frames::FrameId;
 use crate::space::{runs, Page};
 use crate::state::State;
-use crate::{sys, PAGE};
+use crate::sys::{self, PAGE};
 
 /// How one page is discarded.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use crate::frames::FrameId;
 use crate::space::{runs, unit_runs, Page};
 use crate::state::State;
-use crate::{sys, PAGE};
+use crate::sys::{self, PAGE};
 
 impl State {
     /// The copy proper; false if nothing in it can be virtual (caller copies plainly).

@@ -35,7 +35,7 @@
 
 use crate::scratch::{moves_pages, Detached, Scratch};
 use crate::state::State;
-use crate::{sys, PAGE};
+use crate::sys::{self, PAGE};
 
 impl State {
     /// Whether scans take pages off with the pin test: the kernel has

@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use crate::clock::Allow;
 use crate::config::Config;
+use crate::fork;
 use crate::state::{Hint, Inner};
 use crate::stats::{EvictReport, Stats};
 use crate::store::PageStore;
-use crate::{fork, sys, PAGE};
+use crate::sys::{self, PAGE};
 
 /// A handle to one engine; clones share it.
 #[derive(Clone)]
@@ -97,7 +98,7 @@ impl Engine {
     }
 
     /// Folds zero pages and merges identical pages now.
-    pub fn scan(&self) -> crate::ScanReport {
+    pub fn scan(&self) -> crate::stats::ScanReport {
         crate::scan::scan(&self.inner, crate::evict::tier_chunk)
     }
 

@@ -64,7 +64,7 @@ use crate::space::{Page, Restores};
 use crate::state::{Inner, State};
 use crate::stats::EvictReport;
 use crate::store::{PageStore, StoreError};
-use crate::{sys, PAGE};
+use crate::sys::{self, PAGE};
 
 /// `Engine::evict_with`: walks the blocks overlapping `[ptr, ptr+len)` in
 /// chunks under the engine lock, evicting what `allow` permits.

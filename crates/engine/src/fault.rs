@@ -46,7 +46,7 @@ use crate::patches::{Content, Patches};
 use crate::protect::{Fault, Protector};
 use crate::stats::LIFETIME_BUCKETS;
 use crate::store::PageStore;
-use crate::{sys, PAGE};
+use crate::sys::{self, PAGE};
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Record {

@@ -163,7 +163,7 @@ impl State {
                 let fd = self.pools[first.pool()].fd;
                 if sys::map_uninjected(
                     addr,
-                    (b - a) * crate::PAGE,
+                    (b - a) * crate::sys::PAGE,
                     Some(fd),
                     first.slot(),
                     false,

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
-use crate::PAGE;
+use crate::sys::PAGE;
 
 /// A write to a held page ends the holds of up to this many held pages on
 /// each side of it too.

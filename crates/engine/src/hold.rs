@@ -46,7 +46,7 @@ use crate::frames::FrameId;
 use crate::protect::Protector;
 use crate::space::Page;
 use crate::state::State;
-use crate::PAGE;
+use crate::sys::PAGE;
 
 /// Pages held at most at once (256 MiB).
 pub const MAX_HELD: usize = 1 << 16;

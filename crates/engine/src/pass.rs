@@ -16,7 +16,7 @@ use crate::space::Page;
 use crate::state::State;
 use crate::stats::ScanReport;
 use crate::store::PageStore;
-use crate::PAGE;
+use crate::sys::PAGE;
 
 /// What tiering does with the pages of a protected chunk a pass chose
 /// (block base, the chunk's pages, each chosen page with what it may

@@ -14,7 +14,7 @@ use pagefold_tier::store::{Handle as SlabHandle, Store, StoreConfig};
 use crate::fds::Fd;
 use crate::frames::FrameId;
 use crate::store::Handle;
-use crate::{sys, PAGE};
+use crate::sys::{self, PAGE};
 
 /// Where an evicted page's content is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,7 +190,7 @@ impl Patches {
 
     /// Patches stored now, their bytes, the patch store's footprint (slabs,
     /// cached slabs, its tables and ours) and restore counts, into `s`.
-    pub fn stats(&self, s: &mut crate::Stats) {
+    pub fn stats(&self, s: &mut crate::stats::Stats) {
         let ours = (self.entries.capacity() * std::mem::size_of::<Option<PatchEntry>>()
             + self.free.capacity() * 4) as u64;
         let (n, payload, footprint) = match &self.slab {
@@ -222,7 +222,7 @@ pub(crate) struct Patching {
 }
 
 impl Patching {
-    pub(crate) fn new(cfg: &crate::Config) -> Patching {
+    pub(crate) fn new(cfg: &crate::config::Config) -> Patching {
         let params = SimilarityParams {
             k: cfg.patch_blocks,
             s: 1,

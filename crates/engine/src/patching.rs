@@ -48,7 +48,7 @@ use crate::frames::FrameId;
 use crate::patches::{Content, Patching};
 use crate::space::{Page, Restores};
 use crate::state::State;
-use crate::{sys, PAGE};
+use crate::sys::{self, PAGE};
 
 /// Candidates a page is encoded against at most (each try costs an encode).
 const MAX_TRIES: usize = 4;

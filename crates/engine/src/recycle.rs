@@ -166,7 +166,7 @@ fn recyclable(block: &Block, cfg: &Config) -> bool {
 fn split(block: &mut Block, n: usize) -> Block {
     // SAFETY: callers split at n below the block's page count, so base + n * PAGE is inside
     // the block's mapping.
-    let tail_base = unsafe { block.base.add(n * crate::PAGE) };
+    let tail_base = unsafe { block.base.add(n * crate::sys::PAGE) };
     let tail = Block::new(tail_base, block.pages.split_off(n));
     block.seen.truncate(n);
     block.vmas = block.count_vmas();

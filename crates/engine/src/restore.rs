@@ -9,8 +9,8 @@ use crate::fault::Evictions;
 use crate::space::Page;
 use crate::state::State;
 use crate::store::NoStore;
+use crate::sys::PAGE;
 use crate::tier_store::{TierConfig, TierStore};
-use crate::PAGE;
 
 impl State {
     /// The fault thread runs (started on first use) with a page store for

@@ -59,7 +59,7 @@ use crate::pass::{Pass, Tiering};
 use crate::space::{runs, Page};
 use crate::state::{Inner, State};
 use crate::stats::ScanReport;
-use crate::{sys, PAGE};
+use crate::sys::{self, PAGE};
 
 /// Pages seen earlier in this scan, by content: (block base, page index).
 type Unstable = ContentIndex<(usize, usize)>;

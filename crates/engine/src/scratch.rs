@@ -4,7 +4,7 @@
 use std::io;
 
 use crate::protect::Protector;
-use crate::{sys, PAGE};
+use crate::sys::{self, PAGE};
 
 /// Anonymous memory the engine moves pages into: registered with the
 /// engine's userfaultfd (UFFDIO_MOVE requires it of the destination, and the

@@ -31,7 +31,7 @@ use crate::index::ContentIndex;
 use crate::protect::Protector;
 use crate::space::{runs, Block, Page, Restores};
 use crate::stats::Stats;
-use crate::{sys, PAGE};
+use crate::sys::{self, PAGE};
 
 /// How a block will be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,7 +136,7 @@ impl Drop for Inner {
             let held = ev.lock().held.take_all();
             if let Some(p) = &st.protector {
                 for a in held {
-                    let _ = p.unprotect(a as *const u8, crate::PAGE);
+                    let _ = p.unprotect(a as *const u8, crate::sys::PAGE);
                 }
             }
             ev.stop.store(true, Ordering::SeqCst);
@@ -719,7 +719,7 @@ impl State {
     }
 
     /// Patching's part of the statistics (the patch store's with the eviction table's).
-    pub(crate) fn patch_stats(&self, s: &mut crate::Stats) {
+    pub(crate) fn patch_stats(&self, s: &mut crate::stats::Stats) {
         let Some(p) = &self.patching else { return };
         s.references_pinned = p.pins.len() as u64;
         s.patch_work_ns = p.work_ns;
@@ -737,7 +737,7 @@ impl State {
     pub(crate) fn footprint(&self) -> u64 {
         let frames: u64 = self.pools.iter().map(|p| p.resident_frames()).sum();
         // Patches, their table and the detector count as the statistics count them.
-        let mut s = crate::Stats::default();
+        let mut s = crate::stats::Stats::default();
         let stored = self.evictions.as_ref().map_or(0, |ev| {
             let t = ev.lock();
             t.patches.stats(&mut s);
