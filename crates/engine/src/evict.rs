@@ -3,7 +3,8 @@
 //!
 //! `Engine::evict(ptr, len)` is a hint, like DE's swap-out requests: every
 //! page in the range that may be evicted is, the rest is left alone. It walks
-//! the range in chunks under the engine lock, as a scan does. For each chunk:
+//! the range in chunks under the engine lock, as a scan does, and protects
+//! each by the protocol the scan follows too (chunk.rs). For each chunk:
 //!
 //! 1. reconcile: pages the fault thread restored since the last look become
 //!    ordinary pages again (their records and stored copies go, their
@@ -54,6 +55,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::chunk::{ChunkHolds, ChunkWork, Protected};
 use crate::clock::Allow;
 use crate::fault::Evictions;
 use crate::frames::FrameId;
@@ -65,6 +67,32 @@ use crate::state::{Inner, State};
 use crate::stats::EvictReport;
 use crate::store::{PageStore, StoreError};
 use crate::sys::{self, PAGE};
+
+/// Eviction's work on one protected chunk (chunk.rs): the pages that hold
+/// content, each allowed `allow`.
+struct EvictChunk<'a> {
+    allow: Allow,
+    rep: &'a mut EvictReport,
+}
+
+impl ChunkWork for EvictChunk<'_> {
+    const HOLDS: ChunkHolds = ChunkHolds::End;
+
+    fn work(
+        &mut self,
+        st: &mut State,
+        base: usize,
+        i: usize,
+        c: usize,
+        chunk: &Protected,
+    ) -> Vec<(usize, Instant)> {
+        if let Some(resident) = &chunk.resident {
+            let pages = st.holding_content(base, i, resident, self.allow, self.rep);
+            st.evict_pages(base, i..i + c, &pages, self.rep);
+        }
+        Vec::new()
+    }
+}
 
 /// `Engine::evict_with`: walks the blocks overlapping `[ptr, ptr+len)` in
 /// chunks under the engine lock, evicting what `allow` permits.
@@ -136,42 +164,9 @@ impl State {
         allow: Allow,
         rep: &mut EvictReport,
     ) {
-        self.reconcile(base, i, c);
-        // A signal handler of this thread writing into the protected chunk
-        // would wait for this very thread: no signals until it is unprotected.
-        let mask = sys::block_signals();
-        self.with_registered(base, i, c, |st| st.evict_chunk(base, i, c, allow, rep));
-        sys::restore_signals(&mask);
+        self.in_protected_chunk(base, i, c, &mut EvictChunk { allow, rep });
         crate::race::pause();
         self.settle_pins();
-    }
-
-    fn evict_chunk(
-        &mut self,
-        base: usize,
-        i: usize,
-        c: usize,
-        allow: Allow,
-        rep: &mut EvictReport,
-    ) {
-        let addr = self.blocks[&base].page_addr(i);
-        let Some(protector) = self.protector.clone() else {
-            return;
-        };
-        self.drop_holds(addr as usize, c * PAGE);
-        if protector.protect(addr, c * PAGE).is_err() {
-            let _ = protector.unprotect(addr, c * PAGE);
-            self.stats.fallbacks.uffd += 1;
-            return;
-        }
-        crate::race::pause();
-        self.refresh_divergence(base, i, c);
-        let mut resident = vec![0u8; c];
-        if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
-            let pages = self.holding_content(base, i, &resident, allow, rep);
-            self.evict_pages(base, i..i + c, &pages, rep);
-        }
-        let _ = protector.unprotect(addr, c * PAGE);
     }
 
     /// The pages of the chunk starting at page `i` that hold content (not

@@ -63,6 +63,7 @@
 
 mod advice;
 mod budget;
+mod chunk;
 mod clock;
 mod colour;
 mod config;

@@ -3,7 +3,8 @@
 //! Blocks are walked in chunks of `scan_chunk_pages`, under the engine lock
 //! one chunk at a time. For each chunk:
 //!
-//! 1. register it with userfaultfd and write-protect it: writers sleep until step 6;
+//! 1. register it with userfaultfd and write-protect it, by the protocol
+//!    eviction follows too (chunk.rs): writers sleep until step 6;
 //! 2. refresh divergence from pagemap (frames of pages that were written
 //!    since they were shared lose a reference);
 //! 3. ask mincore which pages hold content: a page never touched (or already
@@ -52,6 +53,7 @@ use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use crate::budget::Budget;
+use crate::chunk::{ChunkHolds, ChunkWork, Protected};
 use crate::frames::FrameId;
 use crate::idle;
 use crate::index::{page_eq, sample_hash, ContentIndex};
@@ -63,6 +65,51 @@ use crate::sys::{self, PAGE};
 
 /// Pages seen earlier in this scan, by content: (block base, page index).
 type Unstable = ContentIndex<(usize, usize)>;
+
+/// The scan's work on one protected chunk (chunk.rs).
+struct ScanChunk<'a> {
+    unstable: &'a mut Unstable,
+    rep: &'a mut ScanReport,
+    pass: Option<&'a mut Pass>,
+    /// The chunk's pages due a look, as `before` found them.
+    due: Vec<usize>,
+}
+
+impl ChunkWork for ScanChunk<'_> {
+    const HOLDS: ChunkHolds = ChunkHolds::Decide;
+
+    /// Divergence first (frames of pages written since they were shared
+    /// are released even where nothing is due), then the pages due a look:
+    /// with none, nothing is read and no writer need be stopped.
+    fn before(&mut self, st: &mut State, base: usize, i: usize, c: usize) -> bool {
+        self.rep.diverged_released += st.refresh_divergence(base, i, c);
+        self.due = st.due_pages(base, i, c, self.pass.is_some(), self.rep);
+        !self.due.is_empty()
+    }
+
+    fn work(
+        &mut self,
+        st: &mut State,
+        base: usize,
+        i: usize,
+        c: usize,
+        chunk: &Protected,
+    ) -> Vec<(usize, Instant)> {
+        // Divergence again: a write may have landed between the refresh and the protect.
+        self.rep.diverged_released += chunk.diverged_released;
+        let due = std::mem::take(&mut self.due);
+        st.scan_protected(
+            base,
+            i,
+            c,
+            chunk,
+            due,
+            self.unstable,
+            self.rep,
+            self.pass.as_deref_mut(),
+        )
+    }
+}
 
 pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
     let (t0, c0) = (Instant::now(), sys::thread_cpu_ns());
@@ -104,14 +151,13 @@ pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
                 break;
             }
             let c = chunk.min(n - i);
-            st.reconcile(base, i, c);
-            // A signal handler of this thread writing into the protected chunk
-            // would wait for this very thread: no signals until it is unprotected.
-            let mask = sys::block_signals();
-            st.with_registered(base, i, c, |st| {
-                st.scan_chunk(base, i, c, &mut unstable, &mut rep, pass.as_mut())
-            });
-            sys::restore_signals(&mask);
+            let mut work = ScanChunk {
+                unstable: &mut unstable,
+                rep: &mut rep,
+                pass: pass.as_mut(),
+                due: Vec::new(),
+            };
+            st.in_protected_chunk(base, i, c, &mut work);
             i += c;
         }
     }
@@ -187,39 +233,24 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64, tier: Tier
 }
 
 impl State {
-    fn scan_chunk(
+    /// The scan's work on protected pages `[i, i+c)` of a block (chunk.rs),
+    /// the pages `due` a look; returns the holds that go on.
+    #[allow(clippy::too_many_arguments)]
+    fn scan_protected(
         &mut self,
         base: usize,
         i: usize,
         c: usize,
+        chunk: &Protected,
+        due: Vec<usize>,
         unstable: &mut Unstable,
         rep: &mut ScanReport,
         pass: Option<&mut Pass>,
-    ) {
-        let addr = self.blocks[&base].page_addr(i);
-        rep.diverged_released += self.refresh_divergence(base, i, c);
-        let due = self.due_pages(base, i, c, pass.is_some(), rep);
-        if due.is_empty() {
-            return; // nothing to read: no need to stop writers either
-        }
-        let Some(protector) = self.protector.clone() else {
-            return;
-        };
-        let held = self.begin_chunk_holds(addr as usize, c * PAGE);
-        if protector.protect(addr, c * PAGE).is_err() {
-            // It may have protected the mappings before the one it refused:
-            // undo that, or their writers would sleep for good.
-            self.end_chunk_holds(addr as usize, c * PAGE, &[]);
-            let _ = protector.unprotect(addr, c * PAGE);
-            self.stats.fallbacks.uffd += 1;
-            return;
-        }
-        // Divergence again: a write may have landed between the refresh and the protect.
-        rep.diverged_released += self.refresh_divergence(base, i, c);
+    ) -> Vec<(usize, Instant)> {
+        let (held, protector) = (&chunk.held, &chunk.protector);
         let guard = self.pin_guard();
         let mut keep = Vec::new();
-        let mut resident = vec![0u8; c];
-        if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
+        if let Some(resident) = &chunk.resident {
             let looked: Vec<usize> = due
                 .iter()
                 .copied()
@@ -258,7 +289,7 @@ impl State {
             let any_holdable = zero.iter().any(holdable) || plan.keys().any(holdable);
             let holds_on = self.holding() || (any_holdable && self.holds_on());
             let to_hold = if holds_on {
-                self.unready_held(base, &mut zero, &mut plan, &held)
+                self.unready_held(base, &mut zero, &mut plan, held)
             } else {
                 self.drop_young_diverged(base, &mut zero, &mut plan);
                 if self.freeze_first() {
@@ -284,7 +315,7 @@ impl State {
             for (a, b) in crate::space::consecutive(&to_freeze) {
                 self.freeze_young(base, a, b - a);
             }
-            keep = self.hold_pages(base, &to_hold, &held, &protector, rep);
+            keep = self.hold_pages(base, &to_hold, held, protector, rep);
             let mut waiting = to_freeze;
             waiting.extend_from_slice(&to_hold);
             waiting.sort_unstable();
@@ -303,8 +334,7 @@ impl State {
                 self.clock_chunk(base, i..i + c, &present, pass);
             }
         }
-        self.end_chunk_holds(addr as usize, c * PAGE, &keep);
-        self.unprotect_unheld(&protector, addr as usize, c * PAGE);
+        keep
     }
 
     /// Moves the owned pages of `zero` to `to_freeze`: under the guard, an
