@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::config::Config;
-use crate::fault::Evictions;
+use crate::fault::{Evictions, Table};
 use crate::frames::{FrameId, Pool};
 use crate::held::Holds;
 use crate::index::ContentIndex;
@@ -577,15 +577,13 @@ impl State {
         s.blocks = self.blocks.len() as u64;
         s.block_bytes = self.blocks.values().map(|b| b.len() as u64).sum();
         s.frames_in_use = self.pools.iter().map(|p| p.in_use()).sum();
-        s.frames_resident = self.pools.iter().map(|p| p.resident_frames()).sum();
         (s.pages_sharing, s.pages_saved_by_sharing) = self.pages_sharing();
         s.vmas_used = self.vmas as u64;
         s.recycled_bytes = self.recycler.bytes() as u64;
-        s.metadata_bytes = self.metadata_bytes() as u64;
         s.protected_scan = self.protector.is_some();
         s.descriptor_replaced = crate::fds::lost();
-        if let Some(ev) = &self.evictions {
-            let t = ev.lock();
+        let t = self.evictions.as_ref().map(|ev| ev.lock());
+        if let Some(t) = &t {
             s.evicted_now = t.evicted_now;
             s.restored = t.counts.restored;
             s.restored_by_engine = t.counts.restored_by_engine;
@@ -593,11 +591,9 @@ impl State {
             s.restore_errors = t.counts.errors;
             s.evict_lifetime_ms_log2 = t.counts.lifetime_ms_log2;
             s.pin_hold_broken = t.held.broken;
-            s.store = t.store.bytes();
-            s.metadata_bytes += (t.records_bytes() + t.held.bytes()) as u64;
-            t.patches.stats(&mut s);
         }
-        self.patch_stats(&mut s);
+        self.memory(&mut s, t.as_deref());
+        drop(t);
         s.frames_active = self.current_pool().is_some();
         s.clock = self.clock.stats;
         s
@@ -616,6 +612,50 @@ impl State {
         }
         let shared = per_frame.values().filter(|&&n| n > 1);
         (shared.clone().sum(), shared.map(|n| n - 1).sum())
+    }
+
+    /// What the engine's own memory is made of, into `s`: resident frames,
+    /// what the page store holds, the patches and their store, and the
+    /// engine's bookkeeping (the eviction table `t`'s included). The
+    /// statistics and the clock's footprint both count it so.
+    fn memory(&self, s: &mut Stats, t: Option<&Table>) {
+        s.frames_resident = self.pools.iter().map(|p| p.resident_frames()).sum();
+        s.metadata_bytes = self.metadata_bytes() as u64;
+        if let Some(t) = t {
+            s.store = t.store.bytes();
+            s.metadata_bytes += (t.records_bytes() + t.held.bytes()) as u64;
+            t.patches.stats(s);
+        }
+        self.patch_stats(s);
+    }
+
+    /// What the engine can see of its own memory (clock.rs): its memory as
+    /// the statistics count it, with the resident private pages the last
+    /// complete clock pass counted.
+    pub(crate) fn footprint(&self) -> u64 {
+        let mut s = Stats::default();
+        let t = self.evictions.as_ref().map(|ev| ev.lock());
+        self.memory(&mut s, t.as_deref());
+        drop(t);
+        (s.frames_resident + self.clock.private_resident) * PAGE as u64
+            + s.store.memory()
+            + s.patch_store_bytes
+            + s.metadata_bytes
+    }
+
+    /// Patching's part of the statistics (the patch store's with the eviction table's).
+    pub(crate) fn patch_stats(&self, s: &mut crate::stats::Stats) {
+        let Some(p) = &self.patching else { return };
+        s.references_pinned = p.pins.len() as u64;
+        s.patch_work_ns = p.work_ns;
+        // Frames no page holds any more: patches alone keep them.
+        let orphan = p
+            .pins
+            .iter()
+            .filter(|(f, &n)| self.pools[f.pool()].refs(f.slot()) == n)
+            .count();
+        s.reference_bytes = (orphan * PAGE) as u64;
+        s.metadata_bytes += (p.detector.metadata_bytes() + p.pins.capacity() * 17) as u64;
     }
 
     pub fn metadata_bytes(&self) -> usize {
@@ -716,38 +756,6 @@ impl State {
         }
         self.release(punch, false);
         self.release(reuse, true);
-    }
-
-    /// Patching's part of the statistics (the patch store's with the eviction table's).
-    pub(crate) fn patch_stats(&self, s: &mut crate::stats::Stats) {
-        let Some(p) = &self.patching else { return };
-        s.references_pinned = p.pins.len() as u64;
-        s.patch_work_ns = p.work_ns;
-        // Frames no page holds any more: patches alone keep them.
-        let orphan = p
-            .pins
-            .iter()
-            .filter(|(f, &n)| self.pools[f.pool()].refs(f.slot()) == n)
-            .count();
-        s.reference_bytes = (orphan * PAGE) as u64;
-        s.metadata_bytes += (p.detector.metadata_bytes() + p.pins.capacity() * 17) as u64;
-    }
-
-    /// What the engine can see of its own memory (see the module comment).
-    pub(crate) fn footprint(&self) -> u64 {
-        let frames: u64 = self.pools.iter().map(|p| p.resident_frames()).sum();
-        // Patches, their table and the detector count as the statistics count them.
-        let mut s = crate::stats::Stats::default();
-        let stored = self.evictions.as_ref().map_or(0, |ev| {
-            let t = ev.lock();
-            t.patches.stats(&mut s);
-            t.store.bytes().memory() + s.patch_store_bytes + t.records_bytes() as u64
-        });
-        self.patch_stats(&mut s);
-        (frames + self.clock.private_resident) * PAGE as u64
-            + stored
-            + self.metadata_bytes() as u64
-            + s.metadata_bytes
     }
 
     /// Runs `f` with pages `[i, i+n)` of a block registered for write
