@@ -23,9 +23,10 @@
 //! in that pass's index. Otherwise a page early in the pass is compressed
 //! before its duplicate later in the pass finds it, and both end up
 //! compressed instead of one of them freed. `tier_patch` and `tier_compress`
-//! switch the two treatments off; the scan evicts the chosen pages of the
-//! chunk it has write-protected anyway (evict.rs `evict_pages`), passing
-//! each page's `Allow`.
+//! switch the two treatments off; the pass (pass.rs) hands the chosen pages
+//! of the chunk the scan has write-protected anyway to tiering (evict.rs
+//! `tier_chunk`, then `evict_pages`), with each page's `Allow`. This module
+//! is the clock's data and its pure decisions; it knows no engine state.
 //!
 //! Watermarks. The engine's footprint is what it can see of its own memory:
 //! resident frames (the pool's allocated blocks), resident private pages

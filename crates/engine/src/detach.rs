@@ -33,7 +33,7 @@
 //! without UFFDIO_MOVE falls back to the pin grace (scan.rs), which narrows
 //! the race but does not close it.
 
-use crate::scratch::{moves_pages, Detached, Scratch};
+use crate::guard::{moves_pages, Detached, Scratch};
 use crate::state::State;
 use crate::sys::{self, PAGE};
 
@@ -44,28 +44,28 @@ impl State {
         if !self.cfg.pin_guard {
             return false;
         }
-        if self.scratch.is_some() {
+        if self.guard.scratch.is_some() {
             return true;
         }
-        if self.pin_guard_missing {
+        if self.guard.missing {
             return false;
         }
         let Some(p) = self.protector.clone() else {
             return false;
         };
         match Scratch::open(&p, self.cfg.scan_chunk_pages.max(2)) {
-            Ok(s) if moves_pages(&p, &s) => self.scratch = Some(s),
+            Ok(s) if moves_pages(&p, &s) => self.guard.scratch = Some(s),
             _ => {
-                self.pin_guard_missing = true;
+                self.guard.missing = true;
                 self.stats.fallbacks.pin_guard += 1;
             }
         }
-        self.scratch.is_some()
+        self.guard.scratch.is_some()
     }
 
     /// The pin guard is on (after `pin_guard` said so once).
     pub fn guard_on(&self) -> bool {
-        self.cfg.pin_guard && self.scratch.is_some()
+        self.cfg.pin_guard && self.guard.scratch.is_some()
     }
 
     /// Owned pages are frozen before they are folded or merged (the guard is
@@ -79,12 +79,13 @@ impl State {
     pub fn young(&self, f: crate::frames::FrameId) -> bool {
         self.guard_on()
             && self
+                .guard
                 .young_frames
                 .get(&f)
                 .is_some_and(|t| t.elapsed() < self.cfg.pin_age)
     }
 
-    /// Freezes the owned pages of `[i, i+n)` (engine.rs `freeze`); with a
+    /// Freezes the owned pages of `[i, i+n)` (state.rs `freeze`); with a
     /// pin age their frames are young from now.
     pub fn freeze_young(&mut self, base: usize, i: usize, n: usize) {
         let owned: Vec<(usize, crate::frames::FrameId)> = (i..i + n)
@@ -100,7 +101,7 @@ impl State {
         let now = std::time::Instant::now();
         for (k, f) in owned {
             if self.blocks[&base].pages[k] == crate::space::Page::Shared(f) {
-                self.young_frames.insert(f, now);
+                self.guard.young_frames.insert(f, now);
             }
         }
     }
@@ -110,6 +111,7 @@ impl State {
     pub fn young_page(&self, addr: usize) -> bool {
         self.freeze_first()
             && self
+                .guard
                 .young_pages
                 .get(&addr)
                 .is_some_and(|t| t.elapsed() < self.cfg.pin_age)
@@ -118,8 +120,8 @@ impl State {
     /// Forgets frames and pages that are young no more.
     pub fn prune_young(&mut self) {
         let age = self.cfg.pin_age;
-        self.young_frames.retain(|_, t| t.elapsed() < age);
-        self.young_pages.retain(|_, t| t.elapsed() < age);
+        self.guard.young_frames.retain(|_, t| t.elapsed() < age);
+        self.guard.young_pages.retain(|_, t| t.elapsed() < age);
     }
 
     /// Moves the anonymous pages `[i, i+n)` of a block (n at most the
@@ -139,7 +141,7 @@ impl State {
             i,
             taken: vec![false; n],
         };
-        let (Some(p), Some(s)) = (self.protector.clone(), self.scratch.as_ref()) else {
+        let (Some(p), Some(s)) = (self.protector.clone(), self.guard.scratch.as_ref()) else {
             return d;
         };
         debug_assert!(n <= s.pages());
@@ -180,7 +182,7 @@ impl State {
 
     /// Puts scratch page `j` back at its address (its hole).
     pub fn reattach(&mut self, d: &Detached, j: usize) {
-        let (Some(p), Some(s)) = (self.protector.clone(), self.scratch.as_ref()) else {
+        let (Some(p), Some(s)) = (self.protector.clone(), self.guard.scratch.as_ref()) else {
             return;
         };
         let addr = self.blocks[&d.base].page_addr(d.i + j);
@@ -201,7 +203,7 @@ impl State {
 
     /// `[a, a+n)` in pieces the scratch range holds.
     pub fn scratch_pieces(&self, a: usize, n: usize) -> Vec<(usize, usize)> {
-        let most = self.scratch.as_ref().map_or(n, |s| s.pages()).max(1);
+        let most = self.guard.scratch.as_ref().map_or(n, |s| s.pages()).max(1);
         (a..a + n)
             .step_by(most)
             .map(|p| (p, most.min(a + n - p)))
@@ -212,7 +214,7 @@ impl State {
     /// the holes (they fault again on whatever the caller mapped there).
     pub fn finish_detach(&mut self, d: Detached) {
         let n = d.taken.len();
-        if let Some(s) = &self.scratch {
+        if let Some(s) = &self.guard.scratch {
             s.clear(n);
         }
         if let Some(p) = &self.protector {

@@ -41,9 +41,11 @@
 //! registering a run inside a mapping adds two), so an evicted run costs up to
 //! two mappings until restored and reconciled, under the same budget as remaps.
 //!
-//! Scans evict too (clock.rs): a clock pass hands the pages its policy chose,
-//! each with what it may become (`Allow`), to `evict_pages`, which runs steps
-//! 4-6 inside the chunk the scan has already registered and write-protected.
+//! Scans evict too (clock.rs): a clock pass (pass.rs) hands the pages its
+//! policy chose, each with what it may become (`Allow`), to `tier_chunk`,
+//! the function the engine gives the scan, and so to `evict_pages`, which
+//! runs steps 4-6 inside the chunk the scan has already registered and
+//! write-protected.
 //!
 //! Everything else copes with evicted pages: scans skip them (nothing to
 //! fold or merge, and reading would restore them); copies restore them

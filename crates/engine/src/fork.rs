@@ -234,9 +234,9 @@ impl State {
         self.protector = State::open_protector(&self.cfg);
         // The scratch range was not inherited (MADV_DONTFORK): its address
         // may be anyone's now, so it must not be unmapped.
-        if let Some(s) = self.scratch.take() {
+        if let Some(s) = self.guard.scratch.take() {
             std::mem::forget(s);
         }
-        self.pin_guard_missing = false;
+        self.guard.missing = false;
     }
 }

@@ -19,6 +19,10 @@ const END_AROUND: usize = 256;
 pub struct Holds {
     pages: BTreeMap<usize, Instant>,
     pub runs: usize,
+    /// Holds were wanted without a fault thread: counted once.
+    pub missing: bool,
+    /// A scan told the fault thread it works on a chunk with holds.
+    pub scanning: bool,
 }
 
 impl Holds {
@@ -64,6 +68,14 @@ impl Holds {
 
     pub fn is_empty(&self) -> bool {
         self.pages.is_empty()
+    }
+
+    /// Forgets every held page (in a forked child nothing is registered);
+    /// whether holds were found missing is kept.
+    pub fn clear(&mut self) {
+        self.pages.clear();
+        self.runs = 0;
+        self.scanning = false;
     }
 
     /// Memory the list takes: a B-tree entry, with about as much again for its node.

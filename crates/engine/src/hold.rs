@@ -62,8 +62,8 @@ impl State {
         if self.start_fault_thread(false) {
             return true;
         }
-        if !self.hold_missing {
-            self.hold_missing = true;
+        if !self.holds.missing {
+            self.holds.missing = true;
             self.stats.fallbacks.pin_hold += 1;
         }
         false
@@ -205,7 +205,7 @@ impl State {
         };
         let mut t = ev.lock();
         t.held.scanning = Some((addr, addr + len));
-        self.hold_scanning = true;
+        self.holds.scanning = true;
         for (a, since) in mine {
             if t.held.pages.get(&a) == Some(&since) {
                 out.insert(a, since);
@@ -229,10 +229,10 @@ impl State {
             .map(|(a, _)| a)
             .filter(|a| !kept.contains(a))
             .collect();
-        if ended.is_empty() && keep.is_empty() && !self.hold_scanning {
+        if ended.is_empty() && keep.is_empty() && !self.holds.scanning {
             return;
         }
-        self.hold_scanning = false;
+        self.holds.scanning = false;
         let Some(ev) = self.evictions.clone() else {
             return;
         };

@@ -23,12 +23,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::fault::{Evictions, Table};
 use crate::frames::{FrameId, Pool};
+use crate::guard::Guard;
 use crate::held::Holds;
 use crate::index::ContentIndex;
+use crate::patches::Patching;
 use crate::protect::Protector;
+use crate::recycle::Recycler;
 use crate::space::{runs, Block, Page, Restores};
 use crate::stats::Stats;
 use crate::sys::{self, PAGE};
@@ -56,30 +60,20 @@ pub(crate) struct State {
     pub pools: Vec<Pool>,
     pub blocks: BTreeMap<usize, Block>,
     /// Freed blocks kept for reuse, oldest first, and their total length (recycle.rs).
-    pub recycler: crate::recycle::Recycler,
+    pub recycler: Recycler,
     /// The engine's userfaultfd (shared with the fault thread).
     pub protector: Option<Arc<Protector>>,
-    /// Where the pin guard moves pages (detach.rs); made on first use.
-    pub scratch: Option<crate::scratch::Scratch>,
-    /// The kernel refused the pin guard's first move: not tried again.
-    pub pin_guard_missing: bool,
-    /// Frames a scan froze from owned pages less than `pin_age` ago, and when.
-    pub young_frames: HashMap<FrameId, std::time::Instant>,
-    /// Pages that diverged less than `pin_age` ago (by address), and when.
-    pub young_pages: HashMap<usize, std::time::Instant>,
-    /// Pages held write-protected (hold.rs), and since when; the
+    /// The pin guard's scratch range and young frames and pages (guard.rs, detach.rs).
+    pub guard: Guard,
+    /// Pages held write-protected (held.rs, hold.rs), and since when; the
     /// fault thread's table says which holds no write has ended yet.
-    pub holds: crate::held::Holds,
-    /// Holds were wanted without a fault thread: counted once.
-    pub hold_missing: bool,
-    /// A scan told the fault thread it works on a chunk with holds.
-    pub hold_scanning: bool,
+    pub holds: Holds,
     /// Evicted pages and their store (evict.rs, fault.rs); made on first use.
     pub evictions: Option<Arc<Evictions>>,
     /// `evictions` has a real page store (not `NoStore`, made for holds).
     pub has_store: bool,
     /// Similarity detection and reference pins (patching.rs); made on first use.
-    pub patching: Option<crate::patches::Patching>,
+    pub patching: Option<Patching>,
     /// The thread restoring evicted pages, once eviction was used.
     pub fault_thread: Option<std::thread::JoinHandle<()>>,
     pub pagemap: Option<sys::Pagemap>,
@@ -101,7 +95,7 @@ pub(crate) struct State {
     /// A scan has blocks registered with userfaultfd.
     pub scanning: bool,
     /// The tiering clock's state between passes.
-    pub clock: crate::clock::Clock,
+    pub clock: Clock,
     /// What copies taught about where fresh blocks should start (fresh.rs).
     pub placement: crate::fresh::Placement,
     pub stats: Stats,
@@ -165,13 +159,8 @@ impl State {
             blocks: BTreeMap::new(),
             recycler: Default::default(),
             protector,
-            scratch: None,
-            pin_guard_missing: false,
-            young_frames: HashMap::new(),
-            young_pages: HashMap::new(),
-            holds: crate::held::Holds::default(),
-            hold_missing: false,
-            hold_scanning: false,
+            guard: Default::default(),
+            holds: Holds::default(),
             evictions: None,
             has_store: false,
             patching: None,
@@ -549,7 +538,8 @@ impl State {
         self.stats.diverged_released += n_released;
         if !self.cfg.pin_age.is_zero() {
             let now = std::time::Instant::now();
-            self.young_pages
+            self.guard
+                .young_pages
                 .extend(diverged_now.into_iter().map(|a| (a, now)));
         }
         n_released
@@ -661,12 +651,7 @@ impl State {
     pub fn metadata_bytes(&self) -> usize {
         let blocks: usize = self.blocks.values().map(|b| b.metadata_bytes() + 48).sum();
         let pools: usize = self.pools.iter().map(|p| p.metadata_bytes()).sum();
-        // A hash map entry: key, value and a control byte, over its capacity.
-        let young = self.young_frames.capacity()
-            * (std::mem::size_of::<(FrameId, std::time::Instant)>() + 1)
-            + self.young_pages.capacity()
-                * (std::mem::size_of::<(usize, std::time::Instant)>() + 1)
-            + self.holds.bytes();
+        let young = self.guard.bytes() + self.holds.bytes();
         blocks
             + pools
             + self.stable.bytes()
@@ -709,8 +694,7 @@ impl State {
 
     /// In a forked child: nothing is registered any more.
     pub fn forget_holds(&mut self) {
-        self.holds = Holds::default();
-        self.hold_scanning = false;
+        self.holds.clear();
         if let Some(ev) = &self.evictions {
             ev.lock().held.clear();
         }

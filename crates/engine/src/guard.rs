@@ -1,10 +1,37 @@
-//! The scratch range the pin guard moves pages into (detach.rs says why),
-//! and a run of pages taken off their addresses into it.
+//! The pin guard's state (detach.rs says what the guard does and why): the
+//! scratch range it moves pages into, whether the kernel refused it, and the
+//! frames and pages still too young to fold or merge; and a run of pages
+//! taken off their addresses into the scratch range.
 
+use std::collections::HashMap;
 use std::io;
+use std::time::Instant;
 
+use crate::frames::FrameId;
 use crate::protect::Protector;
 use crate::sys::{self, PAGE};
+
+/// What the pin guard keeps between scans (in `State`).
+#[derive(Default)]
+pub(crate) struct Guard {
+    /// Where the guard moves pages; made on first use.
+    pub scratch: Option<Scratch>,
+    /// The kernel refused the guard's first move: not tried again.
+    pub missing: bool,
+    /// Frames a scan froze from owned pages less than `pin_age` ago, and when.
+    pub young_frames: HashMap<FrameId, Instant>,
+    /// Pages that diverged less than `pin_age` ago (by address), and when.
+    pub young_pages: HashMap<usize, Instant>,
+}
+
+impl Guard {
+    /// Memory the young frames and pages take: a hash map entry (key,
+    /// value and a control byte) over each map's capacity.
+    pub fn bytes(&self) -> usize {
+        self.young_frames.capacity() * (std::mem::size_of::<(FrameId, Instant)>() + 1)
+            + self.young_pages.capacity() * (std::mem::size_of::<(usize, Instant)>() + 1)
+    }
+}
 
 /// Anonymous memory the engine moves pages into: registered with the
 /// engine's userfaultfd (UFFDIO_MOVE requires it of the destination, and the
