@@ -60,6 +60,35 @@
 //! Fork: the child inherits mappings of the same memfd, so at fork every owned
 //! page is frozen and both sides stop punching or reusing pre-fork frames
 //! (they retire the pool and start a fresh one).
+//!
+//! # Layers
+//!
+//! The modules are layered: each uses only what lies below it, by name or by
+//! method (tests/layering.rs keeps the module graph free of cycles). Bottom up:
+//!
+//! 1. The ground: system calls and the page size (sys.rs, fds.rs), the
+//!    engine's threads (threads.rs), injected pauses (race.rs), the
+//!    configuration (config.rs), the `seen` word's bits (seen.rs), the
+//!    statistics and reports (stats.rs).
+//! 2. Data, each part with its owner: frames (frames.rs), blocks and pages
+//!    (space.rs), content indices (index.rs), userfaultfd (protect.rs),
+//!    page stores (store.rs, tier_store.rs), the eviction table and fault
+//!    thread (fault.rs) with the held pages (held.rs) and patches
+//!    (patches.rs) it keeps, the pin guard's state (guard.rs), recycled
+//!    blocks (recycle.rs), and the scan's and clock's pure decisions
+//!    (idle.rs, budget.rs, fresh.rs, clock.rs, colour.rs).
+//! 3. The page table (state.rs): `State` and the operations every mechanism
+//!    builds on (allocate, free, remap, freeze, divergence, the mapping
+//!    budget); what a change of mapping invalidates below (holds, records of
+//!    evicted pages, pins of dropped patches) is settled where it happens.
+//! 4. Mechanisms: the pin guard (detach.rs), restoring evicted pages
+//!    (restore.rs), then holds (hold.rs), virtual copy (copy.rs), advice
+//!    (advice.rs), fork (fork.rs), patches (patching.rs), a clock pass
+//!    (pass.rs), and the protected-chunk protocol (chunk.rs).
+//! 5. The scan (scan.rs) and eviction (evict.rs). Tiering is the scan's
+//!    client: a clock pass hands it the pages its policy chose through a
+//!    function the engine gives the scan (`pass::Tiering`), never by calling up.
+//! 6. The public `Engine` (engine.rs), and this crate root.
 
 mod advice;
 mod budget;
