@@ -140,9 +140,9 @@ pub(crate) fn evict_with(inner: &Inner, ptr: *const u8, len: usize, allow: Allow
 impl State {
     /// `Engine::set_store`.
     pub(crate) fn set_store(&mut self, store: Arc<dyn PageStore>) -> bool {
-        let set = match &self.evictions {
+        let set = match &self.restoring.evictions {
             None => {
-                self.evictions = Some(Arc::new(Evictions::new(store)));
+                self.restoring.evictions = Some(Arc::new(Evictions::new(store)));
                 true
             }
             Some(ev) => {
@@ -153,7 +153,7 @@ impl State {
                 t.is_empty()
             }
         };
-        self.has_store |= set;
+        self.restoring.has_store |= set;
         set
     }
 
@@ -249,7 +249,7 @@ impl State {
         copies: &mut Vec<u8>,
         rep: &mut EvictReport,
     ) -> Vec<Taken> {
-        let store = match &self.evictions {
+        let store = match &self.restoring.evictions {
             Some(ev) => ev.lock().store.clone(),
             None => return Vec::new(),
         };
@@ -380,7 +380,7 @@ impl State {
 
     /// Removes stored copies of pages that stay in memory after all.
     fn unstore(&self, pages: impl Iterator<Item = Taken>) {
-        if let Some(ev) = &self.evictions {
+        if let Some(ev) = &self.restoring.evictions {
             let mut t = ev.lock();
             pages.for_each(|p| t.drop_content(p.handle));
         }
@@ -394,7 +394,7 @@ impl State {
         copies: &[u8],
         rep: &mut EvictReport,
     ) {
-        let Some(ev) = self.evictions.clone() else {
+        let Some(ev) = self.restoring.evictions.clone() else {
             return;
         };
         let guard = self.pin_guard();
@@ -593,7 +593,7 @@ impl State {
         pass: &mut Pass,
     ) {
         let stored = |st: &State| {
-            st.evictions.as_ref().map_or(0, |ev| {
+            st.restoring.evictions.as_ref().map_or(0, |ev| {
                 let b = ev.lock().store.bytes();
                 b.payload + b.overhead
             })

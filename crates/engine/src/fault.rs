@@ -81,6 +81,18 @@ pub(crate) struct Table {
     pub held: Held,
 }
 
+/// The engine's side of restoring (in `State`): the table it shares with
+/// the fault thread, and that thread; made on first use (restore.rs).
+#[derive(Default)]
+pub(crate) struct Restoring {
+    /// Evicted pages, held pages and patches, and the page store.
+    pub evictions: Option<Arc<Evictions>>,
+    /// `evictions` has a real page store (not `NoStore`, made for holds).
+    pub has_store: bool,
+    /// The thread restoring evicted pages and ending holds, once started.
+    pub fault_thread: Option<std::thread::JoinHandle<()>>,
+}
+
 /// Shared by the engine and its fault thread.
 pub(crate) struct Evictions {
     table: Mutex<Table>,

@@ -92,7 +92,7 @@ extern "C" fn prepare() {
         st.flush_recycled();
         st.restore_all_evicted();
         st.freeze_all();
-        if let Some(ev) = st.evictions.clone() {
+        if let Some(ev) = st.restoring.evictions.clone() {
             let guard = ev.raw_lock();
             // The guard borrows from the Evictions, which `Held` keeps alive beside it.
             let guard: MutexGuard<'static, crate::fault::Table> =
@@ -210,7 +210,7 @@ impl State {
     fn reopen_process_handles(&mut self) {
         self.pagemap = sys::Pagemap::open().ok();
         self.proc_maps = sys::ProcMaps::open().ok();
-        if let Some(thread) = self.fault_thread.take() {
+        if let Some(thread) = self.restoring.fault_thread.take() {
             // The fault thread is not here: its handle must not be joined or
             // detached, and the references it held will never be dropped.
             std::mem::forget(thread);
@@ -220,14 +220,14 @@ impl State {
                 // while `p` keeps another alive.
                 unsafe { Arc::decrement_strong_count(Arc::as_ptr(p)) };
             }
-            if let Some(ev) = &self.evictions {
+            if let Some(ev) = &self.restoring.evictions {
                 // SAFETY: the forgotten fault thread held one strong reference to the evictions
                 // that it will never drop in this child; this releases that one reference,
                 // while `ev` keeps another alive.
                 unsafe { Arc::decrement_strong_count(Arc::as_ptr(ev)) };
             }
         }
-        if let Some(ev) = &self.evictions {
+        if let Some(ev) = &self.restoring.evictions {
             ev.lock().store.after_fork_in_child();
         }
         self.forget_holds();

@@ -94,7 +94,7 @@ impl State {
     /// Holds decide when diverged and owned zero pages may be folded or merged (after
     /// `holds_on` said so; the fault thread, once started, stays).
     pub fn holding(&self) -> bool {
-        self.holds_wanted() && self.fault_thread.is_some()
+        self.holds_wanted() && self.restoring.fault_thread.is_some()
     }
 
     /// Takes out of `zero` and `plan` the pages of block `base` that must be
@@ -200,7 +200,12 @@ impl State {
     pub fn begin_chunk_holds(&mut self, addr: usize, len: usize) -> HashMap<usize, Instant> {
         let mut out = HashMap::new();
         let mine = self.holds.within(addr, len);
-        let Some(ev) = self.evictions.clone().filter(|_| !mine.is_empty()) else {
+        let Some(ev) = self
+            .restoring
+            .evictions
+            .clone()
+            .filter(|_| !mine.is_empty())
+        else {
             return out;
         };
         let mut t = ev.lock();
@@ -233,7 +238,7 @@ impl State {
             return;
         }
         self.holds.scanning = false;
-        let Some(ev) = self.evictions.clone() else {
+        let Some(ev) = self.restoring.evictions.clone() else {
             return;
         };
         let mut t = ev.lock();
@@ -251,7 +256,12 @@ impl State {
     /// Forgets the holds a write has ended since (the fault thread's table
     /// no longer has them), so they count against no budget.
     pub fn prune_holds(&mut self) {
-        let Some(ev) = self.evictions.clone().filter(|_| !self.holds.is_empty()) else {
+        let Some(ev) = self
+            .restoring
+            .evictions
+            .clone()
+            .filter(|_| !self.holds.is_empty())
+        else {
             return;
         };
         let stale: Vec<usize> = {

@@ -77,6 +77,7 @@ impl State {
             self.clock.stats.pressure_passes += 1;
             self.clock.stats.spill_requested += shed;
             spill = self
+                .restoring
                 .evictions
                 .as_ref()
                 .map(|ev| (ev.lock().store.clone(), shed));

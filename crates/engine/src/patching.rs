@@ -264,7 +264,7 @@ impl State {
         };
         let t = chunk.taken.remove(n);
         chunk.copies.drain(n * PAGE..(n + 1) * PAGE);
-        if let Some(ev) = &self.evictions {
+        if let Some(ev) = &self.restoring.evictions {
             ev.lock().drop_content(t.handle);
         }
     }
@@ -272,7 +272,7 @@ impl State {
     /// Encodes `page` against the reference and stores the patch, pinning
     /// the reference frame; None if it does not fit or cannot be stored.
     fn store_patch(&mut self, page: &[u8; PAGE], r: &Reference) -> Option<Content> {
-        let ev = self.evictions.clone()?;
+        let ev = self.restoring.evictions.clone()?;
         let fd = self.pools[r.frame.pool()].fd;
         let p = self.patching.as_mut().expect("made by patch_page");
         let patch = p.encoder.make(page, &r.bytes)?;
@@ -289,7 +289,7 @@ impl State {
         let Content::Patch(id) = content else {
             return true;
         };
-        let Some(ev) = &self.evictions else {
+        let Some(ev) = &self.restoring.evictions else {
             return false;
         };
         let mut out = [0u8; PAGE];

@@ -27,22 +27,23 @@ impl State {
         let Some(uffd) = self.protector.clone().filter(|p| p.missing) else {
             return false;
         };
-        if with_store && !self.has_store {
+        if with_store && !self.restoring.has_store {
             // No address space for the store's slabs: no eviction.
             let Ok(store) = TierStore::new(TierConfig::from_engine(&self.cfg)) else {
                 return false;
             };
-            match &self.evictions {
+            match &self.restoring.evictions {
                 // Nothing was evicted into the empty store it replaces.
                 Some(ev) => ev.lock().store = Arc::new(store),
-                None => self.evictions = Some(Arc::new(Evictions::new(Arc::new(store)))),
+                None => self.restoring.evictions = Some(Arc::new(Evictions::new(Arc::new(store)))),
             }
-            self.has_store = true;
+            self.restoring.has_store = true;
         }
-        if self.fault_thread.is_some() {
+        if self.restoring.fault_thread.is_some() {
             return true;
         }
         let ev = self
+            .restoring
             .evictions
             .get_or_insert_with(|| Arc::new(Evictions::new(Arc::new(NoStore))))
             .clone();
@@ -51,8 +52,8 @@ impl State {
             .name("pagefold-fault".into())
             .stack_size(256 << 10)
             .spawn(move || crate::fault::run(uffd, ev));
-        self.fault_thread = spawned.ok();
-        self.fault_thread.is_some()
+        self.restoring.fault_thread = spawned.ok();
+        self.restoring.fault_thread.is_some()
     }
 
     /// Pages of `[i, i+n)` the fault thread restored become what they were
@@ -63,7 +64,7 @@ impl State {
         if self.blocks[&base].evicted == 0 {
             return;
         }
-        let Some(ev) = self.evictions.clone() else {
+        let Some(ev) = self.restoring.evictions.clone() else {
             return;
         };
         let mut restored = Vec::new();
@@ -108,7 +109,7 @@ impl State {
         if self.blocks[&base].evicted == 0 {
             return;
         }
-        if let (Some(ev), Some(uffd)) = (self.evictions.clone(), self.protector.clone()) {
+        if let (Some(ev), Some(uffd)) = (self.restoring.evictions.clone(), self.protector.clone()) {
             let mut t = ev.lock();
             let block = &self.blocks[&base];
             for k in (i..i + n).filter(|&k| block.pages[k].is_evicted()) {

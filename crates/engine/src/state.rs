@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::fault::{Evictions, Table};
+use crate::fault::{Restoring, Table};
 use crate::frames::{FrameId, Pool};
 use crate::guard::Guard;
 use crate::held::Holds;
@@ -68,14 +68,10 @@ pub(crate) struct State {
     /// Pages held write-protected (held.rs, hold.rs), and since when; the
     /// fault thread's table says which holds no write has ended yet.
     pub holds: Holds,
-    /// Evicted pages and their store (evict.rs, fault.rs); made on first use.
-    pub evictions: Option<Arc<Evictions>>,
-    /// `evictions` has a real page store (not `NoStore`, made for holds).
-    pub has_store: bool,
+    /// The table shared with the fault thread, and that thread (fault.rs, restore.rs).
+    pub restoring: Restoring,
     /// Similarity detection and reference pins (patching.rs); made on first use.
     pub patching: Option<Patching>,
-    /// The thread restoring evicted pages, once eviction was used.
-    pub fault_thread: Option<std::thread::JoinHandle<()>>,
     pub pagemap: Option<sys::Pagemap>,
     /// Mappings kept to be given up when the process runs out (advice.rs).
     pub spare_mappings: Option<usize>,
@@ -126,7 +122,7 @@ impl Drop for Inner {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         // The fault thread stays while anything is still evicted; held pages
         // are let go, as no scan will come back for them.
-        if let Some(ev) = &st.evictions {
+        if let Some(ev) = &st.restoring.evictions {
             let held = ev.lock().held.take_all();
             if let Some(p) = &st.protector {
                 for a in held {
@@ -161,10 +157,8 @@ impl State {
             protector,
             guard: Default::default(),
             holds: Holds::default(),
-            evictions: None,
-            has_store: false,
+            restoring: Restoring::default(),
             patching: None,
-            fault_thread: None,
             pagemap: sys::Pagemap::open().ok(),
             proc_maps,
             spare_mappings: sys::map_spares().map(|p| p as usize),
@@ -572,7 +566,7 @@ impl State {
         s.recycled_bytes = self.recycler.bytes() as u64;
         s.protected_scan = self.protector.is_some();
         s.descriptor_replaced = crate::fds::lost();
-        let t = self.evictions.as_ref().map(|ev| ev.lock());
+        let t = self.restoring.evictions.as_ref().map(|ev| ev.lock());
         if let Some(t) = &t {
             s.evicted_now = t.evicted_now;
             s.restored = t.counts.restored;
@@ -624,7 +618,7 @@ impl State {
     /// complete clock pass counted.
     pub(crate) fn footprint(&self) -> u64 {
         let mut s = Stats::default();
-        let t = self.evictions.as_ref().map(|ev| ev.lock());
+        let t = self.restoring.evictions.as_ref().map(|ev| ev.lock());
         self.memory(&mut s, t.as_deref());
         drop(t);
         (s.frames_resident + self.clock.private_resident) * PAGE as u64
@@ -667,7 +661,7 @@ impl State {
             return;
         }
         let ended = self.holds.within(addr, len);
-        if let Some(ev) = self.evictions.clone() {
+        if let Some(ev) = self.restoring.evictions.clone() {
             let mut t = ev.lock();
             for (a, _) in &ended {
                 t.held.pages.remove(a);
@@ -695,7 +689,7 @@ impl State {
     /// In a forked child: nothing is registered any more.
     pub fn forget_holds(&mut self) {
         self.holds.clear();
-        if let Some(ev) = &self.evictions {
+        if let Some(ev) = &self.restoring.evictions {
             ev.lock().held.clear();
         }
     }
@@ -707,7 +701,9 @@ impl State {
         if block.evicted == 0 {
             return;
         }
-        let Some(ev) = &self.evictions else { return };
+        let Some(ev) = &self.restoring.evictions else {
+            return;
+        };
         let mut t = ev.lock();
         for k in (i..i + n).filter(|&k| block.pages[k].is_evicted()) {
             t.forget(block.page_addr(k) as usize);
@@ -717,7 +713,9 @@ impl State {
     /// Releases the pins of patches dropped since the last call: frames no
     /// page and no patch needs any more are punched (and reused if unmapped).
     pub(crate) fn settle_pins(&mut self) {
-        let Some(ev) = &self.evictions else { return };
+        let Some(ev) = &self.restoring.evictions else {
+            return;
+        };
         let frames = std::mem::take(&mut ev.lock().patches.unpinned);
         if frames.is_empty() {
             return;
