@@ -98,7 +98,7 @@ impl ChunkWork for ScanChunk<'_> {
         // Divergence again: a write may have landed between the refresh and the protect.
         self.rep.diverged_released += chunk.diverged_released;
         let due = std::mem::take(&mut self.due);
-        st.scan_protected(
+        st.scan_chunk(
             base,
             i,
             c,
@@ -236,7 +236,7 @@ impl State {
     /// The scan's work on protected pages `[i, i+c)` of a block (chunk.rs),
     /// the pages `due` a look; returns the holds that go on.
     #[allow(clippy::too_many_arguments)]
-    fn scan_protected(
+    fn scan_chunk(
         &mut self,
         base: usize,
         i: usize,
