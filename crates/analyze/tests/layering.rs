@@ -1,14 +1,14 @@
 //! The analyzer's modules are layered: no module depends, directly or
-//! through others, on one that depends on it (see `module_graph`).
-
-mod module_graph;
+//! through others, on one that depends on it (see pagefold-layering).
 
 #[test]
 fn the_module_graph_reader_finds_cycles() {
-    module_graph::self_test();
+    pagefold_layering::self_test();
 }
 
 #[test]
 fn no_module_depends_on_itself_through_others() {
-    module_graph::assert_layered(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    pagefold_layering::assert_layered(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+    );
 }

@@ -26,10 +26,10 @@
 //! stored copies are dropped, nothing is restored); shrinking drops those cut
 //! off; exempting restores them first, since the block leaves the engine's hands.
 
-use crate::engine::{Engine, State};
 use crate::frames::FrameId;
 use crate::space::{runs, Page};
-use crate::{sys, PAGE};
+use crate::state::State;
+use crate::sys::{self, PAGE};
 
 /// How one page is discarded.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -42,64 +42,6 @@ enum Discard {
     Remap,
 }
 
-impl Engine {
-    /// Makes the engine pages of `[ptr, ptr+len)` read zero and releases their
-    /// memory, as MADV_DONTNEED does on private anonymous memory. `ptr` must be
-    /// page-aligned; `len` is rounded up to whole pages. Returns the parts of
-    /// the range the engine left alone, as (start, len): outside its blocks, or
-    /// plain anonymous memory inside them. The caller passes those to the kernel.
-    pub fn discard(&self, ptr: *mut u8, len: usize) -> Vec<(usize, usize)> {
-        let start = ptr as usize;
-        match page_range(start, len) {
-            Some(end) => self.inner.lock().discard(start, end),
-            None => vec![(start, len)],
-        }
-    }
-
-    /// True if `[ptr, ptr+len)` overlaps one of this engine's blocks.
-    pub fn overlaps(&self, ptr: *const u8, len: usize) -> bool {
-        let start = ptr as usize;
-        let end = start.saturating_add(len.max(1));
-        !self.inner.lock().overlapping(start, end).is_empty()
-    }
-
-    /// Takes the blocks overlapping `[ptr, ptr+len)` out of the engine's hands
-    /// before the program changes their protection or per-mapping flags:
-    /// their content moves onto plain anonymous memory and they are never
-    /// scanned, remapped or shared again (until freed). True if any block overlapped.
-    pub fn exempt(&self, ptr: *const u8, len: usize) -> bool {
-        let start = ptr as usize;
-        let end = start.saturating_add(len.max(1));
-        let mut st = self.inner.lock();
-        let bases = st.overlapping(start, end);
-        for &base in &bases {
-            st.exempt_block(base);
-        }
-        !bases.is_empty()
-    }
-
-    /// The program ran out of mappings (a call of its own failed with
-    /// ENOMEM at `vm.max_map_count`): the engine gives back the mappings it
-    /// added. Recycled blocks are released, then blocks split into several
-    /// mappings move onto one anonymous mapping each, most split first (their
-    /// sharing is given up: they cost what plain memory would). The program's
-    /// mappings are counted afresh, so later remaps leave them their room.
-    /// Returns how many mappings were given back (0: retrying cannot help).
-    pub fn give_back_mappings(&self) -> usize {
-        let mut st = self.inner.lock();
-        st.give_back_mappings()
-    }
-
-    /// Cuts the block at `ptr` down to the pages covering `len` bytes; the
-    /// pages beyond are unmapped and their frames released (realloc to a
-    /// smaller size). False if `ptr` is not a block or the kernel refused.
-    pub fn shrink(&self, ptr: *mut u8, len: usize) -> bool {
-        self.inner
-            .lock()
-            .shrink(ptr as usize, len.max(1).div_ceil(PAGE))
-    }
-}
-
 /// Pages a block moving onto anonymous memory moves at a time (2 MiB).
 const MOVE_PIECE: usize = 512;
 
@@ -109,7 +51,7 @@ const MAPPINGS_SLACK: usize = 16;
 
 /// End of `[start, start+len)` rounded up to a page, as the kernel's madvise
 /// does; None if `start` is not page-aligned, `len` is 0 or the range wraps.
-fn page_range(start: usize, len: usize) -> Option<usize> {
+pub(crate) fn page_range(start: usize, len: usize) -> Option<usize> {
     if !start.is_multiple_of(PAGE) || len == 0 {
         return None;
     }
@@ -129,22 +71,7 @@ fn push(ranges: &mut Vec<(usize, usize)>, a: usize, b: usize) {
 }
 
 impl State {
-    /// Bases of the blocks overlapping `[start, end)`, in address order.
-    pub fn overlapping(&self, start: usize, end: usize) -> Vec<usize> {
-        let first = self
-            .blocks
-            .range(..=start)
-            .next_back()
-            .filter(|(&b, blk)| b + blk.len() > start)
-            .map(|(&b, _)| b);
-        let rest = self
-            .blocks
-            .range(start.saturating_add(1)..end.max(start.saturating_add(1)))
-            .map(|(&b, _)| b);
-        first.into_iter().chain(rest).collect()
-    }
-
-    fn discard(&mut self, start: usize, end: usize) -> Vec<(usize, usize)> {
+    pub(crate) fn discard(&mut self, start: usize, end: usize) -> Vec<(usize, usize)> {
         let mut pass = Vec::new();
         let mut at = start;
         for base in self.overlapping(start, end) {
@@ -302,7 +229,7 @@ impl State {
     }
 
     /// See `Engine::give_back_mappings`.
-    fn give_back_mappings(&mut self) -> usize {
+    pub(crate) fn give_back_mappings(&mut self) -> usize {
         self.stats.mapping_shortages += 1;
         let before = self.vmas;
         self.flush_recycled();
@@ -478,7 +405,7 @@ impl State {
         self.drop_pages(&old);
     }
 
-    fn shrink(&mut self, base: usize, keep: usize) -> bool {
+    pub(crate) fn shrink(&mut self, base: usize, keep: usize) -> bool {
         let Some(block) = self.blocks.get(&base) else {
             return false;
         };

@@ -23,9 +23,10 @@
 //! in that pass's index. Otherwise a page early in the pass is compressed
 //! before its duplicate later in the pass finds it, and both end up
 //! compressed instead of one of them freed. `tier_patch` and `tier_compress`
-//! switch the two treatments off; the scan evicts the chosen pages of the
-//! chunk it has write-protected anyway (evict.rs `evict_pages`), passing
-//! each page's `Allow`.
+//! switch the two treatments off; the pass (pass.rs) hands the chosen pages
+//! of the chunk the scan has write-protected anyway to tiering (evict.rs
+//! `tier_chunk`, then `evict_pages`), with each page's `Allow`. This module
+//! is the clock's data and its pure decisions; it knows no engine state.
 //!
 //! Watermarks. The engine's footprint is what it can see of its own memory:
 //! resident frames (the pool's allocated blocks), resident private pages
@@ -84,70 +85,32 @@
 //!
 //! The clock's state is kept per page in the page's `seen` word, beside the
 //! look and the idle level, so every path that resets or splits `seen`
-//! handles it too: bit 22 no reference found, bit 23 refused as
-//! incompressible, bit 27 written since
-//! the last pass, bit 28 restored since the last pass, bits 29-31 passes
-//! without access (capped at `MAX_AGE`).
+//! handles it too: no reference found, refused as incompressible, written
+//! since the last pass, restored since the last pass, and passes without
+//! access (capped at `MAX_AGE`); seen.rs lays the bits out.
 
-use std::ops::Range;
-use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::engine::{ScanReport, State};
-use crate::evict::{Allow, EvictReport};
-use crate::idle::LOOK_MASK;
-use crate::space::Page;
-use crate::store::PageStore;
-use crate::PAGE;
+use crate::seen::{age, ACCESSED, AGE_SHIFT, MAX_AGE, WRITTEN};
 
-/// Offered for a patch, the page found no reference: not offered for one
-/// again until written (a later similar page finds it instead).
-const NO_REFERENCE: u32 = 1 << 22;
-const REFUSED: u32 = 1 << 23;
-const WRITTEN: u32 = 1 << 27;
-const ACCESSED: u32 = 1 << 28;
-const AGE_SHIFT: u32 = 29;
-/// Most passes without access a page's age counts; `cold_passes` is capped to it.
-pub const MAX_AGE: u32 = 7;
-
-/// `seen` of a page a scan saw written (new content: it may compress now).
-pub fn written(seen: u32) -> u32 {
-    (seen | WRITTEN) & !(REFUSED | NO_REFERENCE)
+/// Which mechanisms may take a page (the policy allows them per clock class).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allow {
+    /// As a patch against a similar page kept in memory.
+    pub patch: bool,
+    /// Into the page store (compressed, or whatever the store does).
+    pub compress: bool,
 }
 
-/// `seen` of a page for which patching found no reference.
-pub fn no_reference(seen: u32) -> u32 {
-    seen | NO_REFERENCE
-}
-
-/// `seen` of a page the store refused as incompressible.
-pub fn refused(seen: u32) -> u32 {
-    seen | REFUSED
-}
-
-/// Whether a pass must look at the page whatever the smart scan says: all
-/// but those refused as incompressible, which the policy leaves alone until
-/// a look sees them written (the smart scan's looks still come).
-pub fn wanted(seen: u32) -> bool {
-    seen & REFUSED == 0
-}
-
-/// `seen` of a page restored because something touched it.
-pub fn accessed(seen: u32) -> u32 {
-    seen | ACCESSED
-}
-
-/// `seen` of a page just evicted: the look stays (a restored page that was
-/// only read then looks unchanged, C2); idle level and clock start again.
-pub fn on_evict(seen: u32) -> u32 {
-    seen & LOOK_MASK
-}
-
-fn age(seen: u32) -> u32 {
-    seen >> AGE_SHIFT
+impl Allow {
+    /// `Engine::evict`: a hint from the program allows everything.
+    pub const ALL: Allow = Allow {
+        patch: true,
+        compress: true,
+    };
 }
 
 /// DE's access classes.
@@ -220,7 +183,7 @@ pub struct PassCounts {
 }
 
 impl PassCounts {
-    fn add(&mut self, o: &PassCounts) {
+    pub(crate) fn add(&mut self, o: &PassCounts) {
         self.c1 += o.c1;
         self.c2 += o.c2;
         self.c3 += o.c3;
@@ -233,7 +196,7 @@ impl PassCounts {
         self.restored += o.restored;
     }
 
-    fn count(&mut self, class: Class) {
+    pub(crate) fn count(&mut self, class: Class) {
         match class {
             Class::C1 => self.c1 += 1,
             Class::C2 => self.c2 += 1,
@@ -263,214 +226,18 @@ pub struct ClockStats {
 /// The clock's state between passes (in `State`).
 #[derive(Default)]
 pub(crate) struct Clock {
-    last_pass: Option<Instant>,
+    pub last_pass: Option<Instant>,
     /// Under pressure: above the high watermark, not yet below the low one.
-    pressure: bool,
+    pub pressure: bool,
     /// Resident anonymous and diverged pages, as the last complete pass counted them.
-    private_resident: u64,
+    pub private_resident: u64,
     pub stats: ClockStats,
-}
-
-/// One pass in progress (local to the scan running it).
-pub(crate) struct Pass {
-    pub counts: PassCounts,
-    /// Eviction works (userfaultfd MISSING mode and the fault thread).
-    evict: bool,
-    /// Bytes still to shed under pressure (0: no pressure).
-    shed: u64,
-    private_resident: u64,
-    /// Where to spill, and how much, before the pass walks the blocks.
-    spill: Option<(Arc<dyn PageStore>, u64)>,
-}
-
-impl Pass {
-    /// Asks the store to spill (outside the engine lock: it may write to disk).
-    pub fn spill_now(&mut self) -> u64 {
-        let Some((store, bytes)) = self.spill.take() else {
-            return 0;
-        };
-        let released = store.spill(bytes);
-        self.shed = self.shed.saturating_sub(released);
-        released
-    }
-}
-
-impl State {
-    /// Starts a clock pass if tiering is on and the last one is at least
-    /// `clock_interval` old.
-    pub(crate) fn begin_pass(&mut self) -> Option<Pass> {
-        if !self.cfg.tier {
-            return None;
-        }
-        let now = Instant::now();
-        if self
-            .clock
-            .last_pass
-            .is_some_and(|t| now.duration_since(t) < self.cfg.clock_interval)
-        {
-            return None;
-        }
-        self.clock.last_pass = Some(now);
-        let evict = self.cfg.evict && self.fault_thread_ready();
-        if self.cfg.evict && !evict {
-            self.stats.fallbacks.evict += 1;
-        }
-        let footprint = self.footprint();
-        self.clock.stats.footprint = footprint;
-        let shed = self.excess(footprint);
-        let mut spill = None;
-        if shed > 0 {
-            self.clock.stats.pressure_passes += 1;
-            self.clock.stats.spill_requested += shed;
-            spill = self
-                .evictions
-                .as_ref()
-                .map(|ev| (ev.lock().store.clone(), shed));
-        }
-        Some(Pass {
-            counts: PassCounts::default(),
-            evict,
-            shed,
-            private_resident: 0,
-            spill,
-        })
-    }
-
-    /// Bytes above the low watermark, if under pressure (see the module comment).
-    fn excess(&mut self, footprint: u64) -> u64 {
-        let Some(high) = self.cfg.high_water else {
-            return 0;
-        };
-        let low = self.cfg.low_water.unwrap_or(high / 8 * 7).min(high);
-        if footprint > high {
-            self.clock.pressure = true;
-        } else if footprint < low {
-            self.clock.pressure = false;
-        }
-        if self.clock.pressure {
-            footprint.saturating_sub(low)
-        } else {
-            0
-        }
-    }
-
-    /// What the engine can see of its own memory (see the module comment).
-    fn footprint(&self) -> u64 {
-        let frames: u64 = self.pools.iter().map(|p| p.resident_frames()).sum();
-        // Patches, their table and the detector count as the statistics count them.
-        let mut s = crate::Stats::default();
-        let stored = self.evictions.as_ref().map_or(0, |ev| {
-            let t = ev.lock();
-            t.patches.stats(&mut s);
-            t.store.bytes().memory() + s.patch_store_bytes + t.records_bytes() as u64
-        });
-        self.patch_stats(&mut s);
-        (frames + self.clock.private_resident) * PAGE as u64
-            + stored
-            + self.metadata_bytes() as u64
-            + s.metadata_bytes
-    }
-
-    /// Ends a pass: its counts go to the statistics and to the scan's report.
-    pub(crate) fn end_pass(&mut self, pass: Pass, spilled: u64, rep: &mut ScanReport) {
-        self.clock.private_resident = pass.private_resident;
-        let s = &mut self.clock.stats;
-        s.passes += 1;
-        s.spilled += spilled;
-        s.last = pass.counts;
-        s.total.add(&pass.counts);
-        rep.pass = true;
-        rep.clock = pass.counts;
-    }
-
-    /// The clock's look at the pages of a protected chunk that hold content
-    /// (`present`, sorted; none evicted or folded): classifies each, then
-    /// evicts what the policy allows.
-    pub(crate) fn clock_chunk(
-        &mut self,
-        base: usize,
-        chunk: Range<usize>,
-        present: &[usize],
-        pass: &mut Pass,
-    ) {
-        let cold_passes = self.cfg.cold_passes;
-        let (mut chosen, mut references) = (Vec::new(), Vec::new());
-        // Pages taken for pressure alone: no more than the excess, in pages.
-        let mut pressure_pages = pass.shed.div_ceil(PAGE as u64);
-        let block = self
-            .blocks
-            .get_mut(&base)
-            .expect("block vanished under the lock");
-        for &k in present {
-            pass.counts.restored += (block.seen[k] & ACCESSED != 0) as u64;
-            let (class, seen) = tick(block.seen[k], cold_passes);
-            block.seen[k] = seen;
-            pass.counts.count(class);
-            let pressing = class == Class::C3 && pressure_pages > 0;
-            let mut allowed = allow(class, age(seen), pressing, &self.cfg);
-            if allowed.is_some() && seen & REFUSED != 0 {
-                pass.counts.incompressible += 1;
-                allowed = None;
-            }
-            if let Some(a) = allowed.as_mut().filter(|_| seen & NO_REFERENCE != 0) {
-                a.patch = false;
-                if !a.compress {
-                    // Patch-only, and an earlier try found no reference.
-                    pass.counts.not_allowed += 1;
-                    allowed = None;
-                }
-            }
-            if let Some(a) = allowed {
-                pressure_pages -= (pressing && a.compress) as u64;
-                chosen.push((k, a));
-            } else if class == Class::C2 && self.cfg.tier_patch {
-                // Read but not written: DE's reference pages (patching.rs).
-                references.push(k);
-            }
-        }
-        for k in references {
-            self.note_reference(base, k);
-        }
-        if pass.evict && !chosen.is_empty() {
-            self.evict_chosen(base, chunk, &chosen, pass);
-        }
-        let block = &self.blocks[&base];
-        pass.private_resident += present
-            .iter()
-            .filter(|&&k| matches!(block.pages[k], Page::Anon | Page::Diverged(_)))
-            .count() as u64;
-    }
-
-    /// Evicts the chosen pages; what they freed counts against the excess.
-    fn evict_chosen(
-        &mut self,
-        base: usize,
-        chunk: Range<usize>,
-        chosen: &[(usize, Allow)],
-        pass: &mut Pass,
-    ) {
-        let stored = |st: &State| {
-            st.evictions.as_ref().map_or(0, |ev| {
-                let b = ev.lock().store.bytes();
-                b.payload + b.overhead
-            })
-        };
-        let before = stored(self);
-        let mut rep = EvictReport::default();
-        self.evict_pages(base, chunk, chosen, &mut rep);
-        pass.counts.evicted += rep.evicted;
-        pass.counts.not_eligible += rep.not_eligible;
-        pass.counts.refused += rep.refused;
-        // Only a patch was allowed and none applied (or nothing was allowed).
-        pass.counts.not_allowed += rep.not_allowed + rep.unpatched;
-        let freed = (rep.evicted * PAGE as u64).saturating_sub(stored(self).saturating_sub(before));
-        pass.shed = pass.shed.saturating_sub(freed);
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seen::{on_evict, LOOK_MASK};
 
     fn run(mut seen: u32, events: &[u32], cold: u32) -> Vec<Class> {
         events

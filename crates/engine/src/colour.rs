@@ -22,7 +22,7 @@
 use pagefold_banks::colour::{colour_run, Colouring, Outcome, Pages};
 
 use crate::frames::Pool;
-use crate::{sys, PAGE};
+use crate::sys::{self, PAGE};
 
 /// Slots `[first, first + n)` of a pool, filled through its window.
 struct Slots<'a> {

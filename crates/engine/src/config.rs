@@ -311,7 +311,7 @@ impl Config {
             c.clock_interval = Duration::from_millis(v);
         }
         if let Some(v) = num("PAGEFOLD_COLD_PASSES") {
-            c.cold_passes = v.clamp(1, crate::clock::MAX_AGE as u64) as u32;
+            c.cold_passes = v.clamp(1, crate::seen::MAX_AGE as u64) as u32;
         }
         let mb = |name: &str| num(name).map(|v| (v > 0).then(|| v.saturating_mul(1 << 20)));
         if let Some(v) = mb("PAGEFOLD_HIGH_MB") {

@@ -33,71 +33,9 @@
 //! without UFFDIO_MOVE falls back to the pin grace (scan.rs), which narrows
 //! the race but does not close it.
 
-use std::io;
-
-use crate::engine::State;
-use crate::protect::Protector;
-use crate::{sys, PAGE};
-
-/// Anonymous memory the engine moves pages into: registered with the
-/// engine's userfaultfd (UFFDIO_MOVE requires it of the destination, and the
-/// same write-protect registration as the program's side so both mappings
-/// have the same protection bits), not inherited by a fork.
-pub struct Scratch {
-    base: *mut u8,
-    pages: usize,
-}
-
-// SAFETY: the scratch range is a mapping the engine made and owns; it is used only under the
-// engine lock, so moving the handle to another thread is sound.
-unsafe impl Send for Scratch {}
-
-impl Scratch {
-    pub fn open(protector: &Protector, pages: usize) -> io::Result<Scratch> {
-        let base = sys::map(std::ptr::null_mut(), pages * PAGE, None, 0, false, false)?;
-        let scratch = Scratch { base, pages };
-        sys::madvise(base, pages * PAGE, libc::MADV_DONTFORK)?;
-        sys::madvise(base, pages * PAGE, libc::MADV_NOHUGEPAGE)?;
-        protector.register(base, pages * PAGE)?;
-        Ok(scratch)
-    }
-
-    pub fn pages(&self) -> usize {
-        self.pages
-    }
-
-    fn page(&self, j: usize) -> *mut u8 {
-        // SAFETY: callers pass j below `pages`, so the offset stays inside the mapping.
-        unsafe { self.base.add(j * PAGE) }
-    }
-
-    /// Frees the pages moved into `[0, n)`.
-    fn clear(&self, n: usize) {
-        let _ = sys::madvise(self.base, n * PAGE, libc::MADV_DONTNEED);
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        sys::unmap(self.base, self.pages * PAGE);
-    }
-}
-
-/// Pages of a run moved off their addresses: `taken[j]` is a hole at page
-/// `i + j` whose content waits in scratch page `j`.
-pub struct Detached {
-    pub base: usize,
-    pub i: usize,
-    pub taken: Vec<bool>,
-}
-
-impl Detached {
-    /// Runs `[x, y)` of consecutive pages taken off.
-    pub fn taken_runs(&self) -> Vec<(usize, usize)> {
-        let taken: Vec<usize> = (0..self.taken.len()).filter(|&j| self.taken[j]).collect();
-        crate::space::consecutive(&taken)
-    }
-}
+use crate::guard::{moves_pages, Detached, Scratch};
+use crate::state::State;
+use crate::sys::{self, PAGE};
 
 impl State {
     /// Whether scans take pages off with the pin test: the kernel has
@@ -106,28 +44,28 @@ impl State {
         if !self.cfg.pin_guard {
             return false;
         }
-        if self.scratch.is_some() {
+        if self.guard.scratch.is_some() {
             return true;
         }
-        if self.pin_guard_missing {
+        if self.guard.missing {
             return false;
         }
         let Some(p) = self.protector.clone() else {
             return false;
         };
         match Scratch::open(&p, self.cfg.scan_chunk_pages.max(2)) {
-            Ok(s) if moves_pages(&p, &s) => self.scratch = Some(s),
+            Ok(s) if moves_pages(&p, &s) => self.guard.scratch = Some(s),
             _ => {
-                self.pin_guard_missing = true;
+                self.guard.missing = true;
                 self.stats.fallbacks.pin_guard += 1;
             }
         }
-        self.scratch.is_some()
+        self.guard.scratch.is_some()
     }
 
     /// The pin guard is on (after `pin_guard` said so once).
     pub fn guard_on(&self) -> bool {
-        self.cfg.pin_guard && self.scratch.is_some()
+        self.cfg.pin_guard && self.guard.scratch.is_some()
     }
 
     /// Owned pages are frozen before they are folded or merged (the guard is
@@ -141,12 +79,13 @@ impl State {
     pub fn young(&self, f: crate::frames::FrameId) -> bool {
         self.guard_on()
             && self
+                .guard
                 .young_frames
                 .get(&f)
                 .is_some_and(|t| t.elapsed() < self.cfg.pin_age)
     }
 
-    /// Freezes the owned pages of `[i, i+n)` (engine.rs `freeze`); with a
+    /// Freezes the owned pages of `[i, i+n)` (state.rs `freeze`); with a
     /// pin age their frames are young from now.
     pub fn freeze_young(&mut self, base: usize, i: usize, n: usize) {
         let owned: Vec<(usize, crate::frames::FrameId)> = (i..i + n)
@@ -168,7 +107,7 @@ impl State {
         let now = std::time::Instant::now();
         for (k, f) in owned {
             if self.blocks[&base].pages[k] == crate::space::Page::Shared(f) {
-                self.young_frames.insert(f, now);
+                self.guard.young_frames.insert(f, now);
             }
         }
     }
@@ -178,6 +117,7 @@ impl State {
     pub fn young_page(&self, addr: usize) -> bool {
         self.freeze_first()
             && self
+                .guard
                 .young_pages
                 .get(&addr)
                 .is_some_and(|t| t.elapsed() < self.cfg.pin_age)
@@ -186,8 +126,8 @@ impl State {
     /// Forgets frames and pages that are young no more.
     pub fn prune_young(&mut self) {
         let age = self.cfg.pin_age;
-        self.young_frames.retain(|_, t| t.elapsed() < age);
-        self.young_pages.retain(|_, t| t.elapsed() < age);
+        self.guard.young_frames.retain(|_, t| t.elapsed() < age);
+        self.guard.young_pages.retain(|_, t| t.elapsed() < age);
     }
 
     /// Moves the anonymous pages `[i, i+n)` of a block (n at most the
@@ -207,7 +147,7 @@ impl State {
             i,
             taken: vec![false; n],
         };
-        let (Some(p), Some(s)) = (self.protector.clone(), self.scratch.as_ref()) else {
+        let (Some(p), Some(s)) = (self.protector.clone(), self.guard.scratch.as_ref()) else {
             return d;
         };
         debug_assert!(n <= s.pages());
@@ -248,7 +188,7 @@ impl State {
 
     /// Puts scratch page `j` back at its address (its hole).
     pub fn reattach(&mut self, d: &Detached, j: usize) {
-        let (Some(p), Some(s)) = (self.protector.clone(), self.scratch.as_ref()) else {
+        let (Some(p), Some(s)) = (self.protector.clone(), self.guard.scratch.as_ref()) else {
             return;
         };
         let addr = self.blocks[&d.base].page_addr(d.i + j);
@@ -269,7 +209,7 @@ impl State {
 
     /// `[a, a+n)` in pieces the scratch range holds.
     pub fn scratch_pieces(&self, a: usize, n: usize) -> Vec<(usize, usize)> {
-        let most = self.scratch.as_ref().map_or(n, |s| s.pages()).max(1);
+        let most = self.guard.scratch.as_ref().map_or(n, |s| s.pages()).max(1);
         (a..a + n)
             .step_by(most)
             .map(|p| (p, most.min(a + n - p)))
@@ -280,7 +220,7 @@ impl State {
     /// the holes (they fault again on whatever the caller mapped there).
     pub fn finish_detach(&mut self, d: Detached) {
         let n = d.taken.len();
-        if let Some(s) = &self.scratch {
+        if let Some(s) = &self.guard.scratch {
             s.clear(n);
         }
         if let Some(p) = &self.protector {
@@ -295,16 +235,4 @@ fn holds(page: *const u8, expected: Option<*const u8>) -> bool {
         None => sys::is_zero(page),
         Some(e) => crate::index::page_eq(page, e),
     }
-}
-
-/// Whether this kernel moves pages: one page of scratch onto another.
-fn moves_pages(p: &Protector, s: &Scratch) -> bool {
-    if s.pages() < 2 {
-        return false;
-    }
-    // SAFETY: page 0 of the scratch range is ours and writable.
-    unsafe { s.page(0).write(1) };
-    let ok = p.move_pages(s.page(1), s.page(0), PAGE).1.is_none();
-    s.clear(2);
-    ok
 }

@@ -3,7 +3,8 @@
 //!
 //! `Engine::evict(ptr, len)` is a hint, like DE's swap-out requests: every
 //! page in the range that may be evicted is, the rest is left alone. It walks
-//! the range in chunks under the engine lock, as a scan does. For each chunk:
+//! the range in chunks under the engine lock, as a scan does, and protects
+//! each by the protocol the scan follows too (chunk.rs). For each chunk:
 //!
 //! 1. reconcile: pages the fault thread restored since the last look become
 //!    ordinary pages again (their records and stored copies go, their
@@ -41,9 +42,11 @@
 //! registering a run inside a mapping adds two), so an evicted run costs up to
 //! two mappings until restored and reconciled, under the same budget as remaps.
 //!
-//! Scans evict too (clock.rs): a clock pass hands the pages its policy chose,
-//! each with what it may become (`Allow`), to `evict_pages`, which runs steps
-//! 4-6 inside the chunk the scan has already registered and write-protected.
+//! Scans evict too (clock.rs): a clock pass (pass.rs) hands the pages its
+//! policy chose, each with what it may become (`Allow`), to `tier_chunk`,
+//! the function the engine gives the scan, and so to `evict_pages`, which
+//! runs steps 4-6 inside the chunk the scan has already registered and
+//! write-protected.
 //!
 //! Everything else copes with evicted pages: scans skip them (nothing to
 //! fold or merge, and reading would restore them); copies restore them
@@ -55,127 +58,92 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::engine::{Engine, State};
+use crate::chunk::{ChunkHolds, ChunkWork, Protected};
+use crate::clock::Allow;
 use crate::fault::Evictions;
 use crate::frames::FrameId;
-use crate::patching::{Chunk, Content};
-use crate::space::{Block, Page, Restores};
-use crate::store::{NoStore, PageStore, StoreError};
-use crate::tier_store::{TierConfig, TierStore};
-use crate::{sys, PAGE};
+use crate::pass::Pass;
+use crate::patches::Content;
+use crate::patching::{Chunk, Taken};
+use crate::space::{Page, Restores};
+use crate::state::{Inner, State};
+use crate::stats::EvictReport;
+use crate::store::{PageStore, StoreError};
+use crate::sys::{self, PAGE};
 
-/// What one `evict` call did, in pages.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
-pub struct EvictReport {
-    pub evicted: u64,
-    /// Of the evicted pages, those kept as patches against a reference page.
-    pub patched: u64,
-    /// Pages left in memory because patching found no reference (or no patch
-    /// small enough) and compression was not allowed.
-    pub unpatched: u64,
-    /// Pages whose state does not allow it (shared with others, pre-fork, exempt block).
-    pub not_eligible: u64,
-    /// Pages holding nothing (never touched, already folded or evicted).
-    pub not_resident: u64,
-    /// All-zero pages, left to zero folding.
-    pub zero: u64,
-    /// Pages the store refused (incompressible or full).
-    pub refused: u64,
-    /// Pages for which the caller allowed no treatment at all.
-    pub not_allowed: u64,
-    /// Pages that changed during the pin grace.
-    pub changed: u64,
-    /// Pages left because the VMA budget was spent.
-    pub skipped_vma: u64,
-    /// Nothing was done: no userfaultfd MISSING mode or no fault thread (counted in fallbacks.evict).
-    pub unavailable: bool,
-    pub wall_ns: u64,
+/// Eviction's work on one protected chunk (chunk.rs): the pages that hold
+/// content, each allowed `allow`.
+struct EvictChunk<'a> {
+    allow: Allow,
+    rep: &'a mut EvictReport,
 }
 
-/// Which mechanisms may take a page (the policy allows them per clock class).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Allow {
-    /// As a patch against a similar page kept in memory.
-    pub patch: bool,
-    /// Into the page store (compressed, or whatever the store does).
-    pub compress: bool,
-}
+impl ChunkWork for EvictChunk<'_> {
+    const HOLDS: ChunkHolds = ChunkHolds::End;
 
-impl Allow {
-    /// `Engine::evict`: a hint from the program allows everything.
-    pub const ALL: Allow = Allow {
-        patch: true,
-        compress: true,
-    };
-}
-
-/// A page taken into the store in this chunk, not yet armed.
-pub(crate) struct Taken {
-    pub k: usize,
-    kind: Restores,
-    /// Its memory is freed by punching this frame (owned, sole shared), else by MADV_DONTNEED.
-    punch: Option<FrameId>,
-    pub handle: Content,
-    /// Which page of the chunk's copies holds what was stored.
-    copy: usize,
-}
-
-impl Engine {
-    /// Evicts what it may of the pages overlapping `[ptr, ptr+len)`: their
-    /// content goes to the page store and their memory is freed; any later
-    /// touch restores them. A hint: never changes what the program reads.
-    pub fn evict(&self, ptr: *const u8, len: usize) -> EvictReport {
-        self.evict_with(ptr, len, Allow::ALL)
-    }
-
-    /// As `evict`, with only the mechanisms `allow` names: a page neither
-    /// may take stays in memory.
-    pub fn evict_with(&self, ptr: *const u8, len: usize, allow: Allow) -> EvictReport {
-        let t0 = Instant::now();
-        let (start, end) = (ptr as usize, (ptr as usize).saturating_add(len));
-        let mut rep = EvictReport::default();
-        let bases = {
-            let mut st = self.inner.lock();
-            if !st.cfg.evict || len == 0 {
-                return rep;
-            }
-            if !st.fault_thread_ready() {
-                st.stats.fallbacks.evict += 1;
-                rep.unavailable = true;
-                return rep;
-            }
-            st.overlapping(start, end)
-        };
-        let chunk = self.inner.cfg.scan_chunk_pages.max(1);
-        for base in bases {
-            let mut i = None;
-            loop {
-                let mut st = self.inner.lock();
-                let Some(b) = st.blocks.get(&base).filter(|b| !b.exempt) else {
-                    break;
-                };
-                let lo = (start.max(base) - base) / PAGE;
-                let hi = (end.min(base + b.len()) - base).div_ceil(PAGE);
-                let k = *i.get_or_insert(lo);
-                if k >= hi {
-                    break;
-                }
-                let c = chunk.min(hi - k);
-                st.evict_range(base, k, c, allow, &mut rep);
-                i = Some(k + c);
-            }
+    fn work(
+        &mut self,
+        st: &mut State,
+        base: usize,
+        i: usize,
+        c: usize,
+        chunk: &Protected,
+    ) -> Vec<(usize, Instant)> {
+        if let Some(resident) = &chunk.resident {
+            let pages = st.holding_content(base, i, resident, self.allow, self.rep);
+            st.evict_pages(base, i..i + c, &pages, self.rep);
         }
-        rep.wall_ns = t0.elapsed().as_nanos() as u64;
-        rep
+        Vec::new()
     }
+}
 
-    /// Replaces the page store (e.g. with the tier crate's). Refused (false)
-    /// while any page is evicted or awaits reconciling.
-    pub fn set_store(&self, store: Arc<dyn PageStore>) -> bool {
-        let mut st = self.inner.lock();
-        let set = match &st.evictions {
+/// `Engine::evict_with`: walks the blocks overlapping `[ptr, ptr+len)` in
+/// chunks under the engine lock, evicting what `allow` permits.
+pub(crate) fn evict_with(inner: &Inner, ptr: *const u8, len: usize, allow: Allow) -> EvictReport {
+    let t0 = Instant::now();
+    let (start, end) = (ptr as usize, (ptr as usize).saturating_add(len));
+    let mut rep = EvictReport::default();
+    let bases = {
+        let mut st = inner.lock();
+        if !st.cfg.evict || len == 0 {
+            return rep;
+        }
+        if !st.fault_thread_ready() {
+            st.stats.fallbacks.evict += 1;
+            rep.unavailable = true;
+            return rep;
+        }
+        st.overlapping(start, end)
+    };
+    let chunk = inner.cfg.scan_chunk_pages.max(1);
+    for base in bases {
+        let mut i = None;
+        loop {
+            let mut st = inner.lock();
+            let Some(b) = st.blocks.get(&base).filter(|b| !b.exempt) else {
+                break;
+            };
+            let lo = (start.max(base) - base) / PAGE;
+            let hi = (end.min(base + b.len()) - base).div_ceil(PAGE);
+            let k = *i.get_or_insert(lo);
+            if k >= hi {
+                break;
+            }
+            let c = chunk.min(hi - k);
+            st.evict_range(base, k, c, allow, &mut rep);
+            i = Some(k + c);
+        }
+    }
+    rep.wall_ns = t0.elapsed().as_nanos() as u64;
+    rep
+}
+
+impl State {
+    /// `Engine::set_store`.
+    pub(crate) fn set_store(&mut self, store: Arc<dyn PageStore>) -> bool {
+        let set = match &self.restoring.evictions {
             None => {
-                st.evictions = Some(Arc::new(Evictions::new(store)));
+                self.restoring.evictions = Some(Arc::new(Evictions::new(store)));
                 true
             }
             Some(ev) => {
@@ -186,52 +154,8 @@ impl Engine {
                 t.is_empty()
             }
         };
-        st.has_store |= set;
+        self.restoring.has_store |= set;
         set
-    }
-}
-
-impl State {
-    /// The fault thread runs (started on first use) with a page store for
-    /// evicted content; false if userfaultfd MISSING mode is unavailable,
-    /// the store cannot reserve its address space or the thread cannot start.
-    pub(crate) fn fault_thread_ready(&mut self) -> bool {
-        self.start_fault_thread(true)
-    }
-
-    /// The fault thread runs; `with_store`: with a store for evicted
-    /// content. Holds (hold.rs) need none, and a process under a low
-    /// RLIMIT_AS would lose the store's address space to them.
-    pub(crate) fn start_fault_thread(&mut self, with_store: bool) -> bool {
-        let Some(uffd) = self.protector.clone().filter(|p| p.missing) else {
-            return false;
-        };
-        if with_store && !self.has_store {
-            // No address space for the store's slabs: no eviction.
-            let Ok(store) = TierStore::new(TierConfig::from_engine(&self.cfg)) else {
-                return false;
-            };
-            match &self.evictions {
-                // Nothing was evicted into the empty store it replaces.
-                Some(ev) => ev.lock().store = Arc::new(store),
-                None => self.evictions = Some(Arc::new(Evictions::new(Arc::new(store)))),
-            }
-            self.has_store = true;
-        }
-        if self.fault_thread.is_some() {
-            return true;
-        }
-        let ev = self
-            .evictions
-            .get_or_insert_with(|| Arc::new(Evictions::new(Arc::new(NoStore))))
-            .clone();
-        ev.lock().patches.fail_decode = self.cfg.inject.fail_patch;
-        let spawned = std::thread::Builder::new()
-            .name("pagefold-fault".into())
-            .stack_size(256 << 10)
-            .spawn(move || crate::fault::run(uffd, ev));
-        self.fault_thread = spawned.ok();
-        self.fault_thread.is_some()
     }
 
     /// Evicts what it may of pages `[i, i+c)` of a block.
@@ -243,42 +167,9 @@ impl State {
         allow: Allow,
         rep: &mut EvictReport,
     ) {
-        self.reconcile(base, i, c);
-        // A signal handler of this thread writing into the protected chunk
-        // would wait for this very thread: no signals until it is unprotected.
-        let mask = sys::block_signals();
-        self.with_registered(base, i, c, |st| st.evict_chunk(base, i, c, allow, rep));
-        sys::restore_signals(&mask);
+        self.in_protected_chunk(base, i, c, &mut EvictChunk { allow, rep });
         crate::race::pause();
         self.settle_pins();
-    }
-
-    fn evict_chunk(
-        &mut self,
-        base: usize,
-        i: usize,
-        c: usize,
-        allow: Allow,
-        rep: &mut EvictReport,
-    ) {
-        let addr = self.blocks[&base].page_addr(i);
-        let Some(protector) = self.protector.clone() else {
-            return;
-        };
-        self.drop_holds(addr as usize, c * PAGE);
-        if protector.protect(addr, c * PAGE).is_err() {
-            let _ = protector.unprotect(addr, c * PAGE);
-            self.stats.fallbacks.uffd += 1;
-            return;
-        }
-        crate::race::pause();
-        self.refresh_divergence(base, i, c);
-        let mut resident = vec![0u8; c];
-        if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
-            let pages = self.holding_content(base, i, &resident, allow, rep);
-            self.evict_pages(base, i..i + c, &pages, rep);
-        }
-        let _ = protector.unprotect(addr, c * PAGE);
     }
 
     /// The pages of the chunk starting at page `i` that hold content (not
@@ -359,7 +250,7 @@ impl State {
         copies: &mut Vec<u8>,
         rep: &mut EvictReport,
     ) -> Vec<Taken> {
-        let store = match &self.evictions {
+        let store = match &self.restoring.evictions {
             Some(ev) => ev.lock().store.clone(),
             None => return Vec::new(),
         };
@@ -407,7 +298,7 @@ impl State {
                     .get_mut(&base)
                     .expect("block vanished under the lock")
                     .seen[k];
-                *seen = crate::clock::no_reference(*seen);
+                *seen = crate::seen::no_reference(*seen);
             }
             let handle = match (patch, allow.compress) {
                 (Some(p), _) => p,
@@ -454,7 +345,7 @@ impl State {
                 .get_mut(&base)
                 .expect("block vanished under the lock")
                 .seen[k];
-            *seen = crate::clock::refused(*seen);
+            *seen = crate::seen::refused(*seen);
         }
         None
     }
@@ -490,7 +381,7 @@ impl State {
 
     /// Removes stored copies of pages that stay in memory after all.
     fn unstore(&self, pages: impl Iterator<Item = Taken>) {
-        if let Some(ev) = &self.evictions {
+        if let Some(ev) = &self.restoring.evictions {
             let mut t = ev.lock();
             pages.for_each(|p| t.drop_content(p.handle));
         }
@@ -504,7 +395,7 @@ impl State {
         copies: &[u8],
         rep: &mut EvictReport,
     ) {
-        let Some(ev) = self.evictions.clone() else {
+        let Some(ev) = self.restoring.evictions.clone() else {
             return;
         };
         let guard = self.pin_guard();
@@ -652,102 +543,11 @@ impl State {
         let before = block.boundaries(a, n);
         for t in run {
             block.set(t.k, Page::Evicted(t.kind));
-            block.seen[t.k] = crate::clock::on_evict(block.seen[t.k]);
+            block.seen[t.k] = crate::seen::on_evict(block.seen[t.k]);
         }
         let after = block.boundaries(a, n);
         block.vmas = block.vmas + after - before;
         self.vmas = self.vmas + after - before;
-    }
-
-    /// Pages of `[i, i+n)` the fault thread restored become what they were
-    /// restored as: their records and stored copies go, and so does their
-    /// MISSING registration. Called outside any registered chunk (unregistering
-    /// would drop a scan's write protection).
-    pub(crate) fn reconcile(&mut self, base: usize, i: usize, n: usize) {
-        if self.blocks[&base].evicted == 0 {
-            return;
-        }
-        let Some(ev) = self.evictions.clone() else {
-            return;
-        };
-        let mut restored = Vec::new();
-        {
-            let mut t = ev.lock();
-            let block = &self.blocks[&base];
-            for k in (i..i + n).filter(|&k| block.pages[k].is_evicted()) {
-                let addr = block.page_addr(k) as usize;
-                if t.evicted(addr) != Some(true) {
-                    t.forget(addr);
-                    restored.push(k);
-                }
-            }
-        }
-        for (a, b) in crate::space::consecutive(&restored) {
-            let addr = self.blocks[&base].page_addr(a);
-            crate::race::pause();
-            self.unregister(addr, (b - a) * PAGE);
-            let block = self
-                .blocks
-                .get_mut(&base)
-                .expect("block vanished under the lock");
-            let before = block.boundaries(a, b - a);
-            for k in a..b {
-                let Page::Evicted(kind) = block.pages[k] else {
-                    unreachable!()
-                };
-                block.set(k, kind.page());
-                // Touched since it was evicted: recently accessed for the clock.
-                block.seen[k] = crate::clock::accessed(block.seen[k]);
-            }
-            let after = block.boundaries(a, b - a);
-            block.vmas = block.vmas + after - before;
-            self.vmas = self.vmas + after - before;
-        }
-        self.settle_pins();
-    }
-
-    /// Brings every evicted page of `[i, i+n)` back now, from this thread
-    /// (before fork, before a block leaves the engine's hands).
-    pub(crate) fn restore_evicted(&mut self, base: usize, i: usize, n: usize) {
-        if self.blocks[&base].evicted == 0 {
-            return;
-        }
-        if let (Some(ev), Some(uffd)) = (self.evictions.clone(), self.protector.clone()) {
-            let mut t = ev.lock();
-            let block = &self.blocks[&base];
-            for k in (i..i + n).filter(|&k| block.pages[k].is_evicted()) {
-                t.restore_by_engine(&uffd, block.page_addr(k) as usize);
-            }
-        }
-        self.reconcile(base, i, n);
-    }
-
-    /// Every evicted page of every block, back (before fork).
-    pub(crate) fn restore_all_evicted(&mut self) {
-        let bases: Vec<usize> = self
-            .blocks
-            .iter()
-            .filter(|(_, b)| b.evicted > 0)
-            .map(|(&b, _)| b)
-            .collect();
-        for base in bases {
-            let n = self.blocks[&base].pages.len();
-            self.restore_evicted(base, 0, n);
-        }
-    }
-
-    /// Pages `[i, i+n)` of `block` lost their mapping (freed, cut off or
-    /// replaced): their records and stored copies go. Called after the
-    /// mapping change and before anything is registered there.
-    pub(crate) fn forget_evicted(&self, block: &Block, i: usize, n: usize) {
-        if block.evicted == 0 {
-            return;
-        }
-        let Some(ev) = &self.evictions else { return };
-        let mut t = ev.lock();
-        for k in (i..i + n).filter(|&k| block.pages[k].is_evicted()) {
-            t.forget(block.page_addr(k) as usize);
-        }
     }
 }
 
@@ -767,4 +567,51 @@ fn same_free(a: &Taken, b: &Taken) -> bool {
             (Some(x), Some(y)) => next(x, y),
             _ => false,
         }
+}
+
+/// A clock pass's pages of a protected chunk (`Tiering`, pass.rs): the
+/// references are noted for patching, then the chosen pages are evicted
+/// as each one's `Allow` permits.
+pub(crate) fn tier_chunk(
+    st: &mut State,
+    base: usize,
+    chunk: Range<usize>,
+    chosen: &[(usize, Allow)],
+    references: &[usize],
+    pass: &mut Pass,
+) {
+    for &k in references {
+        st.note_reference(base, k);
+    }
+    if pass.evict && !chosen.is_empty() {
+        st.evict_chosen(base, chunk, chosen, pass);
+    }
+}
+
+impl State {
+    /// Evicts the chosen pages; what they freed counts against the excess.
+    fn evict_chosen(
+        &mut self,
+        base: usize,
+        chunk: Range<usize>,
+        chosen: &[(usize, Allow)],
+        pass: &mut Pass,
+    ) {
+        let stored = |st: &State| {
+            st.restoring.evictions.as_ref().map_or(0, |ev| {
+                let b = ev.lock().store.bytes();
+                b.payload + b.overhead
+            })
+        };
+        let before = stored(self);
+        let mut rep = EvictReport::default();
+        self.evict_pages(base, chunk, chosen, &mut rep);
+        pass.counts.evicted += rep.evicted;
+        pass.counts.not_eligible += rep.not_eligible;
+        pass.counts.refused += rep.refused;
+        // Only a patch was allowed and none applied (or nothing was allowed).
+        pass.counts.not_allowed += rep.not_allowed + rep.unpatched;
+        let freed = (rep.evicted * PAGE as u64).saturating_sub(stored(self).saturating_sub(before));
+        pass.shed = pass.shed.saturating_sub(freed);
+    }
 }

@@ -43,14 +43,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use crate::hold::Held;
-use crate::patching::{Content, Patches};
+use crate::held::Held;
+use crate::patches::{Content, Patches};
 use crate::protect::{Fault, Protector};
+use crate::stats::LIFETIME_BUCKETS;
 use crate::store::PageStore;
-use crate::{sys, PAGE};
-
-/// Lifetime buckets: [0] under 1 ms, [b] from 2^(b-1) to 2^b ms, the last open.
-pub const LIFETIME_BUCKETS: usize = 24;
+use crate::sys::{self, PAGE};
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Record {
@@ -83,6 +81,18 @@ pub(crate) struct Table {
     pub patches: Patches,
     /// Pages held write-protected for the pin age (hold.rs).
     pub held: Held,
+}
+
+/// The engine's side of restoring (in `State`): the table it shares with
+/// the fault thread, and that thread; made on first use (restore.rs).
+#[derive(Default)]
+pub(crate) struct Restoring {
+    /// Evicted pages, held pages and patches, and the page store.
+    pub evictions: Option<Arc<Evictions>>,
+    /// `evictions` has a real page store (not `NoStore`, made for holds).
+    pub has_store: bool,
+    /// The thread restoring evicted pages and ending holds, once started.
+    pub fault_thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// Shared by the engine and its fault thread.
@@ -325,7 +335,7 @@ impl Table {
 pub(crate) fn run(uffd: Arc<Protector>, ev: Arc<Evictions>) {
     // Process signals go to the program's threads, never to this one.
     let _ = sys::block_signals();
-    crate::ENGINE_THREAD.with(|t| t.set(true));
+    crate::threads::ENGINE_THREAD.with(|t| t.set(true));
     let mut faults = [Fault { addr: 0, wp: false }; 16];
     let mut buf = [0u8; PAGE];
     loop {

@@ -24,8 +24,8 @@
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard, Once, Weak};
 
-use crate::engine::{Inner, State};
 use crate::space::Page;
+use crate::state::{Inner, State};
 use crate::sys;
 
 static ENGINES: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
@@ -66,8 +66,8 @@ extern "C" fn prepare() {
     // code below copies and allocates: through a preload those calls would
     // come back into the engine and wait for the lock this thread holds.
     // Marked as an engine thread, it gets glibc's functions instead.
-    WAS_ENGINE_THREAD.with(|w| w.set(crate::on_engine_thread()));
-    crate::ENGINE_THREAD.with(|t| t.set(true));
+    WAS_ENGINE_THREAD.with(|w| w.set(crate::threads::on_engine_thread()));
+    crate::threads::ENGINE_THREAD.with(|t| t.set(true));
     let registry = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
     let engines = registry
         .iter()
@@ -92,7 +92,7 @@ extern "C" fn prepare() {
         st.flush_recycled();
         st.restore_all_evicted();
         st.freeze_all();
-        if let Some(ev) = st.evictions.clone() {
+        if let Some(ev) = st.restoring.evictions.clone() {
             let guard = ev.raw_lock();
             // The guard borrows from the Evictions, which `Held` keeps alive beside it.
             let guard: MutexGuard<'static, crate::fault::Table> =
@@ -117,7 +117,7 @@ extern "C" fn child() {
 
 fn release(in_child: bool) {
     release_locks(in_child);
-    crate::ENGINE_THREAD.with(|t| t.set(WAS_ENGINE_THREAD.with(|w| w.get())));
+    crate::threads::ENGINE_THREAD.with(|t| t.set(WAS_ENGINE_THREAD.with(|w| w.get())));
 }
 
 fn release_locks(in_child: bool) {
@@ -163,7 +163,7 @@ impl State {
                 let fd = self.pools[first.pool()].fd;
                 if sys::map_uninjected(
                     addr,
-                    (b - a) * crate::PAGE,
+                    (b - a) * crate::sys::PAGE,
                     Some(fd),
                     first.slot(),
                     false,
@@ -210,7 +210,7 @@ impl State {
     fn reopen_process_handles(&mut self) {
         self.pagemap = sys::Pagemap::open().ok();
         self.proc_maps = sys::ProcMaps::open().ok();
-        if let Some(thread) = self.fault_thread.take() {
+        if let Some(thread) = self.restoring.fault_thread.take() {
             // The fault thread is not here: its handle must not be joined or
             // detached, and the references it held will never be dropped.
             std::mem::forget(thread);
@@ -220,23 +220,23 @@ impl State {
                 // while `p` keeps another alive.
                 unsafe { Arc::decrement_strong_count(Arc::as_ptr(p)) };
             }
-            if let Some(ev) = &self.evictions {
+            if let Some(ev) = &self.restoring.evictions {
                 // SAFETY: the forgotten fault thread held one strong reference to the evictions
                 // that it will never drop in this child; this releases that one reference,
                 // while `ev` keeps another alive.
                 unsafe { Arc::decrement_strong_count(Arc::as_ptr(ev)) };
             }
         }
-        if let Some(ev) = &self.evictions {
+        if let Some(ev) = &self.restoring.evictions {
             ev.lock().store.after_fork_in_child();
         }
         self.forget_holds();
         self.protector = State::open_protector(&self.cfg);
         // The scratch range was not inherited (MADV_DONTFORK): its address
         // may be anyone's now, so it must not be unmapped.
-        if let Some(s) = self.scratch.take() {
+        if let Some(s) = self.guard.scratch.take() {
             std::mem::forget(s);
         }
-        self.pin_guard_missing = false;
+        self.guard.missing = false;
     }
 }

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 
 use crate::fds::{self, Fd};
-use crate::{sys, PAGE};
+use crate::sys::{self, PAGE};
 
 /// Frames per pool: the memfd's size, reserved up front (sparse, free).
 const POOL_FRAMES: u64 = 1 << 26; // 256 GiB

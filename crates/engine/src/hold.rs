@@ -39,150 +39,17 @@
 //! MISSING mode) diverged pages get the pin grace and owned zero pages are
 //! frozen, counted as `fallbacks.pin_hold`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Instant;
 
-use crate::engine::State;
 use crate::frames::FrameId;
 use crate::protect::Protector;
 use crate::space::Page;
-use crate::PAGE;
+use crate::state::State;
+use crate::sys::PAGE;
 
 /// Pages held at most at once (256 MiB).
 pub const MAX_HELD: usize = 1 << 16;
-
-/// A write to a held page ends the holds of up to this many held pages on
-/// each side of it too.
-const END_AROUND: usize = 256;
-
-/// The engine's own list of held pages (a superset of the table's: a write
-/// ends a hold in the table only), with the number of runs they form.
-#[derive(Default)]
-pub struct Holds {
-    pages: BTreeMap<usize, Instant>,
-    runs: usize,
-}
-
-impl Holds {
-    pub fn insert(&mut self, a: usize, since: Instant) {
-        if self.pages.insert(a, since).is_none() {
-            let joined = self.neighbours(a);
-            self.runs = self.runs + 1 - joined;
-        }
-    }
-
-    pub fn remove(&mut self, a: usize) {
-        if self.pages.remove(&a).is_some() {
-            let joined = self.neighbours(a);
-            self.runs = self.runs + joined - 1;
-        }
-    }
-
-    /// Held pages right before and after `a` (0, 1 or 2).
-    fn neighbours(&self, a: usize) -> usize {
-        let held = |x: Option<usize>| x.is_some_and(|x| self.pages.contains_key(&x));
-        held(a.checked_sub(PAGE)) as usize + held(a.checked_add(PAGE)) as usize
-    }
-
-    pub fn contains(&self, a: usize) -> bool {
-        self.pages.contains_key(&a)
-    }
-
-    /// Held pages in `[addr, addr+len)`, with when their hold began.
-    pub fn within(&self, addr: usize, len: usize) -> Vec<(usize, Instant)> {
-        self.pages
-            .range(addr..addr + len)
-            .map(|(&a, &t)| (a, t))
-            .collect()
-    }
-
-    pub fn any_within(&self, addr: usize, len: usize) -> bool {
-        self.pages.range(addr..addr + len).next().is_some()
-    }
-
-    pub fn len(&self) -> usize {
-        self.pages.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.pages.is_empty()
-    }
-
-    /// Memory the list takes: a B-tree entry, with about as much again for its node.
-    pub fn bytes(&self) -> usize {
-        self.pages.len() * 2 * std::mem::size_of::<(usize, Instant)>()
-    }
-}
-
-/// The held pages, in the table the fault thread shares (fault.rs).
-pub(crate) struct Held {
-    /// Held page address -> when its hold began.
-    pages: HashMap<usize, Instant>,
-    /// The range a scan is working on: its holds are the scan's.
-    scanning: Option<(usize, usize)>,
-    /// Holds a write ended (with the run around the page written).
-    pub broken: u64,
-}
-
-impl Held {
-    /// Only engine threads insert (and may allocate); the fault thread
-    /// only removes, which never allocates.
-    pub fn new() -> Held {
-        Held {
-            pages: HashMap::new(),
-            scanning: None,
-            broken: 0,
-        }
-    }
-
-    /// On the fault thread: a write-protect fault at `addr` ends its hold,
-    /// unless a scan is working there, and the holds of the run of held
-    /// pages around it (up to `END_AROUND` each way): a program writing a
-    /// held range page by page pays one fault for the run, not one a page.
-    /// Returns the range whose holds ended, for the caller to unprotect.
-    pub fn end_by_write(&mut self, addr: usize) -> Option<(usize, usize)> {
-        let free = |held: &Held, a: usize| {
-            held.pages.contains_key(&a)
-                && !held.scanning.is_some_and(|(s, end)| (s..end).contains(&a))
-        };
-        if !free(self, addr) {
-            return None;
-        }
-        let mut start = addr;
-        while addr - start < END_AROUND * PAGE && start >= PAGE && free(self, start - PAGE) {
-            start -= PAGE;
-        }
-        let mut end = addr + PAGE;
-        while end - addr <= END_AROUND * PAGE && free(self, end) {
-            end += PAGE;
-        }
-        for a in (start..end).step_by(PAGE) {
-            self.pages.remove(&a);
-        }
-        self.broken += ((end - start) / PAGE) as u64;
-        Some((start, end - start))
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.pages.is_empty()
-    }
-
-    /// Memory the table of holds takes (a hash map entry and its control byte).
-    pub fn bytes(&self) -> usize {
-        self.pages.capacity() * (std::mem::size_of::<(usize, Instant)>() + 1)
-    }
-
-    /// Forgets every hold (in a forked child nothing is registered).
-    pub fn clear(&mut self) {
-        self.pages.clear();
-        self.scanning = None;
-    }
-
-    /// Every held page, for unprotecting them all when the engine goes.
-    pub fn take_all(&mut self) -> Vec<usize> {
-        self.pages.drain().map(|(a, _)| a).collect()
-    }
-}
 
 impl State {
     /// Diverged and owned zero pages are held before they are folded or
@@ -195,8 +62,8 @@ impl State {
         if self.start_fault_thread(false) {
             return true;
         }
-        if !self.hold_missing {
-            self.hold_missing = true;
+        if !self.holds.missing {
+            self.holds.missing = true;
             self.stats.fallbacks.pin_hold += 1;
         }
         false
@@ -227,7 +94,7 @@ impl State {
     /// Holds decide when diverged and owned zero pages may be folded or merged (after
     /// `holds_on` said so; the fault thread, once started, stays).
     pub fn holding(&self) -> bool {
-        self.holds_wanted() && self.fault_thread.is_some()
+        self.holds_wanted() && self.restoring.fault_thread.is_some()
     }
 
     /// Takes out of `zero` and `plan` the pages of block `base` that must be
@@ -268,7 +135,7 @@ impl State {
         to_hold: &[usize],
         held: &HashMap<usize, Instant>,
         protector: &Protector,
-        rep: &mut crate::engine::ScanReport,
+        rep: &mut crate::stats::ScanReport,
     ) -> Vec<(usize, Instant)> {
         let mut keep = Vec::new();
         let mut fresh: Vec<usize> = Vec::new();
@@ -333,12 +200,17 @@ impl State {
     pub fn begin_chunk_holds(&mut self, addr: usize, len: usize) -> HashMap<usize, Instant> {
         let mut out = HashMap::new();
         let mine = self.holds.within(addr, len);
-        let Some(ev) = self.evictions.clone().filter(|_| !mine.is_empty()) else {
+        let Some(ev) = self
+            .restoring
+            .evictions
+            .clone()
+            .filter(|_| !mine.is_empty())
+        else {
             return out;
         };
         let mut t = ev.lock();
         t.held.scanning = Some((addr, addr + len));
-        self.hold_scanning = true;
+        self.holds.scanning = true;
         for (a, since) in mine {
             if t.held.pages.get(&a) == Some(&since) {
                 out.insert(a, since);
@@ -362,11 +234,11 @@ impl State {
             .map(|(a, _)| a)
             .filter(|a| !kept.contains(a))
             .collect();
-        if ended.is_empty() && keep.is_empty() && !self.hold_scanning {
+        if ended.is_empty() && keep.is_empty() && !self.holds.scanning {
             return;
         }
-        self.hold_scanning = false;
-        let Some(ev) = self.evictions.clone() else {
+        self.holds.scanning = false;
+        let Some(ev) = self.restoring.evictions.clone() else {
             return;
         };
         let mut t = ev.lock();
@@ -381,31 +253,15 @@ impl State {
         t.held.scanning = None;
     }
 
-    /// Ends the holds in `[addr, addr+len)`, which is about to be protected,
-    /// unprotected, unregistered or replaced, and wakes their writers.
-    pub fn drop_holds(&mut self, addr: usize, len: usize) {
-        if !self.holds.any_within(addr, len) {
-            return;
-        }
-        let ended = self.holds.within(addr, len);
-        if let Some(ev) = self.evictions.clone() {
-            let mut t = ev.lock();
-            for (a, _) in &ended {
-                t.held.pages.remove(a);
-            }
-        }
-        for (a, _) in ended {
-            self.holds.remove(a);
-        }
-        if let Some(p) = &self.protector {
-            p.wake(addr as *const u8, len);
-        }
-    }
-
     /// Forgets the holds a write has ended since (the fault thread's table
     /// no longer has them), so they count against no budget.
     pub fn prune_holds(&mut self) {
-        let Some(ev) = self.evictions.clone().filter(|_| !self.holds.is_empty()) else {
+        let Some(ev) = self
+            .restoring
+            .evictions
+            .clone()
+            .filter(|_| !self.holds.is_empty())
+        else {
             return;
         };
         let stale: Vec<usize> = {
@@ -418,26 +274,6 @@ impl State {
         };
         for a in stale {
             self.holds.remove(a);
-        }
-    }
-
-    /// The page at `addr` is held.
-    pub fn is_held(&self, addr: usize) -> bool {
-        self.holds.contains(addr)
-    }
-
-    /// Mappings the holds may cost: their registration splits the mapping
-    /// around each run.
-    pub fn hold_vmas(&self) -> usize {
-        2 * self.holds.runs
-    }
-
-    /// In a forked child: nothing is registered any more.
-    pub fn forget_holds(&mut self) {
-        self.holds = Holds::default();
-        self.hold_scanning = false;
-        if let Some(ev) = &self.evictions {
-            ev.lock().held.clear();
         }
     }
 }

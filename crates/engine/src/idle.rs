@@ -11,21 +11,12 @@
 //! two identical idle pages still meet in one scan's unstable index. A page
 //! that was folded or merged starts again at level 0.
 //!
-//! The level lives in bits 24-26 of the page's `seen` word (space.rs),
-//! beside what the previous look saw (bits 0-21) and the clock's bits
-//! (22-23 and 27-31, clock.rs), so splitting, trimming and resetting a block's `seen`
-//! keeps or resets them all together.
+//! The level lives in the page's `seen` word, beside what the previous look
+//! saw and the clock's bits (seen.rs says which bits are which).
 
-/// The bits of `seen` holding what the previous look saw (1: zero; else a
-/// sampled hash with bit 1 set; 0: never looked at). Bits 22-23 are the clock's.
-pub const LOOK_MASK: u32 = 0x003f_ffff;
-const LEVEL_SHIFT: u32 = 24;
-const LEVEL_MASK: u32 = 0x0700_0000;
+use crate::seen::{level, with_level};
+
 const MAX_LEVEL: u32 = 4;
-
-fn level(seen: u32) -> u32 {
-    (seen & LEVEL_MASK) >> LEVEL_SHIFT
-}
 
 /// Whether a page whose `seen` word this is is looked at in scan `scan_no`.
 pub fn due(seen: u32, scan_no: u64) -> bool {
@@ -42,17 +33,13 @@ pub fn after_look(seen: u32, acted: bool) -> u32 {
     } else {
         (level(seen) + 1).min(MAX_LEVEL)
     };
-    (seen & !LEVEL_MASK) | (next << LEVEL_SHIFT)
-}
-
-/// `seen` with a new look recorded, its level kept.
-pub fn with_look(seen: u32, look: u32) -> u32 {
-    (seen & !LOOK_MASK) | (look & LOOK_MASK)
+    with_level(seen, next)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seen::{with_look, LOOK_MASK};
 
     #[test]
     fn idle_pages_are_looked_at_every_2nd_4th_then_8th_scan_all_together() {

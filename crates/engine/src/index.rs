@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::PAGE;
+use crate::sys::PAGE;
 
 /// Start of each sampled 64-byte line: stride 576 (nine lines), so the
 /// samples fall on different offsets within 512-byte structures.

@@ -32,9 +32,8 @@
 //! engine has and gain nothing. Each scan counts in `fallbacks.ksm` the
 //! blocks in which the budget refused merges.
 
-use crate::engine::State;
-use crate::index::ContentIndex;
-use crate::{sys, PAGE};
+use crate::state::State;
+use crate::sys::{self, PAGE};
 
 /// Merges the mapping budget must refuse in one block before it is handed
 /// to KSM: 1 MiB of duplicates the engine could not fold itself.
@@ -49,40 +48,10 @@ fn ksm_running() -> bool {
 }
 
 impl State {
-    /// Notes that the mapping budget refused `n` merges in block `base`.
-    pub(crate) fn refused_merges(&mut self, base: usize, n: usize) {
-        if let Some(b) = self.blocks.get_mut(&base) {
-            b.merges_refused += n;
-        }
-    }
-
     /// Whether blocks may be handed over now: the handoff is on and ksmd
     /// runs. Read once a scan.
     pub(crate) fn ksm_running(&self) -> bool {
         self.cfg.ksm_handoff && !self.cfg.inject.ksm_off && ksm_running()
-    }
-
-    /// With no mapping to spare for a merge, counts the pages of block
-    /// `base` at indices `pages` that duplicate a page seen earlier in this
-    /// scan: merges the budget refuses. Nothing is remapped; only hashes
-    /// are taken and compared.
-    pub(crate) fn count_unmergeable(
-        &mut self,
-        base: usize,
-        pages: &[usize],
-        unstable: &mut ContentIndex<(usize, usize)>,
-    ) {
-        let mut found = 0;
-        for &k in pages {
-            let ptr = self.blocks[&base].page_addr(k);
-            let content = |(qb, qi): (usize, usize)| self.unstable_content(qb, qi);
-            match unstable.find(ptr, content) {
-                Some(q) if q != (base, k) => found += 1,
-                Some(_) => {}
-                None => unstable.insert(ptr, (base, k), content),
-            }
-        }
-        self.refused_merges(base, found);
     }
 
     /// Hands to KSM every block whose refused merges reached `HANDOFF_PAGES`;

@@ -60,12 +60,43 @@
 //! Fork: the child inherits mappings of the same memfd, so at fork every owned
 //! page is frozen and both sides stop punching or reusing pre-fork frames
 //! (they retire the pool and start a fresh one).
+//!
+//! # Layers
+//!
+//! The modules are layered: each uses only what lies below it, by name or by
+//! method (tests/layering.rs keeps the module graph free of cycles). Bottom up:
+//!
+//! 1. The ground: system calls and the page size (sys.rs, fds.rs), the
+//!    engine's threads (threads.rs), injected pauses (race.rs), the
+//!    configuration (config.rs), the `seen` word's bits (seen.rs), the
+//!    statistics and reports (stats.rs).
+//! 2. Data, each part with its owner: frames (frames.rs), blocks and pages
+//!    (space.rs), content indices (index.rs), userfaultfd (protect.rs),
+//!    page stores (store.rs, tier_store.rs), the eviction table and fault
+//!    thread (fault.rs) with the held pages (held.rs) and patches
+//!    (patches.rs) it keeps, the pin guard's state (guard.rs), recycled
+//!    blocks (recycle.rs), and the scan's and clock's pure decisions
+//!    (idle.rs, budget.rs, fresh.rs, clock.rs, colour.rs).
+//! 3. The page table (state.rs): `State` and the operations every mechanism
+//!    builds on (allocate, free, remap, freeze, divergence, the mapping
+//!    budget); what a change of mapping invalidates below (holds, records of
+//!    evicted pages, pins of dropped patches) is settled where it happens.
+//! 4. Mechanisms: the pin guard (detach.rs), restoring evicted pages
+//!    (restore.rs), then holds (hold.rs), virtual copy (copy.rs), advice
+//!    (advice.rs), fork (fork.rs), patches (patching.rs), a clock pass
+//!    (pass.rs), and the protected-chunk protocol (chunk.rs).
+//! 5. The scan (scan.rs) and eviction (evict.rs). Tiering is the scan's
+//!    client: a clock pass hands it the pages its policy chose through a
+//!    function the engine gives the scan (`pass::Tiering`), never by calling up.
+//! 6. The public `Engine` (engine.rs), and this crate root.
 
 mod advice;
 mod budget;
+mod chunk;
 mod clock;
 mod colour;
 mod config;
+mod copy;
 mod detach;
 mod engine;
 mod evict;
@@ -74,42 +105,37 @@ pub mod fds;
 mod fork;
 mod frames;
 mod fresh;
+mod guard;
+mod held;
 mod hold;
 mod idle;
 mod index;
 mod ksm;
+mod pass;
+mod patches;
 mod patching;
 #[doc(hidden)]
 pub mod protect;
 mod race;
 mod recycle;
+mod restore;
 mod scan;
+mod seen;
 mod space;
+mod state;
 mod stats;
 mod store;
 mod sys;
+mod threads;
 mod tier_store;
 
-pub use clock::{ClockStats, PassCounts};
+pub use clock::{Allow, ClockStats, PassCounts};
 pub use config::{Config, Inject};
-pub use engine::{Engine, Hint, ScanReport};
-pub use evict::{Allow, EvictReport};
-pub use fault::LIFETIME_BUCKETS;
+pub use engine::Engine;
 pub use fresh::Fresh;
-pub use stats::{Fallbacks, Stats, STATS_SCHEMA};
+pub use state::Hint;
+pub use stats::{EvictReport, Fallbacks, ScanReport, Stats, LIFETIME_BUCKETS, STATS_SCHEMA};
 pub use store::{Handle, PageStore, StoreBytes, StoreError};
+pub use sys::PAGE;
+pub use threads::on_engine_thread;
 pub use tier_store::{SwapSettings, TierConfig, TierCounts, TierStore};
-
-thread_local! {
-    static ENGINE_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// True on the engine's own threads (the background scanner). A preload
-/// must not route their allocations and copies back into the engine, whose
-/// lock they may hold.
-pub fn on_engine_thread() -> bool {
-    ENGINE_THREAD.with(|t| t.get())
-}
-
-/// The page size the engine works in.
-pub const PAGE: usize = 4096;

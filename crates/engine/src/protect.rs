@@ -287,11 +287,11 @@ impl Protector {
     /// Fills the missing page at `addr` with `page` and wakes its faulters.
     /// EEXIST: the page is present already; ENOENT: the range is no longer
     /// registered (its mapping was replaced).
-    pub fn copy(&self, addr: usize, page: &[u8; crate::PAGE]) -> io::Result<()> {
+    pub fn copy(&self, addr: usize, page: &[u8; crate::sys::PAGE]) -> io::Result<()> {
         let mut arg = CopyArg {
             dst: addr as u64,
             src: page.as_ptr() as u64,
-            len: crate::PAGE as u64,
+            len: crate::sys::PAGE as u64,
             mode: 0,
             copied: 0,
         };
@@ -303,7 +303,7 @@ impl Protector {
         let mut arg = FillArg {
             range: Range {
                 start: addr as u64,
-                len: crate::PAGE as u64,
+                len: crate::sys::PAGE as u64,
             },
             mode: 0,
             done: 0,
@@ -317,7 +317,7 @@ impl Protector {
         let mut arg = FillArg {
             range: Range {
                 start: addr as u64,
-                len: crate::PAGE as u64,
+                len: crate::sys::PAGE as u64,
             },
             mode: 0,
             done: 0,
@@ -356,7 +356,7 @@ impl Protector {
         for m in &msgs[..r as usize / std::mem::size_of::<Msg>()] {
             if m.event == EVENT_PAGEFAULT {
                 out[n] = Fault {
-                    addr: m.address as usize & !(crate::PAGE - 1),
+                    addr: m.address as usize & !(crate::sys::PAGE - 1),
                     wp: m.flags & PAGEFAULT_FLAG_WP != 0,
                 };
                 n += 1;

@@ -19,71 +19,96 @@
 //! age is short by default (250 ms): an interpreter allocates again right
 //! after its collector frees, and memory idle longer should go back.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::engine::State;
+use crate::config::Config;
 use crate::space::{Block, Page};
 
 /// A freed block kept for reuse.
-pub(crate) struct Recycled {
-    pub block: Block,
-    pub freed_at: Instant,
+struct Recycled {
+    block: Block,
+    freed_at: Instant,
 }
 
-impl State {
-    /// Keeps `block` for reuse if it may be; otherwise gives it back.
-    pub(crate) fn free_block(&mut self, block: Block) {
-        self.expire_recycled();
-        if self.recyclable(&block) {
-            self.recycled_bytes += block.len();
-            self.recycled.push(Recycled {
-                freed_at: Instant::now(),
-                block,
-            });
-            while self.recycled_bytes > self.cfg.recycle_bytes {
-                let oldest = self.recycled.remove(0);
-                self.release_recycled(oldest.block);
-            }
-        } else {
-            self.release_block(block);
-        }
+/// The freed blocks kept for reuse, oldest first, and their total length.
+/// The engine gives back (unmaps) whatever blocks this hands out of its
+/// list: this module only decides which.
+#[derive(Default)]
+pub(crate) struct Recycler {
+    list: Vec<Recycled>,
+    bytes: usize,
+}
+
+/// A block taken for reuse, and the mappings the blocks count before and
+/// after cutting it (both 0 if it was not cut).
+pub(crate) struct Reused {
+    pub block: Block,
+    pub vmas_before: usize,
+    pub vmas_after: usize,
+}
+
+impl Recycler {
+    /// Bytes of the blocks kept now.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
-    fn recyclable(&self, block: &Block) -> bool {
-        let own = |p: &Page| matches!(p, Page::Owned(_));
-        let anon = |p: &Page| matches!(p, Page::Anon);
-        !block.exempt
-            && block.len() <= self.cfg.recycle_bytes / 4
-            && (block.pages.iter().all(own) || block.pages.iter().all(anon))
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Keeps `block` for reuse if it may be; returns what is to be given
+    /// back: `block` itself if it may not be kept, else the oldest blocks
+    /// the budget no longer holds.
+    pub fn keep(&mut self, block: Block, cfg: &Config) -> Vec<Block> {
+        if !recyclable(&block, cfg) {
+            return vec![block];
+        }
+        self.bytes += block.len();
+        self.list.push(Recycled {
+            freed_at: Instant::now(),
+            block,
+        });
+        let mut out = Vec::new();
+        while self.bytes > cfg.recycle_bytes {
+            out.push(self.remove(0));
+        }
+        out
+    }
+
+    fn remove(&mut self, i: usize) -> Block {
+        let r = self.list.remove(i);
+        self.bytes -= r.block.len();
+        r.block
     }
 
     /// A recycled block of `npages`: one of exactly that size, the most
     /// recently freed first (its pages are the likeliest to be in the CPU's
     /// cache), else the smallest one up to four times larger, whose tail is
-    /// split off and stays recycled.
-    pub(crate) fn reuse(&mut self, npages: usize) -> Option<Block> {
+    /// split off and stays recycled. Its `seen` words start afresh.
+    pub fn take(&mut self, npages: usize) -> Option<Reused> {
         let len = |r: &Recycled| r.block.pages.len();
         let i = self
-            .recycled
+            .list
             .iter()
             .rposition(|r| len(r) == npages)
             .or_else(|| {
                 let larger = self
-                    .recycled
+                    .list
                     .iter()
                     .enumerate()
                     .filter(|(_, r)| len(r) > npages && len(r) <= 4 * npages);
                 larger.min_by_key(|(_, r)| len(r)).map(|(i, _)| i)
             })?;
-        let Recycled {
-            mut block,
-            freed_at,
-        } = self.recycled.remove(i);
-        self.recycled_bytes -= block.len();
+        let freed_at = self.list[i].freed_at;
+        let mut block = self.remove(i);
+        let (mut vmas_before, mut vmas_after) = (0, 0);
         if block.pages.len() > npages {
-            let tail = self.split(&mut block, npages);
-            self.recycled_bytes += tail.len();
-            self.recycled.insert(
+            vmas_before = block.vmas;
+            let tail = split(&mut block, npages);
+            vmas_after = block.vmas + tail.vmas;
+            self.bytes += tail.len();
+            self.list.insert(
                 i,
                 Recycled {
                     block: tail,
@@ -92,53 +117,58 @@ impl State {
             );
         }
         block.seen.fill(0);
-        self.stats.recycled += 1;
-        Some(block)
+        Some(Reused {
+            block,
+            vmas_before,
+            vmas_after,
+        })
     }
 
-    /// Cuts `block` after `n` pages; returns the tail. The kernel's mapping
-    /// is not split, but each part counts its own (an overcount by one
-    /// keeps the VMA budget on the safe side).
-    fn split(&mut self, block: &mut Block, n: usize) -> Block {
-        // SAFETY: callers split at n below the block's page count, so base + n * PAGE is inside
-        // the block's mapping.
-        let tail_base = unsafe { block.base.add(n * crate::PAGE) };
-        let tail = Block::new(tail_base, block.pages.split_off(n));
-        block.seen.truncate(n);
-        let before = block.vmas;
-        block.vmas = block.count_vmas();
-        self.vmas = self.vmas + block.vmas + tail.vmas - before;
-        tail
-    }
-
-    /// Releases recycled blocks older than the configured age (oldest first in the list,
-    /// so this usually looks at one entry). Scans call it too, for a program
-    /// that stopped allocating.
-    pub(crate) fn expire_recycled(&mut self) {
-        if self.recycled.is_empty() {
-            return;
+    /// Takes out the blocks that waited longer than `max_age` (oldest first
+    /// in the list, so this usually looks at one entry).
+    pub fn expired(&mut self, max_age: Duration) -> Vec<Block> {
+        let mut out = Vec::new();
+        if self.list.is_empty() {
+            return out;
         }
         let now = Instant::now();
-        let max_age = self.cfg.recycle_age;
         while self
-            .recycled
+            .list
             .first()
             .is_some_and(|r| now.duration_since(r.freed_at) > max_age)
         {
-            let old = self.recycled.remove(0);
-            self.release_recycled(old.block);
+            out.push(self.remove(0));
         }
+        out
     }
 
-    /// Releases every recycled block (before fork).
-    pub(crate) fn flush_recycled(&mut self) {
-        for r in std::mem::take(&mut self.recycled) {
-            self.release_recycled(r.block);
-        }
+    /// Takes out every block (before fork).
+    pub fn drain(&mut self) -> Vec<Block> {
+        self.bytes = 0;
+        std::mem::take(&mut self.list)
+            .into_iter()
+            .map(|r| r.block)
+            .collect()
     }
+}
 
-    fn release_recycled(&mut self, block: Block) {
-        self.recycled_bytes -= block.len();
-        self.release_block(block);
-    }
+fn recyclable(block: &Block, cfg: &Config) -> bool {
+    let own = |p: &Page| matches!(p, Page::Owned(_));
+    let anon = |p: &Page| matches!(p, Page::Anon);
+    !block.exempt
+        && block.len() <= cfg.recycle_bytes / 4
+        && (block.pages.iter().all(own) || block.pages.iter().all(anon))
+}
+
+/// Cuts `block` after `n` pages; returns the tail. The kernel's mapping
+/// is not split, but each part counts its own (an overcount by one
+/// keeps the VMA budget on the safe side).
+fn split(block: &mut Block, n: usize) -> Block {
+    // SAFETY: callers split at n below the block's page count, so base + n * PAGE is inside
+    // the block's mapping.
+    let tail_base = unsafe { block.base.add(n * crate::sys::PAGE) };
+    let tail = Block::new(tail_base, block.pages.split_off(n));
+    block.seen.truncate(n);
+    block.vmas = block.count_vmas();
+    tail
 }

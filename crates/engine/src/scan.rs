@@ -3,7 +3,8 @@
 //! Blocks are walked in chunks of `scan_chunk_pages`, under the engine lock
 //! one chunk at a time. For each chunk:
 //!
-//! 1. register it with userfaultfd and write-protect it: writers sleep until step 6;
+//! 1. register it with userfaultfd and write-protect it, by the protocol
+//!    eviction follows too (chunk.rs): writers sleep until step 6;
 //! 2. refresh divergence from pagemap (frames of pages that were written
 //!    since they were shared lose a reference);
 //! 3. ask mincore which pages hold content: a page never touched (or already
@@ -52,18 +53,65 @@ use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use crate::budget::Budget;
-use crate::clock::Pass;
-use crate::engine::{Inner, ScanReport, State};
+use crate::chunk::{ChunkHolds, ChunkWork, Protected};
 use crate::frames::FrameId;
 use crate::idle;
 use crate::index::{page_eq, sample_hash, ContentIndex};
+use crate::pass::{Pass, Tiering};
 use crate::space::{runs, Page};
-use crate::{sys, PAGE};
+use crate::state::{Inner, State};
+use crate::stats::ScanReport;
+use crate::sys::{self, PAGE};
 
 /// Pages seen earlier in this scan, by content: (block base, page index).
 type Unstable = ContentIndex<(usize, usize)>;
 
-pub fn scan(inner: &Inner) -> ScanReport {
+/// The scan's work on one protected chunk (chunk.rs).
+struct ScanChunk<'a> {
+    unstable: &'a mut Unstable,
+    rep: &'a mut ScanReport,
+    pass: Option<&'a mut Pass>,
+    /// The chunk's pages due a look, as `before` found them.
+    due: Vec<usize>,
+}
+
+impl ChunkWork for ScanChunk<'_> {
+    const HOLDS: ChunkHolds = ChunkHolds::Decide;
+
+    /// Divergence first (frames of pages written since they were shared
+    /// are released even where nothing is due), then the pages due a look:
+    /// with none, nothing is read and no writer need be stopped.
+    fn before(&mut self, st: &mut State, base: usize, i: usize, c: usize) -> bool {
+        self.rep.diverged_released += st.refresh_divergence(base, i, c);
+        self.due = st.due_pages(base, i, c, self.pass.is_some(), self.rep);
+        !self.due.is_empty()
+    }
+
+    fn work(
+        &mut self,
+        st: &mut State,
+        base: usize,
+        i: usize,
+        c: usize,
+        chunk: &Protected,
+    ) -> Vec<(usize, Instant)> {
+        // Divergence again: a write may have landed between the refresh and the protect.
+        self.rep.diverged_released += chunk.diverged_released;
+        let due = std::mem::take(&mut self.due);
+        st.scan_chunk(
+            base,
+            i,
+            c,
+            chunk,
+            due,
+            self.unstable,
+            self.rep,
+            self.pass.as_deref_mut(),
+        )
+    }
+}
+
+pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
     let (t0, c0) = (Instant::now(), sys::thread_cpu_ns());
     let mut rep = ScanReport::default();
     if crate::fds::lost() {
@@ -82,7 +130,7 @@ pub fn scan(inner: &Inner) -> ScanReport {
         }
         (
             st.blocks.keys().copied().collect::<Vec<usize>>(),
-            st.begin_pass(),
+            st.begin_pass(tier),
         )
     };
     let spilled = pass.as_mut().map_or(0, |p| p.spill_now());
@@ -104,14 +152,13 @@ pub fn scan(inner: &Inner) -> ScanReport {
                 break;
             }
             let c = chunk.min(n - i);
-            st.reconcile(base, i, c);
-            // A signal handler of this thread writing into the protected chunk
-            // would wait for this very thread: no signals until it is unprotected.
-            let mask = sys::block_signals();
-            st.with_registered(base, i, c, |st| {
-                st.scan_chunk(base, i, c, &mut unstable, &mut rep, pass.as_mut())
-            });
-            sys::restore_signals(&mask);
+            let mut work = ScanChunk {
+                unstable: &mut unstable,
+                rep: &mut rep,
+                pass: pass.as_mut(),
+                due: Vec::new(),
+            };
+            st.in_protected_chunk(base, i, c, &mut work);
             i += c;
         }
     }
@@ -135,7 +182,7 @@ pub fn scan(inner: &Inner) -> ScanReport {
 /// scan share configured it also keeps to the account in budget.rs: scans
 /// only while the program's CPU time, its fresh memory and the pages saved
 /// pay for them, and backs off while scans find nothing.
-pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
+pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64, tier: Tiering) {
     // Process signals go to the program's threads, never to the scanner.
     let _ = sys::block_signals();
     let (interval, share, pin_age) = match weak.upgrade() {
@@ -147,7 +194,7 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
         Some(inner) => (interval, inner.cfg.scan_share, inner.cfg.pin_age),
         None => return,
     };
-    crate::ENGINE_THREAD.with(|t| t.set(true));
+    crate::threads::ENGINE_THREAD.with(|t| t.set(true));
     let mut account = share.map(Budget::new);
     let mut earliest = Instant::now();
     let mut next_early: Option<Duration> = None;
@@ -176,7 +223,7 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
                 continue;
             }
         }
-        let rep = scan(&inner);
+        let rep = scan(&inner, tier);
         drop(inner);
         if let Some(a) = account.as_mut() {
             a.record(rep.cpu_ns, rep.merged + rep.zero_folded, rep.volatile > 0);
@@ -188,93 +235,24 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64) {
 }
 
 impl State {
-    /// Runs `f` with pages `[i, i+n)` of a block registered for write
-    /// protection, and unregistered again afterwards (remaps inside `f`
-    /// register their new mappings).
-    pub fn with_registered<T>(
-        &mut self,
-        base: usize,
-        i: usize,
-        n: usize,
-        f: impl FnOnce(&mut State) -> T,
-    ) -> T {
-        let addr = self.blocks[&base].page_addr(i);
-        let was = std::mem::replace(&mut self.scanning, true);
-        self.register(addr, n * PAGE);
-        crate::race::pause();
-        let r = f(self);
-        self.unregister_unevicted(base, i, n);
-        self.scanning = was;
-        r
-    }
-
-    /// Unregisters pages `[i, i+n)` of a block except evicted ones, which
-    /// must keep their MISSING registration, and held ones (hold.rs), which
-    /// must stay write-protected.
-    fn unregister_unevicted(&mut self, base: usize, i: usize, n: usize) {
-        let Some(block) = self.blocks.get(&base) else {
-            return;
-        };
-        let addr = block.page_addr(i);
-        let any_held = self.holds.any_within(addr as usize, n * PAGE);
-        if block.evicted == 0 && !any_held {
-            return self.unregister(addr, n * PAGE);
-        }
-        let kept = |k: usize| {
-            block.pages[k].is_evicted() || self.holds.contains(block.page_addr(k) as usize)
-        };
-        let mut plain = Vec::new();
-        let mut k = i;
-        while k < i + n {
-            let keep = kept(k);
-            let end = (k..i + n).find(|&j| kept(j) != keep).unwrap_or(i + n);
-            if !keep {
-                plain.push((block.page_addr(k), (end - k) * PAGE));
-            }
-            k = end;
-        }
-        for (a, len) in plain {
-            self.unregister(a, len);
-        }
-        // Unregistering wakes only MISSING sleepers: wake write-protect ones too.
-        if let Some(p) = &self.protector {
-            p.wake(addr, n * PAGE);
-        }
-    }
-
+    /// The scan's work on protected pages `[i, i+c)` of a block (chunk.rs),
+    /// the pages `due` a look; returns the holds that go on.
+    #[allow(clippy::too_many_arguments)]
     fn scan_chunk(
         &mut self,
         base: usize,
         i: usize,
         c: usize,
+        chunk: &Protected,
+        due: Vec<usize>,
         unstable: &mut Unstable,
         rep: &mut ScanReport,
         pass: Option<&mut Pass>,
-    ) {
-        let addr = self.blocks[&base].page_addr(i);
-        rep.diverged_released += self.refresh_divergence(base, i, c);
-        let due = self.due_pages(base, i, c, pass.is_some(), rep);
-        if due.is_empty() {
-            return; // nothing to read: no need to stop writers either
-        }
-        let Some(protector) = self.protector.clone() else {
-            return;
-        };
-        let held = self.begin_chunk_holds(addr as usize, c * PAGE);
-        if protector.protect(addr, c * PAGE).is_err() {
-            // It may have protected the mappings before the one it refused:
-            // undo that, or their writers would sleep for good.
-            self.end_chunk_holds(addr as usize, c * PAGE, &[]);
-            let _ = protector.unprotect(addr, c * PAGE);
-            self.stats.fallbacks.uffd += 1;
-            return;
-        }
-        // Divergence again: a write may have landed between the refresh and the protect.
-        rep.diverged_released += self.refresh_divergence(base, i, c);
+    ) -> Vec<(usize, Instant)> {
+        let (held, protector) = (&chunk.held, &chunk.protector);
         let guard = self.pin_guard();
         let mut keep = Vec::new();
-        let mut resident = vec![0u8; c];
-        if sys::mincore(addr, c * PAGE, &mut resident).is_ok() {
+        if let Some(resident) = &chunk.resident {
             let looked: Vec<usize> = due
                 .iter()
                 .copied()
@@ -317,7 +295,7 @@ impl State {
             let any_holdable = zero.iter().any(holdable) || plan.keys().any(holdable);
             let holds_on = self.holding() || (any_holdable && self.holds_on());
             let to_hold = if holds_on {
-                self.unready_held(base, &mut zero, &mut plan, &held)
+                self.unready_held(base, &mut zero, &mut plan, held)
             } else {
                 self.drop_young_diverged(base, &mut zero, &mut plan);
                 if self.freeze_first() {
@@ -343,7 +321,7 @@ impl State {
             for (a, b) in crate::space::consecutive(&to_freeze) {
                 self.freeze_young(base, a, b - a);
             }
-            keep = self.hold_pages(base, &to_hold, &held, &protector, rep);
+            keep = self.hold_pages(base, &to_hold, held, protector, rep);
             let mut waiting = to_freeze;
             waiting.extend_from_slice(&to_hold);
             waiting.sort_unstable();
@@ -362,8 +340,7 @@ impl State {
                 self.clock_chunk(base, i..i + c, &present, pass);
             }
         }
-        self.end_chunk_holds(addr as usize, c * PAGE, &keep);
-        self.unprotect_unheld(&protector, addr as usize, c * PAGE);
+        keep
     }
 
     /// Moves the owned pages of `zero` to `to_freeze`: under the guard, an
@@ -390,7 +367,7 @@ impl State {
             .filter(|&k| {
                 !self.cfg.smart_scan
                     || idle::due(seen[k], scan_no)
-                    || pass && crate::clock::wanted(seen[k])
+                    || pass && crate::seen::wanted(seen[k])
             })
             .collect();
         rep.skipped_idle += (c - due.len()) as u64;
@@ -448,13 +425,13 @@ impl State {
                 let look = if zero {
                     1
                 } else {
-                    (sample_hash(block.page_addr(k)) as u32 & idle::LOOK_MASK) | 2
+                    (sample_hash(block.page_addr(k)) as u32 & crate::seen::LOOK_MASK) | 2
                 };
                 let before = block.seen[k];
-                let same = before & idle::LOOK_MASK == look;
-                block.seen[k] = idle::with_look(before, look);
+                let same = before & crate::seen::LOOK_MASK == look;
+                block.seen[k] = crate::seen::with_look(before, look);
                 if !same {
-                    block.seen[k] = crate::clock::written(block.seen[k]);
+                    block.seen[k] = crate::seen::written(block.seen[k]);
                 }
                 same || !check
             })
@@ -655,10 +632,28 @@ impl State {
         (pool.is_stable(f.slot()) && pool.resident(f.slot())).then(|| pool.frame_ptr(f.slot()))
     }
 
+    /// With no mapping to spare for a merge, counts the pages of block
+    /// `base` at indices `pages` that duplicate a page seen earlier in this
+    /// scan: merges the budget refuses. Nothing is remapped; only hashes
+    /// are taken and compared.
+    fn count_unmergeable(&mut self, base: usize, pages: &[usize], unstable: &mut Unstable) {
+        let mut found = 0;
+        for &k in pages {
+            let ptr = self.blocks[&base].page_addr(k);
+            let content = |(qb, qi): (usize, usize)| self.unstable_content(qb, qi);
+            match unstable.find(ptr, content) {
+                Some(q) if q != (base, k) => found += 1,
+                Some(_) => {}
+                None => unstable.insert(ptr, (base, k), content),
+            }
+        }
+        self.refused_merges(base, found);
+    }
+
     /// The bytes of page `qi` of block `qb`, an unstable index entry: a page
     /// seen earlier in this scan may have been freed, cut off or exempted (and
     /// protected) since, between two chunks.
-    pub(crate) fn unstable_content(&self, qb: usize, qi: usize) -> Option<*const u8> {
+    fn unstable_content(&self, qb: usize, qi: usize) -> Option<*const u8> {
         self.blocks
             .get(&qb)
             .filter(|b| !b.exempt && qi < b.pages.len() && !b.pages[qi].is_evicted())

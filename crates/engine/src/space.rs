@@ -5,7 +5,7 @@
 //! are one kernel mapping (VMA), which is what the VMA budget counts.
 
 use crate::frames::FrameId;
-use crate::PAGE;
+use crate::sys::PAGE;
 
 /// Where a page's content lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

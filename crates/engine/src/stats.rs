@@ -161,8 +161,66 @@ pub struct Stats {
     pub store: crate::store::StoreBytes,
     /// Time from eviction to the touch that restored the page: bucket 0 under
     /// 1 ms, bucket b from 2^(b-1) to 2^b ms, the last one open (DE's Figure 4).
-    pub evict_lifetime_ms_log2: [u64; crate::fault::LIFETIME_BUCKETS],
+    pub evict_lifetime_ms_log2: [u64; LIFETIME_BUCKETS],
     /// The tiering clock (clock.rs): passes, pages per class in the last pass
     /// and summed over passes, pages the policy evicted, restores it saw, watermarks.
     pub clock: crate::clock::ClockStats,
+}
+
+/// Lifetime buckets: [0] under 1 ms, [b] from 2^(b-1) to 2^b ms, the last open.
+pub const LIFETIME_BUCKETS: usize = 24;
+
+/// What one scan did.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct ScanReport {
+    pub pages_scanned: u64,
+    pub zero_folded: u64,
+    pub merged: u64,
+    pub diverged_released: u64,
+    /// Merges or folds skipped because the VMA budget was spent.
+    pub skipped_vma: u64,
+    /// Planned folds and merges dropped because the page changed during the pin grace.
+    pub changed_while_planned: u64,
+    /// Pages left alone because they changed since the previous scan.
+    pub volatile: u64,
+    /// Pages not looked at: earlier looks found nothing to do (smart scan).
+    pub skipped_idle: u64,
+    /// Owned pages frozen, and diverged and owned zero pages held (hold.rs),
+    /// to be folded or merged once the pin age has passed.
+    pub frozen: u64,
+    /// Blocks handed to kernel KSM after this scan (ksm.rs).
+    pub ksm_handed: u64,
+    /// This scan was a clock pass (clock.rs); what it classified and evicted.
+    pub pass: bool,
+    pub clock: crate::clock::PassCounts,
+    pub wall_ns: u64,
+    pub cpu_ns: u64,
+}
+
+/// What one `evict` call did, in pages.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct EvictReport {
+    pub evicted: u64,
+    /// Of the evicted pages, those kept as patches against a reference page.
+    pub patched: u64,
+    /// Pages left in memory because patching found no reference (or no patch
+    /// small enough) and compression was not allowed.
+    pub unpatched: u64,
+    /// Pages whose state does not allow it (shared with others, pre-fork, exempt block).
+    pub not_eligible: u64,
+    /// Pages holding nothing (never touched, already folded or evicted).
+    pub not_resident: u64,
+    /// All-zero pages, left to zero folding.
+    pub zero: u64,
+    /// Pages the store refused (incompressible or full).
+    pub refused: u64,
+    /// Pages for which the caller allowed no treatment at all.
+    pub not_allowed: u64,
+    /// Pages that changed during the pin grace.
+    pub changed: u64,
+    /// Pages left because the VMA budget was spent.
+    pub skipped_vma: u64,
+    /// Nothing was done: no userfaultfd MISSING mode or no fault thread (counted in fallbacks.evict).
+    pub unavailable: bool,
+    pub wall_ns: u64,
 }

@@ -29,7 +29,7 @@
 //! The default store is `TierStore` (tier_store.rs): pages compressed into
 //! the tier crate's slab store, a swap file below it when configured.
 
-use crate::PAGE;
+use crate::sys::PAGE;
 
 /// A stored page, as the store names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -7,7 +7,9 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::fds::Fd;
-use crate::PAGE;
+
+/// The page size the engine works in.
+pub const PAGE: usize = 4096;
 
 /// How many more engine mmaps may succeed before injected ENOMEM (u64::MAX: unlimited).
 static MMAP_ALLOWANCE: AtomicU64 = AtomicU64::new(u64::MAX);

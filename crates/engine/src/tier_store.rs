@@ -50,7 +50,7 @@ use pagefold_tier::store::{Handle as SlabHandle, Store, StoreConfig};
 use pagefold_tier::swap::{Slot, SwapConfig, SwapDescriptor, SwapFile};
 
 use crate::store::{Handle, PageStore, StoreBytes, StoreError};
-use crate::PAGE;
+use crate::sys::PAGE;
 
 /// A `put` that finds the store full spills at least this much first, so
 /// the slab compaction after a spill is paid once per megabyte, not per page.
@@ -108,7 +108,7 @@ pub struct TierConfig {
 
 impl TierConfig {
     /// The engine's configuration of its default store.
-    pub fn from_engine(cfg: &crate::Config) -> TierConfig {
+    pub fn from_engine(cfg: &crate::config::Config) -> TierConfig {
         TierConfig {
             capacity: cfg.evict_store_bytes,
             swap: cfg.swap_file.clone().map(|path| SwapSettings {

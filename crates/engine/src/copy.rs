@@ -1,0 +1,143 @@
+//! Virtual copy: whole pages between engine blocks at equal page offsets
+//! become copy-on-write views of the same frames (lib.rs describes the
+//! mechanism); the rest is copied plainly.
+
+use crate::frames::FrameId;
+use crate::space::{runs, unit_runs, Page};
+use crate::state::State;
+use crate::sys::{self, PAGE};
+
+impl State {
+    /// The copy proper; false if nothing in it can be virtual (caller copies plainly).
+    ///
+    /// # Safety
+    /// As for `Engine::copy`: `src` valid for reads and `dst` for writes of
+    /// `len` bytes, and the two ranges do not overlap.
+    pub(crate) unsafe fn virtual_copy(&mut self, dst: *mut u8, src: *const u8, len: usize) -> bool {
+        let (Some(sb), Some(db)) = (self.find(src as usize, len), self.find(dst as usize, len))
+        else {
+            return false;
+        };
+        if src as usize % PAGE != dst as usize % PAGE
+            || self.blocks[&sb].exempt
+            || self.blocks[&db].exempt
+        {
+            return false;
+        }
+        let head = (PAGE - src as usize % PAGE) % PAGE;
+        let whole = (len - head) / PAGE;
+        if whole == 0 {
+            return false;
+        }
+        let tail = len - head - whole * PAGE;
+        let (s0, d0) = (src.add(head), dst.add(head));
+        std::ptr::copy_nonoverlapping(src, dst, head);
+        std::ptr::copy_nonoverlapping(s0.add(whole * PAGE), d0.add(whole * PAGE), tail);
+        self.stats.bytes_copied_plain += (head + tail) as u64;
+
+        let si = (s0 as usize - sb) / PAGE;
+        let di = (d0 as usize - db) / PAGE;
+        let src_block_pages = self.blocks[&sb].pages.len();
+        if whole * 2 >= src_block_pages {
+            self.placement.copied_from(src_block_pages);
+        }
+        let dst_block_pages = self.blocks[&db].pages.len();
+        if self.cfg.copy_learn && !self.placement.copy_pays(dst_block_pages) {
+            self.stats.copies_made_plain += 1;
+            self.copy_plain_pages(s0, d0, whole);
+            return true;
+        }
+        // Evicted source pages come back first (from this thread, no fault),
+        // so the copy can share them instead of copying them plainly.
+        self.restore_evicted(sb, si, whole);
+        self.refresh_divergence(sb, si, whole);
+        self.freeze(sb, si, whole);
+        let src_pages: Vec<Page> = self.blocks[&sb].pages[si..si + whole].to_vec();
+        let shared_frame = |k: usize| match src_pages[k] {
+            Page::Shared(f) => Some(f),
+            _ => None,
+        };
+        let mut plain = vec![true; whole];
+        for (a, b) in runs(0..whole, shared_frame) {
+            if self.share_run(
+                db,
+                di + a,
+                b - a,
+                shared_frame(a).expect("run starts shared"),
+            ) {
+                plain[a..b].iter_mut().for_each(|p| *p = false);
+            }
+        }
+        if self.cfg.copy_through {
+            let in_anon = |k: usize| match src_pages[k] {
+                Page::Anon | Page::Diverged(_) => plain[k].then_some(()),
+                _ => None,
+            };
+            for (a, b) in unit_runs(0..whole, in_anon) {
+                if self.copy_through(db, di + a, b - a, s0.add(a * PAGE)) {
+                    plain[a..b].iter_mut().for_each(|p| *p = false);
+                }
+            }
+        }
+        if self.cfg.copy_learn {
+            let shared = plain.iter().filter(|p| !**p).count();
+            if let Some(b) = self.blocks.get_mut(&db) {
+                b.copy_shared += shared;
+            }
+            self.placement.shared_by_copy(dst_block_pages, shared);
+        }
+        for (k, _) in plain.iter().enumerate().filter(|(_, p)| **p) {
+            std::ptr::copy_nonoverlapping(s0.add(k * PAGE), d0.add(k * PAGE), PAGE);
+            self.stats.bytes_copied_plain += PAGE as u64;
+        }
+        true
+    }
+
+    /// Copies `whole` pages plainly (a copy judged not to pay).
+    ///
+    /// # Safety
+    /// Both ranges valid for `whole` pages, not overlapping.
+    unsafe fn copy_plain_pages(&mut self, s0: *const u8, d0: *mut u8, whole: usize) {
+        std::ptr::copy_nonoverlapping(s0, d0, whole * PAGE);
+        self.stats.bytes_copied_plain += (whole * PAGE) as u64;
+    }
+
+    /// Copies `n` pages of anonymous memory at `src` into fresh frames and
+    /// maps dst pages `[i, i+n)` privately onto them, frozen: the copy costs
+    /// about what a plain one does, and further copies of the destination are
+    /// virtual. The source is left as it is (a scan may fold it onto the same
+    /// frames later). False (nothing changed) if frames or mappings run out.
+    ///
+    /// # Safety
+    /// `src` is valid for reading `n` pages.
+    unsafe fn copy_through(&mut self, db: usize, i: usize, n: usize, src: *const u8) -> bool {
+        let Some(pi) = self.current_pool() else {
+            return false;
+        };
+        let Some(slot) = self.pools[pi].alloc(n as u64) else {
+            self.stats.fallbacks.frames += 1;
+            return false;
+        };
+        let fd = self.pools[pi].fd;
+        if sys::pwrite_all(fd, src, n * PAGE, slot * PAGE as u64).is_err()
+            || !self.remap(db, i, n, Some(FrameId::new(pi, slot)))
+        {
+            self.pools[pi].abandon(slot, n as u64);
+            return false;
+        }
+        for k in 0..n as u64 {
+            self.pools[pi].freeze(slot + k);
+        }
+        self.stats.pages_copied_through += n as u64;
+        true
+    }
+
+    /// Maps dst pages `[i, i+n)` onto the frozen frames from `first`.
+    fn share_run(&mut self, db: usize, i: usize, n: usize, first: FrameId) -> bool {
+        if !self.remap(db, i, n, Some(first)) {
+            return false;
+        }
+        self.stats.pages_shared_by_copy += n as u64;
+        true
+    }
+}
