@@ -34,7 +34,7 @@ use crate::sys::{self, PAGE};
 /// How one page is discarded.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Discard {
-    /// Plain anonymous memory: the kernel's madvise does it right.
+    /// Plain anonymous memory: the kernel's madvise, under the engine lock.
     Kernel,
     /// An owned frame of a live pool: punch it, keep the mapping.
     Punch,
@@ -93,7 +93,7 @@ impl State {
         }
     }
 
-    /// Discards pages `[i, i+n)` of a block; its plain anonymous runs go to `pass`.
+    /// Discards pages `[i, i+n)` of a block.
     fn discard_pages(&mut self, base: usize, i: usize, n: usize, pass: &mut Vec<(usize, usize)>) {
         let mut a = i;
         while a < i + n {
@@ -103,7 +103,7 @@ impl State {
                 .unwrap_or(i + n);
             let addr = self.blocks[&base].page_addr(a) as usize;
             match kind {
-                Discard::Kernel => push(pass, addr, addr + (b - a) * PAGE),
+                Discard::Kernel => self.discard_anon(addr, (b - a) * PAGE, pass),
                 Discard::Punch => self.punch_owned(base, a, b),
                 Discard::Remap => self.remap_zero(base, a, b),
             }
@@ -111,6 +111,17 @@ impl State {
                 self.stats.discarded += (b - a) as u64;
             }
             a = b;
+        }
+    }
+
+    /// Plain anonymous pages: MADV_DONTNEED here, under the engine lock, not
+    /// by the caller after it: a scan in between could merge such a page
+    /// onto a frame, and MADV_DONTNEED on a private frame mapping brings the
+    /// frame's bytes back instead of zeros. What the kernel refuses goes to
+    /// `pass`, for the caller to try and report.
+    fn discard_anon(&mut self, addr: usize, len: usize, pass: &mut Vec<(usize, usize)>) {
+        if sys::madvise(addr as *mut u8, len, libc::MADV_DONTNEED).is_err() {
+            push(pass, addr, addr + len);
         }
     }
 

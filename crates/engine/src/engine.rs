@@ -182,8 +182,9 @@ impl Engine {
     /// Makes the engine pages of `[ptr, ptr+len)` read zero and releases their
     /// memory, as MADV_DONTNEED does on private anonymous memory. `ptr` must be
     /// page-aligned; `len` is rounded up to whole pages. Returns the parts of
-    /// the range the engine left alone, as (start, len): outside its blocks, or
-    /// plain anonymous memory inside them. The caller passes those to the kernel.
+    /// the range the engine left alone, as (start, len): outside its blocks
+    /// (or, should the kernel refuse, plain anonymous memory inside them). The
+    /// caller passes those to the kernel.
     pub fn discard(&self, ptr: *mut u8, len: usize) -> Vec<(usize, usize)> {
         let start = ptr as usize;
         match crate::advice::page_range(start, len) {

@@ -83,8 +83,9 @@
 //!    evicted pages, pins of dropped patches) is settled where it happens.
 //! 4. Mechanisms: the pin guard (detach.rs), restoring evicted pages
 //!    (restore.rs), then holds (hold.rs), virtual copy (copy.rs), advice
-//!    (advice.rs), fork (fork.rs), patches (patching.rs), a clock pass
-//!    (pass.rs), and the protected-chunk protocol (chunk.rs).
+//!    (advice.rs), handing blocks to kernel KSM (ksm.rs), fork (fork.rs),
+//!    patches (patching.rs), a clock pass (pass.rs), and the
+//!    protected-chunk protocol (chunk.rs).
 //! 5. The scan (scan.rs) and eviction (evict.rs). Tiering is the scan's
 //!    client: a clock pass hands it the pages its policy chose through a
 //!    function the engine gives the scan (`pass::Tiering`), never by calling up.
