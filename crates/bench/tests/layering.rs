@@ -1,10 +1,8 @@
 //! The harness's modules are layered: no module depends, directly or
 //! through others, on one that depends on it, and none on lib.rs, which
-//! ties them together (see `module_graph`, kept with pagefold-analyze's
-//! tests and shared by both crates).
+//! ties them together (see pagefold-layering).
 
-#[path = "../../analyze/tests/module_graph/mod.rs"]
-mod module_graph;
+use pagefold_layering as module_graph;
 
 #[test]
 fn the_module_graph_reader_finds_cycles() {
