@@ -192,21 +192,6 @@ impl Block {
         1 + inside_left as usize + inside_right as usize
     }
 
-    /// Mappings that remapping pages `[i, i+n)` privately onto frames from
-    /// `first` (anonymous memory if None) adds by the count of runs, at
-    /// least 0: nothing when the run replaces a mapping of its own exactly
-    /// (a frozen page merged onto another frame), or continues its neighbours.
-    pub fn remap_growth(&self, i: usize, n: usize, first: Option<FrameId>) -> usize {
-        let new = |k: usize| match first {
-            Some(f) => Page::Shared(f.offset(k as u64)),
-            None => Page::Anon,
-        };
-        let left = i > 0 && !continues(self.pages[i - 1], new(0));
-        let right = i + n < self.pages.len() && !continues(new(n - 1), self.pages[i + n]);
-        let after = left as usize + right as usize;
-        after.saturating_sub(self.boundaries(i, n))
-    }
-
     pub fn metadata_bytes(&self) -> usize {
         std::mem::size_of::<Block>()
             + self.pages.capacity() * std::mem::size_of::<Page>()

@@ -432,7 +432,7 @@ impl State {
     /// (or anonymous memory if `first` is None), replacing what was there, and
     /// updates page states, frame counts and the mapping count.
     pub fn remap(&mut self, base: usize, i: usize, n: usize, first: Option<FrameId>) -> bool {
-        let cost = self.blocks[&base].remap_growth(i, n, first);
+        let cost = self.blocks[&base].remap_cost(i, n);
         if !self.vma_room(cost) {
             self.stats.fallbacks.vma_budget += 1;
             return false;
