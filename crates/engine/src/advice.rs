@@ -355,7 +355,14 @@ impl State {
             p.wake(to, m * PAGE);
             moved += m;
         }
-        let _ = p.unprotect(addr, len);
+        // Pages a failed move left on their frames are unprotected; the
+        // moved ones are not registered any more, so the call covers only the rest.
+        if moved < n {
+            // SAFETY: page `moved` lies inside the block (moved < n).
+            let rest = unsafe { addr.add(moved * PAGE) };
+            let _ = p.unprotect(rest, (n - moved) * PAGE);
+        }
+        p.wake(addr, len);
         moved
     }
 
