@@ -39,19 +39,13 @@ use crate::sys::{self, PAGE};
 /// to KSM: 1 MiB of duplicates the engine could not fold itself.
 pub const HANDOFF_PAGES: usize = 256;
 
-/// Where the kernel says whether ksmd runs.
-const KSM_RUN: &str = "/sys/kernel/mm/ksm/run";
-
-/// Whether ksmd is merging now.
-fn ksm_running() -> bool {
-    std::fs::read_to_string(KSM_RUN).is_ok_and(|s| s.trim() == "1")
-}
-
 impl State {
     /// Whether blocks may be handed over now: the handoff is on and ksmd
     /// runs. Read once a scan.
     pub(crate) fn ksm_running(&self) -> bool {
-        self.cfg.ksm_handoff && !self.cfg.inject.ksm_off && ksm_running()
+        self.cfg.ksm_handoff
+            && !self.cfg.inject.ksm_off
+            && self.ksm_run.as_ref().is_some_and(sys::KsmRun::running)
     }
 
     /// Hands to KSM every block whose refused merges reached `HANDOFF_PAGES`;

@@ -77,6 +77,9 @@ pub(crate) struct State {
     pub spare_mappings: Option<usize>,
     /// Counts the process's mappings; kept open so no scan opens a file.
     pub proc_maps: Option<sys::ProcMaps>,
+    /// Says whether ksmd runs, for the KSM handoff (ksm.rs); kept open so
+    /// no scan opens a file.
+    pub ksm_run: Option<sys::KsmRun>,
     /// Frozen frames by content (kernel KSM's stable tree).
     pub stable: ContentIndex<FrameId>,
     /// Mappings used by all blocks.
@@ -152,6 +155,7 @@ impl State {
         let protector = State::open_protector(&cfg);
         let max_map = cfg.inject.max_map_count.unwrap_or_else(sys::max_map_count);
         let proc_maps = sys::ProcMaps::open().ok();
+        let ksm_run = cfg.ksm_handoff.then(|| sys::KsmRun::open().ok()).flatten();
         let other_maps = proc_maps.as_ref().map_or(0, sys::ProcMaps::count);
         State {
             pools,
@@ -164,6 +168,7 @@ impl State {
             patching: None,
             pagemap: sys::Pagemap::open().ok(),
             proc_maps,
+            ksm_run,
             spare_mappings: sys::map_spares().map(|p| p as usize),
             stable: ContentIndex::default(),
             vmas: 0,

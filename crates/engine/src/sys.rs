@@ -367,6 +367,41 @@ impl Drop for ProcMaps {
     }
 }
 
+/// Reads whether ksmd runs (`/sys/kernel/mm/ksm/run` is 1) through one
+/// descriptor kept for the engine's life: each read at offset 0 asks the
+/// kernel afresh, and no scan opens a file (a descriptor opened at the
+/// moment a program forks would show in its child).
+pub struct KsmRun {
+    fd: crate::fds::Fd,
+}
+
+impl KsmRun {
+    pub fn open() -> io::Result<KsmRun> {
+        Ok(KsmRun {
+            fd: open_own(c"/sys/kernel/mm/ksm/run")?,
+        })
+    }
+
+    /// Whether ksmd merges now; false if the file cannot be read.
+    pub fn running(&self) -> bool {
+        let mut buf = [0u8; 8];
+        self.fd
+            .with(|fd| {
+                // SAFETY: buf is a live, exclusively borrowed buffer of buf.len() bytes.
+                let r = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+                Ok(r > 0 && buf[0] == b'1' && (r == 1 || buf[1] == b'\n'))
+            })
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for KsmRun {
+    fn drop(&mut self) {
+        // Opened in KsmRun::open and owned by this KsmRun only: closed once, here.
+        self.fd.close();
+    }
+}
+
 pub fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
