@@ -40,12 +40,22 @@ use crate::sys::{self, PAGE};
 pub const HANDOFF_PAGES: usize = 256;
 
 impl State {
-    /// Whether blocks may be handed over now: the handoff is on and ksmd
-    /// runs. Read once a scan.
-    pub(crate) fn ksm_running(&self) -> bool {
-        self.cfg.ksm_handoff
+    /// Whether blocks may be handed over in this scan: the handoff is on and
+    /// ksmd runs. Asked only once the mapping budget refuses merges, and
+    /// read once a scan.
+    pub(crate) fn ksm_ready(&mut self) -> bool {
+        if let Some(ready) = self.ksm_ready {
+            return ready;
+        }
+        let ready = self.cfg.ksm_handoff
             && !self.cfg.inject.ksm_off
-            && self.ksm_run.as_ref().is_some_and(sys::KsmRun::running)
+            && self
+                .ksm_run
+                .get_or_insert_with(|| sys::KsmRun::open().ok())
+                .as_ref()
+                .is_some_and(sys::KsmRun::running);
+        self.ksm_ready = Some(ready);
+        ready
     }
 
     /// Hands to KSM every block whose refused merges reached `HANDOFF_PAGES`;
@@ -56,7 +66,11 @@ impl State {
         if !self.cfg.ksm_handoff {
             return 0;
         }
-        let least = if self.ksm_ready { HANDOFF_PAGES } else { 1 };
+        if self.blocks.values().all(|b| b.merges_refused == 0) {
+            return 0;
+        }
+        let ready = self.ksm_ready();
+        let least = if ready { HANDOFF_PAGES } else { 1 };
         let due: Vec<usize> = self
             .blocks
             .iter()
@@ -69,7 +83,7 @@ impl State {
                 .get_mut(&base)
                 .expect("listed block")
                 .merges_refused = 0;
-            if !self.ksm_ready {
+            if !ready {
                 self.stats.fallbacks.ksm += 1;
             } else if self.hand_block(base) {
                 handed += 1;

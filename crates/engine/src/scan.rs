@@ -124,7 +124,7 @@ pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
         st.prune_young();
         st.prune_holds();
         st.refresh_other_maps();
-        st.ksm_ready = st.ksm_running();
+        st.ksm_ready = None;
         if st.protector.is_none() {
             st.stats.fallbacks.uffd += 1;
         }
@@ -280,7 +280,7 @@ impl State {
             let mut plan = HashMap::new();
             if self.cfg.merge && self.vma_room(4) {
                 plan = self.plan_merges(base, i..i + c, &nonzero, unstable, &mut to_freeze);
-            } else if self.cfg.merge && self.ksm_ready {
+            } else if self.cfg.merge && self.ksm_ready() {
                 self.count_unmergeable(base, &nonzero, unstable);
             }
             // A diverged page or an owned zero page not yet held for the

@@ -77,9 +77,10 @@ pub(crate) struct State {
     pub spare_mappings: Option<usize>,
     /// Counts the process's mappings; kept open so no scan opens a file.
     pub proc_maps: Option<sys::ProcMaps>,
-    /// Says whether ksmd runs, for the KSM handoff (ksm.rs); kept open so
-    /// no scan opens a file.
-    pub ksm_run: Option<sys::KsmRun>,
+    /// Says whether ksmd runs, for the KSM handoff (ksm.rs): opened the first
+    /// time the mapping budget refuses a merge (None: not tried yet), then
+    /// kept, so no scan opens a file.
+    pub ksm_run: Option<Option<sys::KsmRun>>,
     /// Frozen frames by content (kernel KSM's stable tree).
     pub stable: ContentIndex<FrameId>,
     /// Mappings used by all blocks.
@@ -93,9 +94,8 @@ pub(crate) struct State {
     pub remaps_since_count: usize,
     /// A scan has blocks registered with userfaultfd.
     pub scanning: bool,
-    /// This scan may hand blocks to kernel KSM: the handoff is on and ksmd
-    /// runs (ksm.rs).
-    pub ksm_ready: bool,
+    /// Whether this scan may hand blocks to kernel KSM, once asked (ksm.rs).
+    pub ksm_ready: Option<bool>,
     /// The tiering clock's state between passes.
     pub clock: Clock,
     /// What copies taught about where fresh blocks should start (fresh.rs).
@@ -155,7 +155,6 @@ impl State {
         let protector = State::open_protector(&cfg);
         let max_map = cfg.inject.max_map_count.unwrap_or_else(sys::max_map_count);
         let proc_maps = sys::ProcMaps::open().ok();
-        let ksm_run = cfg.ksm_handoff.then(|| sys::KsmRun::open().ok()).flatten();
         let other_maps = proc_maps.as_ref().map_or(0, sys::ProcMaps::count);
         State {
             pools,
@@ -168,7 +167,7 @@ impl State {
             patching: None,
             pagemap: sys::Pagemap::open().ok(),
             proc_maps,
-            ksm_run,
+            ksm_run: None,
             spare_mappings: sys::map_spares().map(|p| p as usize),
             stable: ContentIndex::default(),
             vmas: 0,
@@ -177,7 +176,7 @@ impl State {
             vma_budget: cfg.vma_budget_for(max_map),
             remaps_since_count: 0,
             scanning: false,
-            ksm_ready: false,
+            ksm_ready: None,
             clock: Default::default(),
             placement: Default::default(),
             stats,
