@@ -24,6 +24,7 @@
 
 use crate::fds::{self, Fd};
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const UFFD_API: u64 = 0xAA;
 const FEATURE_MISSING_SHMEM: u64 = 1 << 5;
@@ -126,6 +127,8 @@ pub struct Protector {
     pub missing: bool,
     /// UFFDIO_POISON is available (a page whose stored copy is lost faults with SIGBUS).
     pub poison: bool,
+    /// Pages an unprotect found not registered.
+    gaps: AtomicU64,
 }
 
 impl Protector {
@@ -157,6 +160,7 @@ impl Protector {
                 fd,
                 missing,
                 poison: features & FEATURE_POISON != 0,
+                gaps: AtomicU64::new(0),
             };
             let mut api = ApiArg {
                 api: UFFD_API,
@@ -267,15 +271,48 @@ impl Protector {
         self.ioctl(UFFDIO_WRITEPROTECT, &mut arg)
     }
 
-    /// Removes protection and wakes every writer sleeping in the range.
+    /// Removes protection from every registered mapping of the range and
+    /// wakes every writer sleeping in it.
+    ///
+    /// The kernel walks the range mapping by mapping and stops with ENOENT
+    /// at the first one not registered, leaving those after it protected: a
+    /// page left so would put its next writer to sleep for good. So a range
+    /// the kernel refuses is halved and each half unprotected again, down to
+    /// single pages; the pages it still refuses are not registered and so
+    /// not protected either. Each such page is counted in `gaps`: the
+    /// engine keeps whole ranges registered while it protects them, so a
+    /// gap shows a step that broke that rule.
     pub fn unprotect(&self, addr: *const u8, len: usize) -> io::Result<()> {
-        let mut arg = WriteProtectArg {
-            range: range(addr, len),
-            mode: 0,
-        };
-        let r = self.ioctl(UFFDIO_WRITEPROTECT, &mut arg);
+        let r = self.unprotect_registered(addr as usize, len);
         self.wake(addr, len);
         r
+    }
+
+    /// Unprotects every registered page of `[addr, addr+len)`; the first
+    /// error other than a gap.
+    fn unprotect_registered(&self, addr: usize, len: usize) -> io::Result<()> {
+        let mut arg = WriteProtectArg {
+            range: range(addr as *const u8, len),
+            mode: 0,
+        };
+        match self.ioctl(UFFDIO_WRITEPROTECT, &mut arg) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            r => return r,
+        }
+        let pages = len / crate::sys::PAGE;
+        if pages <= 1 {
+            self.gaps.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        let half = pages / 2 * crate::sys::PAGE;
+        let first = self.unprotect_registered(addr, half);
+        let second = self.unprotect_registered(addr + half, len - half);
+        first.and(second)
+    }
+
+    /// Pages an unprotect found not registered (see `unprotect`).
+    pub fn gaps(&self) -> u64 {
+        self.gaps.load(Ordering::Relaxed)
     }
 
     /// Wakes sleepers even where the mapping was replaced (no longer registered).
@@ -377,5 +414,49 @@ impl Drop for Protector {
     fn drop(&mut self) {
         // This Protector owns the descriptor alone; Drop runs once.
         self.fd.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::{self, Pagemap, PAGE, PM_UFFD_WP};
+
+    /// The kernel stops unprotecting at the first mapping not registered;
+    /// `unprotect` must reach every registered page past it, and count it.
+    #[test]
+    fn unprotect_reaches_past_a_mapping_not_registered() {
+        let Ok(p) = Protector::open() else {
+            eprintln!("skipped: no userfaultfd");
+            return;
+        };
+        let n = 8;
+        let base = sys::map(std::ptr::null_mut(), n * PAGE, None, 0, false, false).unwrap();
+        // SAFETY: base is a fresh private mapping of n pages, readable and writable.
+        unsafe { std::ptr::write_bytes(base, 1, n * PAGE) };
+        p.register(base, n * PAGE).unwrap();
+        p.protect(base, n * PAGE).unwrap();
+        // Page 2 leaves the registration (a mapping of its own, unprotected).
+        // SAFETY: page 2 lies inside the n-page mapping.
+        p.unregister(unsafe { base.add(2 * PAGE) }, PAGE).unwrap();
+        let wp = |pm: &Pagemap| {
+            let mut e = vec![0u64; n];
+            pm.read(base, &mut e).unwrap();
+            e.iter().map(|e| e & PM_UFFD_WP != 0).collect::<Vec<bool>>()
+        };
+        let pm = Pagemap::open().unwrap();
+        let mut protected = vec![true; n];
+        protected[2] = false;
+        assert_eq!(wp(&pm), protected);
+        p.unprotect(base, n * PAGE).unwrap();
+        assert_eq!(
+            wp(&pm),
+            vec![false; n],
+            "a page past the gap stayed protected"
+        );
+        assert_eq!(p.gaps(), 1);
+        // SAFETY: every page is writable again; a protected one would hang here.
+        unsafe { std::ptr::write_bytes(base, 2, n * PAGE) };
+        sys::unmap(base, n * PAGE);
     }
 }

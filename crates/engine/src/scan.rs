@@ -747,6 +747,15 @@ impl State {
         if qb == base && chunk.contains(&qi) && chunk.contains(&(qi + n - 1)) {
             return self.frames_for(qb, qi, n, base, k);
         }
+        if qb == base && qi < chunk.start && qi + n > chunk.start {
+            // A run reaching into the chunk from before it: only its part
+            // outside is protected and registered here (doing so for the
+            // rest would unprotect and unregister part of the chunk under
+            // its work); the pages inside go the usual way.
+            let mut frames = self.promote(qb, qi, chunk.start - qi, base, k, chunk);
+            frames.resize(n, None);
+            return frames;
+        }
         self.with_registered(qb, qi, n, |st| {
             let Some(protector) = st.protector.clone() else {
                 return none;
@@ -942,8 +951,14 @@ impl State {
         for (p, len) in self.scratch_pieces(a, n) {
             let d = self.detach(base, p, len, &|_, _| None);
             left.extend((0..len).filter(|&j| !d.taken[j]).map(|j| p + j));
-            // Unregistered, the holes are plain untouched anonymous memory.
-            self.unregister(self.blocks[&base].page_addr(p), len * PAGE);
+            // Unregistered, the holes are plain untouched anonymous memory;
+            // registered again for write protection alone, as the rest of
+            // the chunk is, so that unprotecting the chunk reaches past them.
+            let addr = self.blocks[&base].page_addr(p);
+            self.unregister(addr, len * PAGE);
+            if self.scanning {
+                self.register(addr, len * PAGE);
+            }
             self.finish_detach(d);
         }
         left

@@ -582,6 +582,7 @@ impl State {
         s.recycled_bytes = self.recycler.bytes() as u64;
         s.protected_scan = self.protector.is_some();
         s.descriptor_replaced = crate::fds::lost();
+        s.unprotect_gaps = self.protector.as_ref().map_or(0, |p| p.gaps());
         let t = self.restoring.evictions.as_ref().map(|ev| ev.lock());
         if let Some(t) = &t {
             s.evicted_now = t.evicted_now;

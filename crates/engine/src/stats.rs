@@ -157,6 +157,10 @@ pub struct Stats {
     pub evict_refused: u64,
     /// Restores that went wrong (page found present, stored copy lost); 0 unless a bug.
     pub restore_errors: u64,
+    /// Pages an unprotect found not registered while it had to reach past
+    /// them (0 unless a bug: protection beyond such a page would outlive its
+    /// range; protect.rs).
+    pub unprotect_gaps: u64,
     /// What the page store holds now: pages, payload bytes, overhead bytes.
     pub store: crate::store::StoreBytes,
     /// Time from eviction to the touch that restored the page: bucket 0 under

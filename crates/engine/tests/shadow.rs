@@ -1078,6 +1078,11 @@ fn run(cfg: Config, o: Opts) -> (Stats, Stats) {
         (0, 0, 0),
         "{ctx}: evicted pages or stored copies left, or a restore went wrong: {s:?}"
     );
+    assert_eq!(
+        s.unprotect_gaps, 0,
+        "{ctx}: a range was unprotected past a mapping not registered, so \
+         protection could outlive it: {s:?}"
+    );
     (before_stop, s)
 }
 
