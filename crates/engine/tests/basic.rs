@@ -1,7 +1,7 @@
 //! Basic behaviour of each mechanism, checked byte for byte and by the
 //! engine's own counters.
 
-use pagefold_engine::{Config, Engine, Hint, PAGE};
+use pagefold_engine::{Config, Engine, Fresh, Hint, PAGE};
 
 fn fill(p: *mut u8, len: usize, seed: u8) {
     for i in 0..len {
@@ -165,4 +165,65 @@ fn pages_that_change_between_scans_are_left_alone() {
         e.free(a);
         e2.free(b);
     }
+}
+
+#[test]
+fn a_merge_partner_run_reaching_into_the_chunk_leaves_the_chunk_protected() {
+    // Chunks of 8 pages; pages 10..14 repeat pages 6..10, a partner run
+    // that begins in the first chunk and reaches into the second, whose
+    // pages 10..14 find it. Only the part before the chunk may be protected
+    // and registered on its own: doing so for the whole run would unprotect
+    // and unregister the chunk's pages 8 and 9 under its work, and the
+    // chunk's own unprotect would then stop at them.
+    let e = Engine::new(Config {
+        scan_chunk_pages: 8,
+        ..Config::default()
+    });
+    let n = 16 * PAGE;
+    let a = e.alloc(n, Hint::FullWrite);
+    for pg in 0..16 {
+        let seed = if (10..14).contains(&pg) { pg - 4 } else { pg };
+        // SAFETY: page pg lies inside the live 16-page block this test allocated.
+        fill(unsafe { a.add(pg * PAGE) }, PAGE, seed as u8);
+    }
+    let before = bytes(a, n).to_vec();
+    let merged: u64 = (0..3).map(|_| e.scan().merged).sum();
+    assert_eq!(bytes(a, n), &before[..]);
+    let s = e.stats();
+    assert!(merged >= 4, "the repeated pages were merged: {s:?}");
+    assert_eq!(s.unprotect_gaps, 0, "{s:?}");
+    // Every page is writable: none was left protected.
+    fill(a, n, 77);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
+    unsafe { e.free(a) };
+}
+
+#[test]
+fn folding_anonymous_zero_pages_leaves_the_chunk_protected() {
+    // Anonymous pages, chunks of 8: pages 2..5 zero, the rest unique. The
+    // pin guard folds the zero pages by moving them off and leaves holes it
+    // unregisters (they must fault as plain memory); the holes must be
+    // registered again for the chunk's unprotect to reach the pages after them.
+    let e = Engine::new(Config {
+        fresh: Fresh::Anon,
+        scan_chunk_pages: 8,
+        ..Config::default()
+    });
+    let n = 16 * PAGE;
+    let a = e.alloc(n, Hint::FullWrite);
+    fill(a, n, 5);
+    // SAFETY: pages 2..5 lie inside the live 16-page block this test allocated.
+    unsafe { std::ptr::write_bytes(a.add(2 * PAGE), 0, 3 * PAGE) };
+    let before = bytes(a, n).to_vec();
+    let folded: u64 = (0..3).map(|_| e.scan().zero_folded).sum();
+    assert_eq!(bytes(a, n), &before[..]);
+    let s = e.stats();
+    assert_eq!(folded, 3, "{s:?}");
+    assert_eq!(s.unprotect_gaps, 0, "{s:?}");
+    // Every page is writable: none was left protected.
+    fill(a, n, 78);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
+    unsafe { e.free(a) };
 }
