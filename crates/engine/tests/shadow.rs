@@ -1034,12 +1034,11 @@ fn run(cfg: Config, o: Opts) -> (Stats, Stats) {
                 last[tid] = (now, Instant::now());
             } else if last[tid].1.elapsed() > STALL {
                 stop.store(true, Ordering::Relaxed);
+                // No engine call here: the stuck worker may hold the engine lock.
                 panic!(
                     "[{}] seed {}: worker {tid} made no progress for {STALL:?} after {now} ops: \
-                     it is stuck (a write to engine memory never returns?); stats {:?}",
-                    o.name,
-                    o.seed,
-                    engine.stats()
+                     it is stuck (a write to engine memory never returns?)",
+                    o.name, o.seed,
                 );
             }
         }
