@@ -286,7 +286,12 @@ pub fn madvise(addr: *mut u8, len: usize, advice: i32) -> io::Result<()> {
 }
 
 /// Moves the mapping at `from` over `[to, to+len)`, replacing what was there.
+/// Counts against the injected mmap allowance as `map` does (a move that
+/// splits the source mapping needs a new one).
 pub fn mremap_fixed(from: *mut u8, len: usize, to: *mut u8) -> io::Result<()> {
+    if !take_mmap_allowance() {
+        return Err(io::Error::from_raw_os_error(libc::ENOMEM));
+    }
     let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
     // SAFETY: the caller owns both ranges; mremap moves its mapping over `to`, where nothing
     // else holds references.

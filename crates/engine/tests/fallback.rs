@@ -735,3 +735,74 @@ fn a_block_computed_twice_merges_as_runs() {
     // after this free.
     assert!(unsafe { e.free(a) && e.free(b) });
 }
+
+/// The mappings overlapping `[lo, hi)`, in address order: anonymous (no
+/// file behind it) or not.
+fn anonymous_maps_in(lo: usize, hi: usize) -> Vec<bool> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (a, b) = f.next().unwrap().split_once('-').unwrap();
+            let (a, b) = (
+                usize::from_str_radix(a, 16).unwrap(),
+                usize::from_str_radix(b, 16).unwrap(),
+            );
+            (a < hi && lo < b).then(|| f.nth(4).is_none())
+        })
+        .collect()
+}
+
+/// A block taken out of the engine's hands moves onto one anonymous mapping
+/// 2 MiB at a time (a temporary mapping, then a move per piece). Each call
+/// is refused in turn (injected ENOMEM): the temporary mapping, the first
+/// move, a move part way. The pieces moved stay anonymous, the rest on its
+/// frames, and every byte stays right and every page writable.
+#[test]
+fn a_move_onto_anonymous_memory_refused_part_way() {
+    let _g = serial();
+    let pages = 3 * 512 + 100;
+    let mut partial = 0;
+    for n in 0u64..7 {
+        let e = Engine::new(Config::default());
+        let ctx = format!("mapping calls refused after {n}");
+        let mut b = alloc(&e, pages, Hint::FullWrite).unwrap();
+        // Owned pages, shared pages (a copy of the first 300 pages), zero pages.
+        for k in 0..pages {
+            if k % 7 != 3 {
+                b.write(k * PAGE, &unique(k));
+            }
+        }
+        let src = b.shadow[..300 * PAGE].to_vec();
+        // SAFETY: both ranges lie inside the live block, 300 pages apart at least.
+        unsafe { e.copy(b.ptr.add(1000 * PAGE), b.ptr, 300 * PAGE) };
+        b.shadow[1000 * PAGE..1300 * PAGE].copy_from_slice(&src);
+        b.check(&format!("{ctx}: before"));
+        // From here on only n more mapping calls succeed, process-wide.
+        drop(Engine::new(Config {
+            inject: Inject {
+                fail_mmap_after: Some(n),
+                ..Inject::default()
+            },
+            ..Config::default()
+        }));
+        assert!(e.exempt(b.ptr, b.len()), "{ctx}");
+        b.check(&format!("{ctx}: after the move"));
+        let (lo, hi) = (b.ptr as usize, b.ptr as usize + b.len());
+        let anon = anonymous_maps_in(lo, hi);
+        eprintln!("{ctx}: anonymous mappings in the block, in order: {anon:?}");
+        if anon.first() == Some(&true) && anon.last() == Some(&false) {
+            partial += 1;
+        }
+        for k in (0..pages).step_by(5) {
+            b.write(k * PAGE + 17, &unique(k + 7)[..64]);
+        }
+        b.check(&format!("{ctx}: after writes"));
+        let s = e.stats();
+        assert!(n >= 5 || s.fallbacks.mmap > 0, "{ctx}: {s:?}");
+        // SAFETY: the block is this test's, and nothing uses it after this free.
+        unsafe { e.free(b.ptr) };
+        assert_eq!(e.stats().frames_in_use, 0, "{ctx}");
+    }
+    assert!(partial >= 2, "no move stopped part way ({partial})");
+}
