@@ -152,6 +152,9 @@ pub struct Inject {
     pub hide_pfns: bool,
     /// Kernel KSM reads as not running: blocks are never handed to it.
     pub ksm_off: bool,
+    /// The kernel refuses MADV_MERGEABLE: a block taken out of the engine's
+    /// hands for KSM stays plain anonymous memory, unmerged.
+    pub ksm_refuse: bool,
     /// Pauses of up to this many microseconds at the points where eviction,
     /// restoring and reconciling race (race.rs).
     pub race_pause_us: u64,
@@ -348,7 +351,7 @@ impl Inject {
     /// preload (which cannot be given a Config) can be made to take every
     /// fallback path: `PAGEFOLD_INJECT_FAIL_MEMFD=1`, `PAGEFOLD_INJECT_FAIL_UFFD=1`,
     /// `PAGEFOLD_INJECT_FAIL_UFFD_MISSING=1`,
-    /// `PAGEFOLD_INJECT_FAIL_PATCH=1`, `PAGEFOLD_INJECT_HIDE_PFNS=1`, `PAGEFOLD_INJECT_KSM_OFF=1`, `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
+    /// `PAGEFOLD_INJECT_FAIL_PATCH=1`, `PAGEFOLD_INJECT_HIDE_PFNS=1`, `PAGEFOLD_INJECT_KSM_OFF=1`, `PAGEFOLD_INJECT_KSM_REFUSE=1`, `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
     pub fn from_env() -> Inject {
         let num = |name: &str| {
             std::env::var(name)
@@ -365,6 +368,7 @@ impl Inject {
             fail_patch: on("PAGEFOLD_INJECT_FAIL_PATCH"),
             hide_pfns: on("PAGEFOLD_INJECT_HIDE_PFNS"),
             ksm_off: on("PAGEFOLD_INJECT_KSM_OFF"),
+            ksm_refuse: on("PAGEFOLD_INJECT_KSM_REFUSE"),
             race_pause_us: num("PAGEFOLD_INJECT_RACE_US").unwrap_or(0),
         }
     }

@@ -101,7 +101,9 @@ impl State {
             return false;
         }
         let len = self.blocks[&base].pages.len() * PAGE;
-        if sys::madvise(base as *mut u8, len, libc::MADV_MERGEABLE).is_err() {
+        if self.cfg.inject.ksm_refuse
+            || sys::madvise(base as *mut u8, len, libc::MADV_MERGEABLE).is_err()
+        {
             self.stats.fallbacks.ksm += 1;
             return false;
         }

@@ -10,6 +10,7 @@ fn config_reads_fault_injection_from_the_environment() {
     std::env::set_var("PAGEFOLD_INJECT_MMAP_AFTER", "7");
     std::env::set_var("PAGEFOLD_INJECT_MAX_MAP_COUNT", "5000");
     std::env::set_var("PAGEFOLD_INJECT_KSM_OFF", "1");
+    std::env::set_var("PAGEFOLD_INJECT_KSM_REFUSE", "1");
     std::env::set_var("PAGEFOLD_KSM", "0");
     let c = Config::from_env();
     for v in [
@@ -18,12 +19,13 @@ fn config_reads_fault_injection_from_the_environment() {
         "MMAP_AFTER",
         "MAX_MAP_COUNT",
         "KSM_OFF",
+        "KSM_REFUSE",
     ] {
         std::env::remove_var(format!("PAGEFOLD_INJECT_{v}"));
     }
     std::env::remove_var("PAGEFOLD_KSM");
     assert!(c.inject.fail_memfd && !c.inject.fail_uffd);
-    assert!(c.inject.ksm_off && !c.ksm_handoff);
+    assert!(c.inject.ksm_off && c.inject.ksm_refuse && !c.ksm_handoff);
     assert!(Config::default().ksm_handoff);
     assert_eq!(
         (c.inject.fail_mmap_after, c.inject.max_map_count),

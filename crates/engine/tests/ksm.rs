@@ -182,6 +182,47 @@ fn content_first_byte(k: usize) -> u8 {
 }
 
 #[test]
+fn a_block_the_kernel_refuses_to_mark_mergeable_stays_plain_memory() {
+    let _serial = common::serial();
+    let Some(_knobs) = KsmKnobs::fast() else {
+        eprintln!("skipped: KSM's knobs cannot be set here (needs root and CONFIG_KSM)");
+        return;
+    };
+    let mut cfg = Config {
+        vma_budget: Some(400),
+        ..Config::default()
+    };
+    cfg.inject.ksm_refuse = true;
+    let e = Engine::new(cfg);
+    let (p, _) = scanned_block(&e);
+    let s = e.stats();
+    assert_eq!(s.ksm_blocks, 0, "{s:?}");
+    assert!(s.fallbacks.ksm >= 1, "{s:?}");
+    assert!(
+        s.exempted == 0 && s.frames_in_use == 0,
+        "moved onto anonymous memory: {s:?}"
+    );
+    check(p);
+    // Not mergeable: ksmd leaves it alone, and so does the engine.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(ksm_merging_pages(), 0);
+    let before = e.stats();
+    e.scan();
+    assert_eq!(e.stats().merged, before.merged);
+    // Plain memory: writes land and stay.
+    for k in (0..PAGES).step_by(97) {
+        // SAFETY: page k lies inside the live block.
+        unsafe { p.add(k * PAGE).write(content_first_byte(k) ^ 0x5a) };
+        // SAFETY: as above.
+        let got = unsafe { p.add(k * PAGE).read() };
+        assert_eq!(got, content_first_byte(k) ^ 0x5a);
+        // SAFETY: as above.
+        unsafe { p.add(k * PAGE).write(content_first_byte(k)) };
+    }
+    check_and_free(&e, p);
+}
+
+#[test]
 fn nothing_is_handed_over_while_ksm_is_not_running() {
     let _serial = common::serial();
     let e = engine(true);
