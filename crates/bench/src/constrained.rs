@@ -85,6 +85,17 @@ const MIN_SWAP: u64 = 256 << 20;
 /// How long to wait for another harness's swap device to go.
 const LOCK_WAIT: Duration = Duration::from_secs(1800);
 
+/// The peak a reference run sets the limit from: its sampled footprint,
+/// or, where the sampler saw too little of the run to give a limit (a run
+/// over before its first samples on a busy machine), the cgroup's peak usage,
+/// which counts the page cache too and so is the larger.
+fn reference_peak(sampled: u64, cgroup_peak: u64, fraction: f64) -> u64 {
+    match limit_for(sampled, fraction) {
+        Ok(_) => sampled,
+        Err(_) => sampled.max(cgroup_peak),
+    }
+}
+
 /// The limit for a workload whose unconstrained plain run peaked at
 /// `plain_peak` bytes: `fraction` of it, down to a whole page.
 pub fn limit_for(plain_peak: u64, fraction: f64) -> Result<u64, String> {
@@ -374,7 +385,11 @@ impl Runner<'_> {
                 first.verdict.label()
             ));
         }
-        let peak = first.outcome.peak_bytes;
+        let peak = reference_peak(
+            first.outcome.peak_bytes,
+            first.cgroup.max_usage_bytes,
+            self.plan.fraction,
+        );
         let limit = limit_for(peak, self.plan.fraction).map_err(|e| format!("{}: {e}", wl.name))?;
         crate::suite::log(
             &self.bar,
@@ -546,4 +561,21 @@ fn vmstat_swaps() -> (u64, u64) {
 
 pub(crate) fn mib(b: u64) -> f64 {
     b as f64 / (1024.0 * 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reference_run_the_sampler_missed_takes_the_cgroups_peak() {
+        let mib = |n: u64| n << 20;
+        // Sampled well: the sampled footprint sets the limit.
+        assert_eq!(reference_peak(mib(48), mib(56), 0.5), mib(48));
+        // No sample, or one taken before the program grew: the cgroup's peak.
+        assert_eq!(reference_peak(0, mib(56), 0.5), mib(56));
+        assert_eq!(reference_peak(mib(1), mib(56), 0.5), mib(56));
+        // Neither is enough: the limit still fails, with the larger.
+        assert!(limit_for(reference_peak(mib(1), mib(20), 0.5), 0.5).is_err());
+    }
 }
