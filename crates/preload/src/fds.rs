@@ -26,26 +26,11 @@
 //! caller keeps.
 
 use std::ffi::{c_char, c_int, c_uint, CStr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 
 use pagefold_engine::fds::{is_engine, relocate};
 
-use crate::real::set_errno;
-
-/// glibc's definition of `name`, the next after ours; 0 if there is none.
-fn next(cache: &AtomicUsize, name: &CStr) -> usize {
-    match cache.load(Ordering::Acquire) {
-        0 => {
-            // SAFETY: dlsym gets RTLD_NEXT and a NUL-terminated name, and
-            // returns NULL or the address of the next definition. Its own
-            // allocations are small and go to glibc through our malloc.
-            let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-            cache.store(f, Ordering::Release);
-            f
-        }
-        f => f,
-    }
-}
+use crate::real::{next, set_errno};
 
 /// Looks every hooked function up as soon as the library is loaded: a hook
 /// first called in a child between fork and exec (subprocess modules close

@@ -20,10 +20,10 @@
 //! program called it, so its library is loaded. Should it not be found, the
 //! call fails as a missing function would (ENOSYS), never on the wrong memory.
 
-use std::ffi::{c_int, c_uint, c_void, CStr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::AtomicUsize;
 
-use crate::real::set_errno;
+use crate::real::{next, set_errno};
 use crate::vm::exempt;
 
 /// Exempts the buffers of `n` iovecs at `iov` (none if `iov` is null).
@@ -41,20 +41,6 @@ unsafe fn exempt_iovecs(iov: *const libc::iovec, n: c_uint) {
             exempt(v.iov_base, v.iov_len);
         }
     }
-}
-
-/// The next definition of `name` after this library (the one the program
-/// meant to call), looked up once; 0 if there is none.
-fn next(slot: &AtomicUsize, name: &CStr) -> usize {
-    let f = slot.load(Ordering::Acquire);
-    if f != 0 {
-        return f;
-    }
-    // SAFETY: dlsym gets RTLD_NEXT and a NUL-terminated name, and returns
-    // NULL or the address of the next definition of that name.
-    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-    slot.store(f, Ordering::Release);
-    f
 }
 
 /// `struct io_uring_buf_reg`'s first fields: where a provided-buffer ring

@@ -1,6 +1,6 @@
 //! glibc's own allocator and copy, reached without going through our hooks.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 extern "C" {
@@ -233,3 +233,19 @@ unsafe impl std::alloc::GlobalAlloc for LibcHeap {
 
 #[global_allocator]
 static HEAP: LibcHeap = LibcHeap;
+
+/// The next definition of `name` after this library (the one the program
+/// meant to call), looked up once and kept in `cache`; 0 if there is none.
+pub fn next(cache: &AtomicUsize, name: &CStr) -> usize {
+    match cache.load(Ordering::Acquire) {
+        0 => {
+            // SAFETY: dlsym gets RTLD_NEXT and a NUL-terminated name, and
+            // returns NULL or the address of the next definition. Its own
+            // allocations are small and go to glibc through our malloc.
+            let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+            cache.store(f, Ordering::Release);
+            f
+        }
+        f => f,
+    }
+}
