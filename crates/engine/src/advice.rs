@@ -390,20 +390,8 @@ impl State {
     /// Page states and frame counts after pages `[i, i+m)` of a block moved
     /// onto anonymous memory.
     fn record_moved(&mut self, base: usize, i: usize, m: usize) {
-        let block = &self.blocks[&base];
-        let old: Vec<Page> = block.pages[i..i + m].to_vec();
-        let block = self
-            .blocks
-            .get_mut(&base)
-            .expect("block vanished under the lock");
-        let before = block.boundaries(i, m);
-        for k in i..i + m {
-            block.set(k, Page::Anon);
-        }
-        let after = block.boundaries(i, m);
-        block.vmas = block.vmas + after - before;
-        self.vmas = self.vmas + after - before;
-        self.remaps_since_count += 1;
+        let old: Vec<Page> = self.blocks[&base].pages[i..i + m].to_vec();
+        self.set_remapped(base, i, m, |_| Page::Anon);
         self.drop_pages(&old);
     }
 

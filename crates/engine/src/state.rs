@@ -456,6 +456,23 @@ impl State {
 
     /// Page states, frame counts and mapping count after pages `[i, i+n)`
     /// were remapped onto frames from `first` (or anonymous memory).
+    /// Pages `[i, i+n)` of a block become `page(k)` for k in 0..n after a
+    /// remap: their states, and the block's and the engine's mapping counts.
+    pub fn set_remapped(&mut self, base: usize, i: usize, n: usize, page: impl Fn(usize) -> Page) {
+        let block = self
+            .blocks
+            .get_mut(&base)
+            .expect("block vanished under the lock");
+        let before = block.boundaries(i, n);
+        for k in 0..n {
+            block.set(i + k, page(k));
+        }
+        let after = block.boundaries(i, n);
+        block.vmas = block.vmas + after - before;
+        self.vmas = self.vmas + after - before;
+        self.remaps_since_count += 1;
+    }
+
     pub fn record_remap(&mut self, base: usize, i: usize, n: usize, first: Option<FrameId>) {
         // New mappings are counted before old ones are dropped: a page frozen
         // onto its own frame must not see it reach zero in between.
@@ -474,22 +491,10 @@ impl State {
         if self.scanning {
             self.register(addr, n * PAGE);
         }
-        let block = self
-            .blocks
-            .get_mut(&base)
-            .expect("block vanished under the lock");
-        let before = block.boundaries(i, n);
-        for k in 0..n {
-            let page = match first {
-                Some(f) => Page::Shared(f.offset(k as u64)),
-                None => Page::Anon,
-            };
-            block.set(i + k, page);
-        }
-        let after = block.boundaries(i, n);
-        block.vmas = block.vmas + after - before;
-        self.vmas = self.vmas + after - before;
-        self.remaps_since_count += 1;
+        self.set_remapped(base, i, n, |k| match first {
+            Some(f) => Page::Shared(f.offset(k as u64)),
+            None => Page::Anon,
+        });
         // The program's own mappings are re-counted from /proc/self/maps,
         // whose read costs time in proportion to the mappings: every 1,024
         // remaps, or every eighth of the engine's mappings when it holds
