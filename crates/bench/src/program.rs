@@ -55,7 +55,7 @@ pub enum Setup {
 impl Setup {
     /// Whether the configuration runs ksmd (needs root and the KSM guard).
     pub fn runs_ksmd(&self) -> bool {
-        matches!(self, Setup::Ksm { .. } | Setup::PagefoldKsm { .. })
+        self.ksmd_rate().is_some()
     }
 
     /// ksmd's rate for this configuration: pages per wake-up and sleep.
