@@ -86,6 +86,9 @@ pub struct Config {
     pub recycle_bytes: usize,
     /// How long a recycled block waits for reuse before it is given back.
     pub recycle_age: Duration,
+    /// An allocation no recycled block fits may be served by smaller
+    /// recycled blocks laid side by side (recycle.rs `gather`).
+    pub recycle_join: bool,
     /// Allow `Engine::evict` (pages to the page store, restored on touch).
     /// Nothing calls it unless the program or a policy does.
     pub evict: bool,
@@ -185,6 +188,7 @@ impl Default for Config {
             pin_age: Duration::ZERO,
             recycle_bytes: 0,
             recycle_age: Duration::from_millis(250),
+            recycle_join: true,
             evict: true,
             evict_store_bytes: u64::MAX,
             tier: false,
@@ -221,7 +225,7 @@ impl Config {
     }
 
     /// Defaults overridden by `PAGEFOLD_*` variables:
-    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_COPY_LEARN`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_KSM`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN`, `PAGEFOLD_PIN_GUARD`, `PAGEFOLD_PIN_HOLD` (0/1),
+    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_COPY_LEARN`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_KSM`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN`, `PAGEFOLD_PIN_GUARD`, `PAGEFOLD_PIN_HOLD`, `PAGEFOLD_RECYCLE_JOIN` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction), `PAGEFOLD_SCAN_SHARE` (fraction of the program's CPU; 0 = off),
     /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_PIN_AGE_MS`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
@@ -259,6 +263,7 @@ impl Config {
         flag("PAGEFOLD_SMART_SCAN", &mut c.smart_scan);
         flag("PAGEFOLD_PIN_GUARD", &mut c.pin_guard);
         flag("PAGEFOLD_PIN_HOLD", &mut c.pin_hold);
+        flag("PAGEFOLD_RECYCLE_JOIN", &mut c.recycle_join);
         flag("PAGEFOLD_EVICT", &mut c.evict);
         flag("PAGEFOLD_TIER", &mut c.tier);
         flag("PAGEFOLD_TIER_PATCH", &mut c.tier_patch);

@@ -9,7 +9,13 @@
 //! on) is kept mapped as it is, up to `Config::recycle_bytes` in total, and
 //! given out again to an allocation that does not need zeroed memory
 //! (`Hint::Uninit`, i.e. malloc, not calloc): whole if it has the same page
-//! count, else cut from one up to four times larger.
+//! count, else cut from one up to four times larger. When none fits but
+//! smaller ones add up to the request, several are laid side by side into
+//! one block (`gather`; state.rs moves their mappings with mremap, which
+//! moves page tables and faults nothing), as glibc's heap coalesces freed
+//! neighbours: an interpreter whose vectors grow a little from one
+//! iteration to the next would otherwise never fit a freed one and fault in
+//! fresh memory every time.
 //!
 //! Recycled blocks are not blocks: no scan, copy or lookup sees them. They
 //! are released for good when the budget overflows (oldest first), when they
@@ -23,6 +29,10 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::space::{Block, Page};
+
+/// Most recycled blocks laid side by side into one allocation (each costs a
+/// system call and may cost a mapping).
+pub(crate) const MAX_PIECES: usize = 16;
 
 /// A freed block kept for reuse.
 struct Recycled {
@@ -122,6 +132,63 @@ impl Recycler {
             vmas_before,
             vmas_after,
         })
+    }
+
+    /// Recycled blocks smaller than `npages` that together hold `npages`,
+    /// for an allocation no single one fits: the most recently freed
+    /// first, at most `MAX_PIECES` of them, skipping those `usable`
+    /// refuses; the last one
+    /// is cut, its tail staying recycled. None, and nothing taken, if they
+    /// do not add up. The pieces come in the order they are to be laid out,
+    /// with the mappings the cut block counted before and after it (0, 0
+    /// if none was cut).
+    pub fn gather(
+        &mut self,
+        npages: usize,
+        usable: impl Fn(&Block) -> bool,
+    ) -> Option<(Vec<Block>, usize, usize)> {
+        let mut chosen = Vec::new();
+        let mut total = 0;
+        for (i, r) in self.list.iter().enumerate().rev() {
+            if total >= npages || chosen.len() == MAX_PIECES {
+                break;
+            }
+            // Larger blocks are take's to cut (at most four times larger).
+            if r.block.pages.len() < npages && usable(&r.block) {
+                chosen.push(i);
+                total += r.block.pages.len();
+            }
+        }
+        if total < npages {
+            return None;
+        }
+        // The last chosen is the oldest, at the smallest index. Removing
+        // from the highest index down keeps the others' indices valid, and
+        // the oldest one's tail goes back where it was.
+        let last = *chosen.last()?;
+        let freed_at = self.list[last].freed_at;
+        let mut pieces: Vec<Block> = chosen.iter().map(|&i| self.remove(i)).collect();
+        let (mut vmas_before, mut vmas_after) = (0, 0);
+        let excess = total - npages;
+        if excess > 0 {
+            let cut = pieces.last_mut()?;
+            vmas_before = cut.vmas;
+            let keep = cut.pages.len() - excess;
+            let tail = split(cut, keep);
+            vmas_after = cut.vmas + tail.vmas;
+            self.bytes += tail.len();
+            self.list.insert(
+                last,
+                Recycled {
+                    block: tail,
+                    freed_at,
+                },
+            );
+        }
+        for b in &mut pieces {
+            b.seen.fill(0);
+        }
+        Some((pieces, vmas_before, vmas_after))
     }
 
     /// Takes out the blocks that waited longer than `max_age` (oldest first

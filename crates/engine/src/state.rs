@@ -839,12 +839,66 @@ impl State {
         }
     }
 
-    /// A recycled block of `npages`, if one fits (recycle.rs).
+    /// A recycled block of `npages`, if one fits, else recycled blocks
+    /// laid side by side into one (recycle.rs).
     pub(crate) fn reuse(&mut self, npages: usize) -> Option<Block> {
-        let r = self.recycler.take(npages)?;
-        self.vmas = self.vmas + r.vmas_after - r.vmas_before;
+        if let Some(r) = self.recycler.take(npages) {
+            self.vmas = self.vmas + r.vmas_after - r.vmas_before;
+            self.stats.recycled += 1;
+            return Some(r.block);
+        }
+        if !self.cfg.recycle_join {
+            return None;
+        }
+        // A piece with holds has write-protected pages registered at its
+        // address; it stays where it is.
+        let holds = &self.holds;
+        let (pieces, before, after) = self
+            .recycler
+            .gather(npages, |b| !holds.any_within(b.base as usize, b.len()))?;
+        self.vmas = self.vmas + after - before;
+        let block = self.lay_side_by_side(pieces, npages)?;
         self.stats.recycled += 1;
-        Some(r.block)
+        self.stats.recycled_joined += 1;
+        Some(block)
+    }
+
+    /// Moves `pieces` (recycled blocks of `npages` in all) next to one
+    /// another into a fresh range, as one block. Moving a mapping moves its
+    /// page tables: no page is faulted, copied or zeroed. If a move is
+    /// refused, the pieces moved so far and the range are given back, the
+    /// others too, and None is returned (the caller maps fresh memory).
+    fn lay_side_by_side(&mut self, pieces: Vec<Block>, npages: usize) -> Option<Block> {
+        let Ok(range) = sys::map(std::ptr::null_mut(), npages * PAGE, None, 0, false, false) else {
+            for b in pieces {
+                self.release_block(b);
+            }
+            return None;
+        };
+        let mut pages = Vec::with_capacity(npages);
+        let mut rest = pieces.into_iter();
+        for b in rest.by_ref() {
+            // SAFETY: the pieces add up to npages, so every piece lands inside the range.
+            let to = unsafe { range.add(pages.len() * PAGE) };
+            if sys::mremap_fixed(b.base, b.len(), to).is_err() {
+                self.release_block(b);
+                break;
+            }
+            self.vmas -= b.vmas;
+            pages.extend(b.pages);
+        }
+        let complete = pages.len() == npages;
+        pages.resize(npages, Page::Anon);
+        let block = Block::new(range, pages);
+        self.vmas += block.vmas;
+        if complete {
+            return Some(block);
+        }
+        self.release_block(block);
+        for b in rest {
+            self.release_block(b);
+        }
+        None
     }
 
     /// Gives back recycled blocks older than the configured age. Scans call

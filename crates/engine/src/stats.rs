@@ -92,6 +92,9 @@ pub struct Stats {
     pub mapping_shortages: u64,
     /// Allocations served by a recycled block (recycle.rs).
     pub recycled: u64,
+    /// Of those, allocations no single recycled block fitted, served by
+    /// several laid side by side (recycle.rs `gather`).
+    pub recycled_joined: u64,
     /// Bytes of freed blocks kept for reuse now.
     pub recycled_bytes: u64,
     /// Completed scans.

@@ -806,3 +806,78 @@ fn a_move_onto_anonymous_memory_refused_part_way() {
     }
     assert!(partial >= 2, "no move stopped part way ({partial})");
 }
+
+/// Recycled blocks laid side by side into one allocation take a fresh range
+/// and then a move per block. Each of those calls is refused in turn
+/// (injected ENOMEM): the allocation then gets no recycled memory (here no
+/// memory at all, as every later mapping is refused too), and no frame,
+/// recycled byte or mapping is lost or miscounted on the way.
+#[test]
+fn laying_recycled_blocks_side_by_side_refused_part_way() {
+    let _g = serial();
+    for n in 0u64..6 {
+        let e = Engine::new(Config {
+            recycle_bytes: 32 << 20,
+            ..Config::default()
+        });
+        let ctx = format!("mapping calls refused after {n}");
+        let freed: Vec<Blk> = (0..3)
+            .map(|k| {
+                let mut b = alloc(&e, 8, Hint::Uninit).unwrap();
+                for p in 0..8 {
+                    b.write(p * PAGE, &unique(8 * k + p));
+                }
+                b
+            })
+            .collect();
+        for b in &freed {
+            // SAFETY: the block is this test's, and nothing uses it after this free.
+            unsafe { e.free(b.ptr) };
+        }
+        drop(Engine::new(Config {
+            inject: Inject {
+                fail_mmap_after: Some(n),
+                ..Inject::default()
+            },
+            ..Config::default()
+        }));
+        // Reservation, three moves (the last one cuts its block): four calls.
+        let p = e.alloc(20 * PAGE, Hint::Uninit);
+        let s = e.stats();
+        assert_eq!(s.recycled_joined, u64::from(n >= 4), "{ctx}: {s:?}");
+        if n >= 4 {
+            assert!(!p.is_null(), "{ctx}");
+            assert_eq!(s.recycled_bytes, 4 * PAGE as u64, "{ctx}: the cut tail");
+            let (lo, hi) = (p as usize, p as usize + 20 * PAGE);
+            assert!(maps_in(&[(lo, hi)]) <= s.vmas_used as usize, "{ctx}: {s:?}");
+            let mut b = Blk {
+                ptr: p,
+                shadow: bytes(p, 20 * PAGE).to_vec(),
+            };
+            for k in 0..20 {
+                b.write(k * PAGE + 5, &unique(100 + k)[..64]);
+            }
+            b.check(&ctx);
+        } else {
+            assert_eq!(s.recycled_bytes, 0, "{ctx}: {s:?}");
+            assert_eq!(
+                (s.frames_in_use, s.vmas_used),
+                (0, 0),
+                "{ctx}: pieces given back: {s:?}"
+            );
+        }
+        drop(Engine::new(Config::default()));
+        if !p.is_null() {
+            // SAFETY: the block is this test's, and nothing uses it after this free.
+            unsafe { e.free(p) };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        e.scan();
+        let s = e.stats();
+        assert_eq!(
+            (s.frames_in_use, s.recycled_bytes, s.vmas_used),
+            (0, 0, 0),
+            "{ctx}: {s:?}"
+        );
+    }
+}

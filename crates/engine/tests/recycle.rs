@@ -1,5 +1,6 @@
 //! Recycled blocks (recycle.rs): a freed block that was all its own comes
-//! back to a same-sized `Hint::Uninit` allocation, never to one that needs
+//! back to a same-sized `Hint::Uninit` allocation (several smaller ones laid
+//! side by side to a larger one), never to one that needs
 //! zeroed memory, never when it shared frames with another block, and goes
 //! away after the age limit, over the budget, and before fork. Off by default
 //! (the preload turns it on). The test that forks runs in a process of its
@@ -90,6 +91,103 @@ fn a_larger_block_is_split_and_its_tail_stays_recycled() {
         (0, 0, 0),
         "{s:?}"
     );
+}
+
+/// Mappings of /proc/self/maps overlapping `[lo, hi)`.
+fn maps_in(lo: usize, hi: usize) -> usize {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter(|l| {
+            let (a, b) = l
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .split_once('-')
+                .unwrap();
+            let a = usize::from_str_radix(a, 16).unwrap();
+            let b = usize::from_str_radix(b, 16).unwrap();
+            a < hi && lo < b
+        })
+        .count()
+}
+
+#[test]
+fn smaller_blocks_laid_side_by_side_serve_a_larger_allocation() {
+    let e = engine(32);
+    let len = 8 * PAGE;
+    let freed: Vec<*mut u8> = (1..=3u8)
+        .map(|byte| {
+            let p = e.alloc(len, Hint::Uninit);
+            fill(p, len, byte);
+            p
+        })
+        .collect();
+    for &p in &freed {
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses
+        // it after this free.
+        unsafe { e.free(p) };
+    }
+    let fresh = e.stats().fresh_pages;
+    let j = e.alloc(20 * PAGE, Hint::Uninit);
+    let s = e.stats();
+    assert_eq!((s.recycled, s.recycled_joined), (1, 1), "{s:?}");
+    assert_eq!(s.fresh_pages, fresh, "no fresh page for the joined block");
+    assert_eq!(
+        s.recycled_bytes,
+        4 * PAGE as u64,
+        "the oldest block's cut tail"
+    );
+    assert_eq!(e.block_len(j), Some(20 * PAGE));
+    // SAFETY: offsets inside the 20-page block.
+    let (second, third) = unsafe { (j.add(len), j.add(2 * len)) };
+    assert!(
+        all(j, len, 3) && all(second, len, 2) && all(third, 4 * PAGE, 1),
+        "the blocks moved, newest first, with their pages: nothing was faulted afresh"
+    );
+    assert!(
+        maps_in(j as usize, j as usize + 20 * PAGE) <= s.vmas_used as usize,
+        "the mapping budget counts at least the mappings the joined block has: {s:?}"
+    );
+    fill(j, 20 * PAGE, 4);
+    assert!(all(j, 20 * PAGE, 4));
+    let tail = e.alloc(4 * PAGE, Hint::Uninit);
+    // SAFETY: the tail starts 4 pages into the oldest block.
+    assert_eq!(tail, unsafe { freed[0].add(4 * PAGE) });
+    assert!(all(tail, 4 * PAGE, 1), "the cut tail kept its pages");
+    for p in [j, tail] {
+        // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses
+        // it after this free.
+        unsafe { e.free(p) };
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    e.scan();
+    let s = e.stats();
+    assert_eq!(
+        (s.frames_in_use, s.recycled_bytes, s.vmas_used),
+        (0, 0, 0),
+        "{s:?}"
+    );
+}
+
+#[test]
+fn blocks_that_do_not_add_up_to_the_request_are_left_alone() {
+    let e = engine(32);
+    let a = e.alloc(8 * PAGE, Hint::Uninit);
+    fill(a, 8 * PAGE, 1);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
+    unsafe { e.free(a) };
+    let big = e.alloc(9 * PAGE, Hint::Uninit);
+    let s = e.stats();
+    assert_eq!(
+        (s.recycled, s.recycled_bytes),
+        (0, 8 * PAGE as u64),
+        "{s:?}"
+    );
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
+    unsafe { e.free(big) };
+    assert_eq!(e.alloc(8 * PAGE, Hint::Uninit), a, "still there, whole");
 }
 
 #[test]

@@ -1214,6 +1214,10 @@ fn shadow_recycling() {
         s.recycled > 0,
         "no allocation was served by a recycled block: {s:?}"
     );
+    assert!(
+        s.recycled_joined > 0,
+        "no allocation was served by recycled blocks laid side by side: {s:?}"
+    );
 }
 
 #[test]
