@@ -137,11 +137,10 @@ impl Recycler {
     /// Recycled blocks smaller than `npages` that together hold `npages`,
     /// for an allocation no single one fits: the most recently freed
     /// first, at most `MAX_PIECES` of them, skipping those `usable`
-    /// refuses; the last one
-    /// is cut, its tail staying recycled. None, and nothing taken, if they
-    /// do not add up. The pieces come in the order they are to be laid out,
-    /// with the mappings the cut block counted before and after it (0, 0
-    /// if none was cut).
+    /// refuses; the last one is cut, its tail staying recycled. None, and
+    /// nothing taken, if they do not add up. The pieces come in the order
+    /// they are to be laid out, with the mappings the cut block counted
+    /// before and after it (0, 0 if none was cut).
     pub fn gather(
         &mut self,
         npages: usize,
