@@ -7,6 +7,8 @@
 //! after the other, each starting from a fresh Engine (which resets the
 //! injection), and the last thing each does is reset it again.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -871,13 +873,6 @@ fn laying_recycled_blocks_side_by_side_refused_part_way() {
             // SAFETY: the block is this test's, and nothing uses it after this free.
             unsafe { e.free(p) };
         }
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        e.scan();
-        let s = e.stats();
-        assert_eq!(
-            (s.frames_in_use, s.recycled_bytes, s.vmas_used),
-            (0, 0, 0),
-            "{ctx}: {s:?}"
-        );
+        common::assert_all_given_back(&e, &ctx);
     }
 }

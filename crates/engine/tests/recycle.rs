@@ -83,32 +83,7 @@ fn a_larger_block_is_split_and_its_tail_stays_recycled() {
     // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
     // after this free.
     unsafe { e.free(tail) };
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    e.scan();
-    let s = e.stats();
-    assert_eq!(
-        (s.frames_in_use, s.recycled_bytes, s.vmas_used),
-        (0, 0, 0),
-        "{s:?}"
-    );
-}
-
-/// Mappings of /proc/self/maps overlapping `[lo, hi)`.
-fn maps_in(lo: usize, hi: usize) -> usize {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    maps.lines()
-        .filter(|l| {
-            let (a, b) = l
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .split_once('-')
-                .unwrap();
-            let a = usize::from_str_radix(a, 16).unwrap();
-            let b = usize::from_str_radix(b, 16).unwrap();
-            a < hi && lo < b
-        })
-        .count()
+    common::assert_all_given_back(&e, "");
 }
 
 #[test]
@@ -145,7 +120,7 @@ fn smaller_blocks_laid_side_by_side_serve_a_larger_allocation() {
         "the blocks moved, newest first, with their pages: nothing was faulted afresh"
     );
     assert!(
-        maps_in(j as usize, j as usize + 20 * PAGE) <= s.vmas_used as usize,
+        common::maps_in(j as usize, j as usize + 20 * PAGE) <= s.vmas_used as usize,
         "the mapping budget counts at least the mappings the joined block has: {s:?}"
     );
     fill(j, 20 * PAGE, 4);
@@ -159,14 +134,7 @@ fn smaller_blocks_laid_side_by_side_serve_a_larger_allocation() {
         // it after this free.
         unsafe { e.free(p) };
     }
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    e.scan();
-    let s = e.stats();
-    assert_eq!(
-        (s.frames_in_use, s.recycled_bytes, s.vmas_used),
-        (0, 0, 0),
-        "{s:?}"
-    );
+    common::assert_all_given_back(&e, "");
 }
 
 #[test]

@@ -187,3 +187,31 @@ pub fn assert_killed_for_lost_page(pid: i32, what: &str) -> i32 {
 pub fn incompressible(seed: u64) -> Vec<u8> {
     pagefold_tier::kinds::page(pagefold_tier::kinds::Kind::Random, seed)
 }
+
+/// Mappings of /proc/self/maps overlapping `[lo, hi)`.
+pub fn maps_in(lo: usize, hi: usize) -> usize {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter(|l| {
+            let range = l.split_whitespace().next().unwrap();
+            let (a, b) = range.split_once('-').unwrap();
+            let a = usize::from_str_radix(a, 16).unwrap();
+            let b = usize::from_str_radix(b, 16).unwrap();
+            a < hi && lo < b
+        })
+        .count()
+}
+
+/// Waits past the default recycling age (250 ms), scans (which gives back
+/// the recycled blocks that waited longer), and checks that the engine holds
+/// no frame, recycled byte or mapping any more.
+pub fn assert_all_given_back(e: &pagefold_engine::Engine, ctx: &str) {
+    std::thread::sleep(Duration::from_millis(300));
+    e.scan();
+    let s = e.stats();
+    assert_eq!(
+        (s.frames_in_use, s.recycled_bytes, s.vmas_used),
+        (0, 0, 0),
+        "{ctx}: {s:?}"
+    );
+}
