@@ -194,19 +194,10 @@ impl State {
         let old: Vec<Page> = self.blocks[&base].pages[i..i + n].to_vec();
         self.forget_evicted(&self.blocks[&base], i, n);
         self.drop_pages(&old);
-        let block = self
-            .blocks
-            .get_mut(&base)
-            .expect("block vanished under the lock");
-        let before = block.boundaries(i, n);
-        for k in 0..n {
-            block.set(i + k, Page::Owned(first.offset(k as u64)));
-            block.seen[i + k] = 0;
+        self.set_remapped(base, i, n, |k| Page::Owned(first.offset(k as u64)));
+        if let Some(block) = self.blocks.get_mut(&base) {
+            block.seen[i..i + n].fill(0);
         }
-        let after = block.boundaries(i, n);
-        block.vmas = block.vmas + after - before;
-        self.vmas = self.vmas + after - before;
-        self.remaps_since_count += 1;
     }
 
     /// Marks a block exempt and moves its content onto one anonymous mapping.

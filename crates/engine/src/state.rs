@@ -454,8 +454,6 @@ impl State {
         true
     }
 
-    /// Page states, frame counts and mapping count after pages `[i, i+n)`
-    /// were remapped onto frames from `first` (or anonymous memory).
     /// Pages `[i, i+n)` of a block become `page(k)` for k in 0..n after a
     /// remap: their states, and the block's and the engine's mapping counts.
     pub fn set_remapped(&mut self, base: usize, i: usize, n: usize, page: impl Fn(usize) -> Page) {
