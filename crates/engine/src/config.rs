@@ -14,6 +14,11 @@ pub struct Config {
     /// Where a fresh block starts when frames are on: always on frames, always
     /// anonymous, or anonymous unless blocks of its size are often copied (fresh.rs).
     pub fresh: crate::fresh::Fresh,
+    /// Where a fresh block the caller asked zeroed (`Hint::Zeroed`, calloc)
+    /// starts when frames are on. Anonymous unless blocks of its size are
+    /// often copied (default): plain memory answers reads of never-written
+    /// pages with the kernel's zero page, where a frame would allocate one.
+    pub fresh_zeroed: crate::fresh::Fresh,
     /// A copy from anonymous source pages writes them into fresh frames and
     /// maps the destination there, so copies of the copy are virtual. Off by
     /// default: such copies are plain.
@@ -168,6 +173,7 @@ impl Default for Config {
         Config {
             frames: true,
             fresh: crate::fresh::Fresh::Frames,
+            fresh_zeroed: crate::fresh::Fresh::Adaptive,
             copy_through: false,
             copy_learn: false,
             copy: true,
@@ -255,6 +261,12 @@ impl Config {
             .and_then(|s| crate::fresh::Fresh::parse(&s))
         {
             c.fresh = f;
+        }
+        if let Some(f) = std::env::var("PAGEFOLD_FRESH_ZEROED")
+            .ok()
+            .and_then(|s| crate::fresh::Fresh::parse(&s))
+        {
+            c.fresh_zeroed = f;
         }
         flag("PAGEFOLD_ZERO", &mut c.zero);
         flag("PAGEFOLD_MERGE", &mut c.merge);

@@ -18,6 +18,13 @@
 //! allocations starts on frames. Classes are forgotten when the table is full,
 //! which only makes the engine start anonymous again.
 //!
+//! A block the caller asked zeroed (`Hint::Zeroed`, calloc) follows its own
+//! policy, adaptive by default: such blocks are often tables sized for the
+//! worst case and read in full while only a few pages are ever written. On
+//! anonymous memory those reads map the kernel's zero page, as they would
+//! plain; on frames each one allocates a page, and the block can end larger
+//! than plain memory would have been.
+//!
 //! The same table learns whether a virtual copy pays off. A copy shares its
 //! pages only until one side writes them; a copy that the program then writes
 //! in full cost a copy-on-write fault per page on top of what the copy saved

@@ -46,6 +46,9 @@ pub enum Hint {
     /// The caller needs no zeroed memory (malloc): a recently freed block of
     /// the same size may come back as it was (see recycle.rs).
     Uninit,
+    /// The caller asked for zeroed memory (calloc) and may read pages it never
+    /// writes: the block starts where `Config::fresh_zeroed` says (fresh.rs).
+    Zeroed,
 }
 
 pub(crate) struct Inner {
@@ -228,7 +231,11 @@ impl State {
                 return ptr;
             }
         }
-        let on_frames = !crate::fds::lost() && self.placement.on_frames(self.cfg.fresh, npages);
+        let policy = match hint {
+            Hint::Zeroed => self.cfg.fresh_zeroed,
+            _ => self.cfg.fresh,
+        };
+        let on_frames = !crate::fds::lost() && self.placement.on_frames(policy, npages);
         let (ptr, pages) = match on_frames.then(|| self.alloc_frames(npages)).flatten() {
             Some(x) => x,
             None => match self.map_anonymous(npages) {

@@ -171,6 +171,56 @@ fn adaptive_placement_puts_blocks_of_a_copied_size_on_frames() {
     no_frames_left(e.stats());
 }
 
+/// Reads every byte of `n` at `p`; true if all are zero.
+fn reads_zero(p: *const u8, n: usize) -> bool {
+    bytes(p, n).iter().all(|&b| b == 0)
+}
+
+#[test]
+fn zeroed_blocks_start_anonymous_until_their_size_is_copied_from() {
+    let _g = serial();
+    let e = Engine::new(Config::default());
+    let n = 40 * PAGE;
+    // Asked zeroed, never written: read in full, it takes no frame (the
+    // kernel's zero page answers), where a block on frames allocates one
+    // page per page read.
+    let a = e.alloc(n, Hint::Zeroed);
+    assert!(reads_zero(a, n));
+    let s = e.stats();
+    assert_eq!((s.frames_in_use, s.frames_resident), (0, 0), "{s:?}");
+    let on_frames = e.alloc(n + PAGE, Hint::None);
+    assert!(reads_zero(on_frames, n + PAGE));
+    assert_eq!(e.stats().frames_resident, 41, "a frame per page read");
+    // Its size is copied from: the next zeroed block of that size starts on
+    // frames, so its own copies can be virtual.
+    write(a, 5 * PAGE, 3);
+    let b = e.alloc(n, Hint::Uninit);
+    copy(&e, b, a, n);
+    assert_eq!(bytes(b, n), bytes(a, n));
+    let c = e.alloc(n, Hint::Zeroed);
+    assert!(reads_zero(c, n));
+    assert_eq!(e.stats().frames_in_use, 41 + 40 + 40);
+    for p in [a, b, c, on_frames] {
+        free(&e, p);
+    }
+    no_frames_left(e.stats());
+}
+
+#[test]
+fn zeroed_blocks_on_frames_when_configured() {
+    let _g = serial();
+    let e = Engine::new(Config {
+        fresh_zeroed: Fresh::Frames,
+        ..Config::default()
+    });
+    let n = 8 * PAGE;
+    let a = e.alloc(n, Hint::Zeroed);
+    assert!(reads_zero(a, n));
+    assert_eq!(e.stats().frames_in_use, 8);
+    free(&e, a);
+    no_frames_left(e.stats());
+}
+
 #[test]
 fn copies_fall_back_to_plain_without_frames() {
     let _g = serial();

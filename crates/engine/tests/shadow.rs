@@ -365,6 +365,7 @@ impl Worker {
             0..=2 => Hint::FullWrite,
             // Uninit may return a recycled block holding what it held when freed.
             3..=5 => Hint::Uninit,
+            6..=7 => Hint::Zeroed,
             _ => Hint::None,
         };
         let ptr = self.engine.alloc(len, hint);

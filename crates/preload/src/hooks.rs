@@ -104,7 +104,7 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
     };
     if large(total) {
         // Engine blocks start zero-filled.
-        let p = engine_alloc(total, Hint::None);
+        let p = engine_alloc(total, Hint::Zeroed);
         if !p.is_null() {
             return p;
         }
