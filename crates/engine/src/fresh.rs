@@ -95,16 +95,26 @@ pub struct Placement {
 impl Placement {
     /// Whether a fresh block of `npages` starts on frames; counts the allocation.
     pub fn on_frames(&mut self, policy: Fresh, npages: usize) -> bool {
+        let on_frames = self.would_be_on_frames(policy, npages);
         if self.classes.len() >= MAX_CLASSES && !self.classes.contains_key(&npages) {
             self.classes.clear();
         }
         let c = self.classes.entry(npages).or_default();
-        let copied_often = c.copied > 0 && c.copied * COPIED_EVERY >= c.allocs;
         c.allocs += 1;
         if c.allocs >= DECAY_AT {
             c.allocs /= 2;
             c.copied /= 2;
         }
+        on_frames
+    }
+
+    /// Whether a fresh block of `npages` would start on frames now, without
+    /// counting an allocation (a recycled block of the same kind may serve it).
+    pub fn would_be_on_frames(&self, policy: Fresh, npages: usize) -> bool {
+        let copied_often = self
+            .classes
+            .get(&npages)
+            .is_some_and(|c| c.copied > 0 && c.copied * COPIED_EVERY >= c.allocs);
         match policy {
             Fresh::Frames => true,
             Fresh::Anon => false,

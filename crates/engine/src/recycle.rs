@@ -8,8 +8,10 @@
 //! or plain anonymous memory: nothing shared, nothing another block depends
 //! on) is kept mapped as it is, up to `Config::recycle_bytes` in total, and
 //! given out again to an allocation that does not need zeroed memory
-//! (`Hint::Uninit`, i.e. malloc, not calloc): whole if it has the same page
-//! count, else cut from one up to four times larger. When none fits but
+//! (`Hint::Uninit`, i.e. malloc, not calloc) that would start on the same
+//! kind of memory (frames or anonymous, fresh.rs), so recycling never
+//! changes where a block lives: whole if it has the same page count, else
+//! cut from one up to four times larger. When none fits but
 //! smaller ones add up to the request, several are laid side by side into
 //! one block (`gather`; state.rs moves their mappings with mremap, which
 //! moves page tables and faults nothing), as glibc's heap coalesces freed
@@ -92,22 +94,24 @@ impl Recycler {
         r.block
     }
 
-    /// A recycled block of `npages`: one of exactly that size, the most
-    /// recently freed first (its pages are the likeliest to be in the CPU's
-    /// cache), else the smallest one up to four times larger, whose tail is
-    /// split off and stays recycled. Its `seen` words start afresh.
-    pub fn take(&mut self, npages: usize) -> Option<Reused> {
+    /// A recycled block of `npages` on frames (`on_frames`) or anonymous:
+    /// one of exactly that size, the most recently freed first (its pages
+    /// are the likeliest to be in the CPU's cache), else the smallest one up
+    /// to four times larger, whose tail is split off and stays recycled. Its
+    /// `seen` words start afresh.
+    pub fn take(&mut self, npages: usize, on_frames: bool) -> Option<Reused> {
         let len = |r: &Recycled| r.block.pages.len();
+        let kind = |r: &Recycled| is_on_frames(&r.block) == on_frames;
         let i = self
             .list
             .iter()
-            .rposition(|r| len(r) == npages)
+            .rposition(|r| kind(r) && len(r) == npages)
             .or_else(|| {
                 let larger = self
                     .list
                     .iter()
                     .enumerate()
-                    .filter(|(_, r)| len(r) > npages && len(r) <= 4 * npages);
+                    .filter(|(_, r)| kind(r) && len(r) > npages && len(r) <= 4 * npages);
                 larger.min_by_key(|(_, r)| len(r)).map(|(i, _)| i)
             })?;
         let freed_at = self.list[i].freed_at;
@@ -134,16 +138,18 @@ impl Recycler {
         })
     }
 
-    /// Recycled blocks smaller than `npages` that together hold `npages`,
-    /// for an allocation no single one fits: the most recently freed
-    /// first, at most `MAX_PIECES` of them, skipping those `usable`
-    /// refuses; the last one is cut, its tail staying recycled. None, and
-    /// nothing taken, if they do not add up. The pieces come in the order
-    /// they are to be laid out, with the mappings the cut block counted
-    /// before and after it (0, 0 if none was cut).
+    /// Recycled blocks smaller than `npages`, all on frames (`on_frames`)
+    /// or all anonymous, that together hold `npages`, for an allocation no
+    /// single one fits: the most recently freed first, at most `MAX_PIECES`
+    /// of them, skipping those `usable` refuses; the last one is cut, its
+    /// tail staying recycled. None, and nothing taken, if they do not add
+    /// up. The pieces come in the order they are to be laid out, with the
+    /// mappings the cut block counted before and after it (0, 0 if none was
+    /// cut).
     pub fn gather(
         &mut self,
         npages: usize,
+        on_frames: bool,
         usable: impl Fn(&Block) -> bool,
     ) -> Option<(Vec<Block>, usize, usize)> {
         let mut chosen = Vec::new();
@@ -153,7 +159,10 @@ impl Recycler {
                 break;
             }
             // Larger blocks are take's to cut (at most four times larger).
-            if r.block.pages.len() < npages && usable(&r.block) {
+            if r.block.pages.len() < npages
+                && is_on_frames(&r.block) == on_frames
+                && usable(&r.block)
+            {
                 chosen.push(i);
                 total += r.block.pages.len();
             }
@@ -224,6 +233,12 @@ fn recyclable(block: &Block, cfg: &Config) -> bool {
     !block.exempt
         && block.len() <= cfg.recycle_bytes / 4
         && (block.pages.iter().all(own) || block.pages.iter().all(anon))
+}
+
+/// Whether a recycled block is on frames; a recycled block's pages are all
+/// owned frames or all anonymous (`recyclable`).
+fn is_on_frames(block: &Block) -> bool {
+    matches!(block.pages.first(), Some(Page::Owned(_)))
 }
 
 /// Cuts `block` after `n` pages; returns the tail. The kernel's mapping

@@ -224,18 +224,20 @@ impl State {
     pub fn alloc(&mut self, len: usize, hint: Hint) -> *mut u8 {
         let npages = len.max(1).div_ceil(PAGE);
         self.expire_recycled();
+        let policy = match hint {
+            Hint::Zeroed => self.cfg.fresh_zeroed,
+            _ => self.cfg.fresh,
+        };
+        let frames_usable = !crate::fds::lost();
         if hint == Hint::Uninit {
-            if let Some(block) = self.reuse(npages) {
+            let on_frames = frames_usable && self.placement.would_be_on_frames(policy, npages);
+            if let Some(block) = self.reuse(npages, on_frames) {
                 let ptr = block.base;
                 self.blocks.insert(ptr as usize, block);
                 return ptr;
             }
         }
-        let policy = match hint {
-            Hint::Zeroed => self.cfg.fresh_zeroed,
-            _ => self.cfg.fresh,
-        };
-        let on_frames = !crate::fds::lost() && self.placement.on_frames(policy, npages);
+        let on_frames = frames_usable && self.placement.on_frames(policy, npages);
         let (ptr, pages) = match on_frames.then(|| self.alloc_frames(npages)).flatten() {
             Some(x) => x,
             None => match self.map_anonymous(npages) {
@@ -844,10 +846,11 @@ impl State {
         }
     }
 
-    /// A recycled block of `npages`, if one fits, else recycled blocks
-    /// laid side by side into one (recycle.rs).
-    pub(crate) fn reuse(&mut self, npages: usize) -> Option<Block> {
-        if let Some(r) = self.recycler.take(npages) {
+    /// A recycled block of `npages` on frames or anonymous (as a fresh block
+    /// would start), if one fits, else recycled blocks of that kind laid side
+    /// by side into one (recycle.rs).
+    pub(crate) fn reuse(&mut self, npages: usize, on_frames: bool) -> Option<Block> {
+        if let Some(r) = self.recycler.take(npages, on_frames) {
             self.vmas = self.vmas + r.vmas_after - r.vmas_before;
             self.stats.recycled += 1;
             return Some(r.block);
@@ -858,9 +861,9 @@ impl State {
         // A piece with holds has write-protected pages registered at its
         // address; it stays where it is.
         let holds = &self.holds;
-        let (pieces, before, after) = self
-            .recycler
-            .gather(npages, |b| !holds.any_within(b.base as usize, b.len()))?;
+        let (pieces, before, after) = self.recycler.gather(npages, on_frames, |b| {
+            !holds.any_within(b.base as usize, b.len())
+        })?;
         self.vmas = self.vmas + after - before;
         let block = self.lay_side_by_side(pieces, npages)?;
         self.stats.recycled += 1;

@@ -228,6 +228,58 @@ fn zeroed_allocations_never_get_a_recycled_block() {
 }
 
 #[test]
+fn a_recycled_block_serves_only_allocations_that_start_on_its_kind_of_memory() {
+    let e = engine(32);
+    let len = 8 * PAGE;
+    // A zeroed block starts anonymous (its size was never copied from).
+    let z = e.alloc(len, Hint::Zeroed);
+    fill(z, len, 0x5A);
+    assert_eq!(e.stats().frames_in_use, 0);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
+    unsafe { e.free(z) };
+    assert_eq!(
+        e.stats().recycled_bytes,
+        len as u64,
+        "anonymous blocks recycle too"
+    );
+    // A malloc of that size starts on frames (the default): the anonymous
+    // block does not serve it, whole or laid side by side.
+    let a = e.alloc(len, Hint::Uninit);
+    let b = e.alloc(2 * len, Hint::Uninit);
+    let s = e.stats();
+    assert_eq!(s.recycled, 0, "{s:?}");
+    assert_eq!(s.frames_in_use, 3 * 8, "both on frames: {s:?}");
+    assert_ne!(a, z);
+    // SAFETY: as above.
+    unsafe {
+        e.free(a);
+        e.free(b);
+    }
+}
+
+#[test]
+fn anonymous_blocks_serve_mallocs_that_start_anonymous() {
+    let e = Engine::new(Config {
+        recycle_bytes: 32 << 20,
+        fresh: pagefold_engine::Fresh::Anon,
+        ..Config::default()
+    });
+    let len = 8 * PAGE;
+    let z = e.alloc(len, Hint::Zeroed);
+    fill(z, len, 0x5A);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
+    unsafe { e.free(z) };
+    let a = e.alloc(len, Hint::Uninit);
+    assert_eq!(a, z);
+    assert!(all(a, len, 0x5A), "it comes back as it was");
+    assert_eq!(e.stats().recycled, 1);
+    // SAFETY: as above.
+    unsafe { e.free(a) };
+}
+
+#[test]
 fn blocks_sharing_frames_are_not_recycled() {
     let e = engine(32);
     let len = 8 * PAGE;
