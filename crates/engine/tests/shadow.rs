@@ -1192,6 +1192,28 @@ fn shadow_tier() {
 }
 
 #[test]
+fn shadow_tier_pin_age() {
+    // As the preload runs: a pin age, so owned pages are frozen and diverged
+    // and owned zero pages held write-protected before they are folded or
+    // merged, while the policy evicts under the workers' feet.
+    let cfg = Config {
+        tier: true,
+        clock_interval: Duration::ZERO,
+        cold_passes: 1,
+        pin_age: Duration::from_millis(5),
+        pin_grace: Duration::from_micros(200),
+        ..Config::default()
+    };
+    let (_, s) = run(cfg, Opts::new("tier_pin_age"));
+    exercised(&s, "tier_pin_age");
+    assert!(s.pin_held > 0, "[tier_pin_age] no page was held: {s:?}");
+    assert!(
+        s.clock.total.evicted > 0 && s.restored > 0,
+        "[tier_pin_age] the policy evicted nothing, or nothing was touched: {s:?}"
+    );
+}
+
+#[test]
 fn shadow_small_scan_chunks() {
     let cfg = Config {
         scan_chunk_pages: 3,
