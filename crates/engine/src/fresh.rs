@@ -111,14 +111,13 @@ impl Placement {
     /// Whether a fresh block of `npages` would start on frames now, without
     /// counting an allocation (a recycled block of the same kind may serve it).
     pub fn would_be_on_frames(&self, policy: Fresh, npages: usize) -> bool {
-        let copied_often = self
-            .classes
-            .get(&npages)
-            .is_some_and(|c| c.copied > 0 && c.copied * COPIED_EVERY >= c.allocs);
         match policy {
             Fresh::Frames => true,
             Fresh::Anon => false,
-            Fresh::Adaptive => copied_often,
+            Fresh::Adaptive => self
+                .classes
+                .get(&npages)
+                .is_some_and(|c| c.copied > 0 && c.copied * COPIED_EVERY >= c.allocs),
         }
     }
 
