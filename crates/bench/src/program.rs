@@ -239,6 +239,16 @@ pub struct Outcome {
     pub timed_out: bool,
     pub wall_s: f64,
     pub cpu_s: f64,
+    /// The tree's user and system CPU time (their sum is `cpu_s`).
+    #[serde(default)]
+    pub user_s: f64,
+    #[serde(default)]
+    pub sys_s: f64,
+    /// Page faults of the tree that needed no I/O (minor) and that did (major).
+    #[serde(default)]
+    pub minor_faults: u64,
+    #[serde(default)]
+    pub major_faults: u64,
     /// ksmd's CPU time during the run (KSM configurations only).
     pub ksmd_cpu_s: Option<f64>,
     pub peak_bytes: u64,
@@ -296,7 +306,7 @@ pub fn run_in(
     let Finished {
         code,
         wall,
-        cpu,
+        usage,
         series,
         stdout,
         stderr,
@@ -308,7 +318,11 @@ pub fn run_in(
         exit_code: code,
         timed_out,
         wall_s: wall.as_secs_f64(),
-        cpu_s: cpu.as_secs_f64(),
+        cpu_s: (usage.user + usage.sys).as_secs_f64(),
+        user_s: usage.user.as_secs_f64(),
+        sys_s: usage.sys.as_secs_f64(),
+        minor_faults: usage.minor_faults,
+        major_faults: usage.major_faults,
         ksmd_cpu_s: ksmd_before
             .zip(ksmd_cpu())
             .map(|(a, b)| b.saturating_sub(a).as_secs_f64()),
@@ -388,7 +402,7 @@ fn start_ksm(guard: &KsmGuard, pages_to_scan: u32, sleep_ms: u32) -> Result<(), 
 struct Finished {
     code: i32,
     wall: Duration,
-    cpu: Duration,
+    usage: Usage,
     series: Series,
     stdout: Option<Vec<u8>>,
     stderr: Option<Vec<u8>>,
@@ -444,11 +458,11 @@ fn run_command(
     }
     let stdout = out.map(|r| r.join().unwrap_or_default());
     let stderr = err.map(|r| r.join().unwrap_or_default());
-    let (code, cpu) = waited?;
+    let (code, usage) = waited?;
     Ok(Finished {
         code,
         wall,
-        cpu,
+        usage,
         series,
         stdout,
         stderr,
@@ -495,9 +509,18 @@ impl Watchdog {
     }
 }
 
+/// What a finished process tree used, from wait4's rusage (it and every
+/// descendant it waited for).
+struct Usage {
+    user: Duration,
+    sys: Duration,
+    minor_faults: u64,
+    major_faults: u64,
+}
+
 /// Waits for `pid`; its exit code (128 + signal if killed, as shells do) and
-/// the CPU time of it and every descendant it waited for.
-fn wait_with_rusage(pid: u32) -> Result<(i32, Duration), String> {
+/// what it and every descendant it waited for used.
+fn wait_with_rusage(pid: u32) -> Result<(i32, Usage), String> {
     let mut status = 0;
     // SAFETY: rusage is a C struct of integers and timevals, for which all
     // zero bytes is a valid value.
@@ -520,7 +543,13 @@ fn wait_with_rusage(pid: u32) -> Result<(i32, Duration), String> {
     } else {
         128 + libc::WTERMSIG(status)
     };
-    Ok((code, tv(ru.ru_utime) + tv(ru.ru_stime)))
+    let usage = Usage {
+        user: tv(ru.ru_utime),
+        sys: tv(ru.ru_stime),
+        minor_faults: ru.ru_minflt.max(0) as u64,
+        major_faults: ru.ru_majflt.max(0) as u64,
+    };
+    Ok((code, usage))
 }
 
 fn ksmd_cpu() -> Option<Duration> {

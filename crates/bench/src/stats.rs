@@ -22,6 +22,11 @@ pub fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Err
 }
 
 impl Spread {
+    /// No values: every bound NaN (a quantity an older result file lacks).
+    pub fn none() -> Spread {
+        Spread::of(&[])
+    }
+
     pub fn of(values: &[f64]) -> Spread {
         if values.is_empty() {
             return Spread {

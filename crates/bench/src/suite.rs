@@ -173,6 +173,8 @@ pub fn summarize(configs: &[String], runs: &[Outcome]) -> Vec<ConfigStats> {
     let base_peak = spread(base_name, &|o| mib(o.peak_bytes)).median;
     let base_wall = spread(base_name, &|o| o.wall_s).median;
     let base_cpu = spread(base_name, &total_cpu).median;
+    let faults = |o: &Outcome| o.minor_faults as f64;
+    let base_faults = spread(base_name, &faults).median;
     configs
         .iter()
         .map(|c| {
@@ -180,6 +182,7 @@ pub fn summarize(configs: &[String], runs: &[Outcome]) -> Vec<ConfigStats> {
             let peak = spread(c, &|o| mib(o.peak_bytes));
             let wall = spread(c, &|o| o.wall_s);
             let cpu = spread(c, &total_cpu);
+            let minor = spread(c, &faults);
             ConfigStats {
                 config: c.clone(),
                 runs: of(c).len(),
@@ -192,6 +195,10 @@ pub fn summarize(configs: &[String], runs: &[Outcome]) -> Vec<ConfigStats> {
                 peak_ratio: peak.over(base_peak),
                 wall_ratio: wall.over(base_wall),
                 cpu_ratio: cpu.over(base_cpu),
+                user_s: spread(c, &|o| o.user_s),
+                sys_s: spread(c, &|o| o.sys_s),
+                minor_faults: minor,
+                faults_ratio: minor.over(base_faults),
                 identical: reference.is_some_and(|r| {
                     of(c)
                         .iter()
@@ -247,6 +254,7 @@ pub fn assemble(
                 peak_ratio: g(&|s| s.peak_ratio.median),
                 wall_ratio: g(&|s| s.wall_ratio.median),
                 cpu_ratio: g(&|s| s.cpu_ratio.median),
+                faults_ratio: g(&|s| s.faults_ratio.median),
             }
         })
         .collect();
@@ -295,7 +303,7 @@ pub fn markdown(r: &SuiteResult) -> String {
         r.runs,
         r.interval_ms
     );
-    let tables: [Table; 4] = [
+    let tables: [Table; 5] = [
         (
             "Average footprint",
             &|s| (s.average_mib, s.average_ratio),
@@ -320,11 +328,17 @@ pub fn markdown(r: &SuiteResult) -> String {
             &|g| g.cpu_ratio,
             "s",
         ),
+        (
+            "Minor page faults (process tree)",
+            &|s| (s.minor_faults, s.faults_ratio),
+            &|g| g.faults_ratio,
+            "",
+        ),
     ];
     for (title, cell, geo, unit) in tables {
         out += &format!("**{title}**\n\n| workload |");
         for (i, c) in r.configs.iter().enumerate() {
-            out += &if i == 0 {
+            out += &if i == 0 && !unit.is_empty() {
                 format!(" {c} ({unit}) |")
             } else {
                 format!(" {c} |")
@@ -617,6 +631,10 @@ mod tests {
             timed_out: false,
             wall_s: wall,
             cpu_s: wall,
+            user_s: wall * 0.8,
+            sys_s: wall * 0.2,
+            minor_faults: avg_mib * 256,
+            major_faults: 0,
             ksmd_cpu_s: (config.starts_with("ksm")).then_some(0.5),
             peak_bytes: (avg_mib * 2) << 20,
             average_bytes: avg_mib << 20,

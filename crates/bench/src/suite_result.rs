@@ -29,6 +29,15 @@ pub struct ConfigStats {
     pub peak_ratio: Spread,
     pub wall_ratio: Spread,
     pub cpu_ratio: Spread,
+    /// The tree's user and system time, minor page faults, and the faults' ratio to plain's.
+    #[serde(default = "Spread::none")]
+    pub user_s: Spread,
+    #[serde(default = "Spread::none")]
+    pub sys_s: Spread,
+    #[serde(default = "Spread::none")]
+    pub minor_faults: Spread,
+    #[serde(default = "Spread::none")]
+    pub faults_ratio: Spread,
     /// Every run printed what the first plain run printed and exited alike.
     pub identical: bool,
     pub failed_runs: usize,
@@ -57,6 +66,12 @@ pub struct Geomean {
     pub wall_ratio: f64,
     #[serde(deserialize_with = "nan_if_null")]
     pub cpu_ratio: f64,
+    #[serde(default = "nan", deserialize_with = "nan_if_null")]
+    pub faults_ratio: f64,
+}
+
+fn nan() -> f64 {
+    f64::NAN
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
