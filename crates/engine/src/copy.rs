@@ -69,8 +69,22 @@ impl State {
             }
         }
         if self.cfg.copy_through {
+            // Anonymous source pages are adopted onto frames (adopt.rs); what
+            // it leaves (zero or untouched pages) is copied plainly. Without
+            // the pin guard, and for diverged pages, the copy writes through.
+            let adopting = self.pin_guard();
+            if adopting {
+                let anon = |k: usize| (src_pages[k] == Page::Anon && plain[k]).then_some(());
+                for (a, b) in unit_runs(0..whole, anon) {
+                    let mapped = self.adopt_source(sb, si + a, db, di + a, b - a);
+                    for (k, m) in mapped.into_iter().enumerate() {
+                        plain[a + k] &= !m;
+                    }
+                }
+            }
             let in_anon = |k: usize| match src_pages[k] {
-                Page::Anon | Page::Diverged(_) => plain[k].then_some(()),
+                Page::Anon if !adopting => plain[k].then_some(()),
+                Page::Diverged(_) => plain[k].then_some(()),
                 _ => None,
             };
             for (a, b) in unit_runs(0..whole, in_anon) {

@@ -33,6 +33,7 @@
 //! without UFFDIO_MOVE falls back to the pin grace (scan.rs), which narrows
 //! the race but does not close it.
 
+use crate::frames::FrameId;
 use crate::guard::{moves_pages, Detached, Scratch};
 use crate::state::State;
 use crate::sys::{self, PAGE};
@@ -205,6 +206,36 @@ impl State {
             unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
             std::process::abort();
         }
+    }
+
+    /// Remaps anonymous pages `[a, a+n)` onto frames `first..`, each one the
+    /// pin guard takes off: returns how many it remapped, and how many it
+    /// took off but could not remap (no mapping to spare).
+    pub fn merge_anon(
+        &mut self,
+        base: usize,
+        a: usize,
+        n: usize,
+        first: FrameId,
+    ) -> (usize, usize) {
+        let (mut merged, mut unmapped) = (0, 0);
+        for (p, len) in self.scratch_pieces(a, n) {
+            let f0 = first.offset((p - a) as u64);
+            let frame = move |st: &State, j: usize| {
+                Some(st.pools[f0.pool()].frame_ptr(f0.slot() + j as u64))
+            };
+            let d = self.detach(base, p, len, &frame);
+            for (x, y) in d.taken_runs() {
+                if self.remap(base, p + x, y - x, Some(f0.offset(x as u64))) {
+                    merged += y - x;
+                } else {
+                    unmapped += y - x;
+                    (x..y).for_each(|j| self.reattach(&d, j));
+                }
+            }
+            self.finish_detach(d);
+        }
+        (merged, unmapped)
     }
 
     /// `[a, a+n)` in pieces the scratch range holds.

@@ -31,7 +31,11 @@ impl Engine {
         let inner = Arc::new(Inner::new(cfg));
         fork::register(Arc::downgrade(&inner));
         let e = Engine { inner };
-        if let Some(iv) = e.inner.cfg.scan_interval {
+        // With no mechanism a scan serves (folding, merging, releasing the
+        // frames of written copies, tiering), there is nothing to scan for.
+        let cfg = &e.inner.cfg;
+        let scans_serve = cfg.zero || cfg.merge || cfg.copy || cfg.tier;
+        if let Some(iv) = cfg.scan_interval.filter(|_| scans_serve) {
             e.start_background(iv);
         }
         e

@@ -82,15 +82,17 @@
 //!    budget); what a change of mapping invalidates below (holds, records of
 //!    evicted pages, pins of dropped patches) is settled where it happens.
 //! 4. Mechanisms: the pin guard (detach.rs), restoring evicted pages
-//!    (restore.rs), then holds (hold.rs), virtual copy (copy.rs), advice
-//!    (advice.rs), handing blocks to kernel KSM (ksm.rs), fork (fork.rs),
-//!    patches (patching.rs), a clock pass (pass.rs), and the
-//!    protected-chunk protocol (chunk.rs).
+//!    (restore.rs), then holds (hold.rs), advice (advice.rs), handing
+//!    blocks to kernel KSM (ksm.rs), fork (fork.rs), patches (patching.rs),
+//!    a clock pass (pass.rs), the protected-chunk protocol (chunk.rs), then
+//!    taking a copy's anonymous source onto frames (adopt.rs) and virtual
+//!    copy (copy.rs) on top of it.
 //! 5. The scan (scan.rs) and eviction (evict.rs). Tiering is the scan's
 //!    client: a clock pass hands it the pages its policy chose through a
 //!    function the engine gives the scan (`pass::Tiering`), never by calling up.
 //! 6. The public `Engine` (engine.rs), and this crate root.
 
+mod adopt;
 mod advice;
 mod budget;
 mod chunk;

@@ -964,30 +964,6 @@ impl State {
         left
     }
 
-    /// Remaps anonymous pages `[a, a+n)` onto frames `first..`, each one the
-    /// pin guard takes off: returns how many it remapped, and how many it
-    /// took off but could not remap (no mapping to spare).
-    fn merge_anon(&mut self, base: usize, a: usize, n: usize, first: FrameId) -> (usize, usize) {
-        let (mut merged, mut unmapped) = (0, 0);
-        for (p, len) in self.scratch_pieces(a, n) {
-            let f0 = first.offset((p - a) as u64);
-            let frame = move |st: &State, j: usize| {
-                Some(st.pools[f0.pool()].frame_ptr(f0.slot() + j as u64))
-            };
-            let d = self.detach(base, p, len, &frame);
-            for (x, y) in d.taken_runs() {
-                if self.remap(base, p + x, y - x, Some(f0.offset(x as u64))) {
-                    merged += y - x;
-                } else {
-                    unmapped += y - x;
-                    (x..y).for_each(|j| self.reattach(&d, j));
-                }
-            }
-            self.finish_detach(d);
-        }
-        (merged, unmapped)
-    }
-
     /// Remaps planned pages onto their frames, consecutive ones as runs.
     fn apply_merges(
         &mut self,

@@ -56,6 +56,8 @@ pub struct Stats {
     pub pages_shared_by_copy: u64,
     /// Total pages a copy wrote from anonymous memory into fresh frames it then shared.
     pub pages_copied_through: u64,
+    /// Total anonymous source pages a copy moved onto the frames it shared (adopt.rs).
+    pub pages_adopted: u64,
     /// Copies made plainly because copies into blocks of that size were mostly written (fresh.rs).
     pub copies_made_plain: u64,
     /// Total bytes copied plainly by `copy` (partial pages, non-engine memory, fallbacks).

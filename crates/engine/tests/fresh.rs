@@ -1,5 +1,6 @@
 //! Where fresh blocks start (anonymous memory or frames), copies out of
-//! anonymous memory (written through into frames), and what the adaptive
+//! anonymous memory (the source adopted onto frames, or without the pin
+//! guard written through into frames), and what the adaptive
 //! placement learns from copies: byte for byte and by the engine's counters.
 //!
 //! `fail_mmap_after` is process-global, so every test here takes one lock
@@ -73,9 +74,87 @@ fn anonymous_blocks_use_no_frames() {
 }
 
 #[test]
-fn a_copy_of_anonymous_memory_is_written_through_and_its_copies_are_virtual() {
+fn a_copy_of_anonymous_memory_adopts_its_source_and_later_copies_are_virtual() {
     let _g = serial();
     let e = engine(Fresh::Anon);
+    let n = 64 * PAGE;
+    let a = filled(&e, n, 7);
+    let want = bytes(a, n);
+    let b = e.alloc(n, Hint::None);
+    copy(&e, b, a, n);
+    assert_eq!(bytes(b, n), want);
+    assert_eq!(bytes(a, n), want);
+    let s = e.stats();
+    assert_eq!(
+        s.fallbacks.pin_guard, 0,
+        "this kernel has UFFDIO_MOVE: {s:?}"
+    );
+    assert_eq!((s.pages_adopted, s.pages_copied_through), (64, 0), "{s:?}");
+    assert_eq!(s.frames_in_use, 64, "source and copy share: {s:?}");
+    assert_eq!(s.pages_saved_by_sharing, 64, "{s:?}");
+    // The same source copied again: only mappings.
+    let c = e.alloc(n, Hint::None);
+    copy(&e, c, a, n);
+    assert_eq!(bytes(c, n), want);
+    let s = e.stats();
+    assert_eq!((s.pages_adopted, s.frames_in_use), (64, 64), "{s:?}");
+    assert_eq!(s.pages_shared_by_copy, 128, "{s:?}");
+    // Writes stay on their side.
+    write(a, 2 * PAGE + 5, 0xA5);
+    write(b, 9 * PAGE, 0xB5);
+    write(c, 63 * PAGE + 4095, 0xC5);
+    let mut wa = want.clone();
+    wa[2 * PAGE + 5] = 0xA5;
+    let mut wb = want.clone();
+    wb[9 * PAGE] = 0xB5;
+    let mut wc = want.clone();
+    wc[63 * PAGE + 4095] = 0xC5;
+    assert_eq!(bytes(a, n), wa);
+    assert_eq!(bytes(b, n), wb);
+    assert_eq!(bytes(c, n), wc);
+    for p in [a, b, c] {
+        free(&e, p);
+    }
+    no_frames_left(e.stats());
+}
+
+#[test]
+fn untouched_source_pages_are_not_adopted_and_copy_as_zeros() {
+    let _g = serial();
+    let e = engine(Fresh::Anon);
+    let n = 32 * PAGE;
+    let a = e.alloc(n, Hint::None);
+    // Only the even pages are ever written; the odd ones read zero.
+    for k in (0..32).step_by(2) {
+        write(a, k * PAGE + 17, k as u8 + 1);
+    }
+    let want = bytes(a, n);
+    let b = filled(&e, n, 9);
+    copy(&e, b, a, n);
+    assert_eq!(bytes(b, n), want);
+    assert_eq!(bytes(a, n), want);
+    let s = e.stats();
+    assert_eq!(s.pages_adopted, 16, "{s:?}");
+    assert_eq!(
+        s.frames_in_use, 16,
+        "no frame for a page never written: {s:?}"
+    );
+    free(&e, a);
+    free(&e, b);
+    no_frames_left(e.stats());
+}
+
+#[test]
+fn without_the_pin_guard_a_copy_of_anonymous_memory_is_written_through() {
+    let _g = serial();
+    // No UFFDIO_MOVE (as before Linux 6.8): the source cannot be taken off
+    // safely, so it stays anonymous and the copy writes through.
+    let e = Engine::new(Config {
+        fresh: Fresh::Anon,
+        copy_through: true,
+        pin_guard: false,
+        ..Config::default()
+    });
     let n = 64 * PAGE;
     let a = filled(&e, n, 3);
     let want = bytes(a, n);
@@ -83,7 +162,7 @@ fn a_copy_of_anonymous_memory_is_written_through_and_its_copies_are_virtual() {
     copy(&e, b, a, n);
     assert_eq!(bytes(b, n), want);
     let s = e.stats();
-    assert_eq!(s.pages_copied_through, 64, "{s:?}");
+    assert_eq!((s.pages_copied_through, s.pages_adopted), (64, 0), "{s:?}");
     assert_eq!(s.frames_in_use, 64, "the copy lives in frames: {s:?}");
     // Copy of the copy: virtual, no new frame.
     let c = e.alloc(n, Hint::None);
@@ -114,7 +193,12 @@ fn a_copy_of_anonymous_memory_is_written_through_and_its_copies_are_virtual() {
 #[test]
 fn the_scan_folds_the_source_of_a_written_through_copy_onto_its_frames() {
     let _g = serial();
-    let e = engine(Fresh::Anon);
+    let e = Engine::new(Config {
+        fresh: Fresh::Anon,
+        copy_through: true,
+        pin_guard: false,
+        ..Config::default()
+    });
     let n = 128 * PAGE;
     let a = filled(&e, n, 5);
     let want = bytes(a, n);
@@ -145,12 +229,12 @@ fn adaptive_placement_puts_blocks_of_a_copied_size_on_frames() {
     let _g = serial();
     let e = engine(Fresh::Adaptive);
     let n = 48 * PAGE;
-    // Unknown size: anonymous; its copy is written through.
+    // Unknown size: anonymous; its copy adopts it onto frames.
     let a = filled(&e, n, 7);
     assert_eq!(e.stats().frames_in_use, 0);
     let b = e.alloc(n, Hint::None);
     copy(&e, b, a, n);
-    assert_eq!(e.stats().pages_copied_through, 48);
+    assert_eq!(e.stats().pages_adopted, 48);
     // Blocks of that size were copied: the next one starts on frames, and
     // its copy is virtual at once (frozen in place, nothing written through).
     let c = filled(&e, n, 9);
@@ -160,7 +244,8 @@ fn adaptive_placement_puts_blocks_of_a_copied_size_on_frames() {
     let d = e.alloc(n, Hint::None);
     copy(&e, d, c, n);
     let s = e.stats();
-    assert_eq!(s.pages_copied_through, 48, "{s:?}");
+    assert_eq!((s.pages_adopted, s.pages_copied_through), (48, 0), "{s:?}");
+    assert_eq!(s.pages_shared_by_copy, 96, "{s:?}");
     assert_eq!(bytes(d, n), want);
     // Another size is unaffected.
     let other = filled(&e, n + PAGE, 1);

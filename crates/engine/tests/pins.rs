@@ -445,3 +445,41 @@ fn pinned_anonymous_pages_are_not_evicted() {
     // SAFETY: p is the block allocated above, freed once.
     assert!(unsafe { e.free(p) });
 }
+
+#[test]
+fn a_pinned_source_page_is_not_adopted_by_a_copy() {
+    let e = Engine::new(anon(Config {
+        copy_through: true,
+        ..Config::default()
+    }));
+    let src = e.alloc(16 * PAGE, Hint::None);
+    for k in 0..16 {
+        // SAFETY: page k lies inside the live 16-page block just allocated.
+        unsafe { std::ptr::write_bytes(src.add(k * PAGE), 0x30 + k as u8, PAGE) };
+    }
+    let ring = Ring::new();
+    // SAFETY: page 5 lies inside the block.
+    let pinned = unsafe { src.add(5 * PAGE) };
+    ring.pin(&[pinned]);
+    let dst = e.alloc(16 * PAGE, Hint::None);
+    // SAFETY: two live, distinct 16-page blocks.
+    unsafe { e.copy(dst, src, 16 * PAGE) };
+    let s = e.stats();
+    assert!(s.pin_refused >= 1, "the pinned page was not refused: {s:?}");
+    assert_eq!(s.pages_adopted, 15, "{s:?}");
+    for k in 0..16 {
+        let want = vec![0x30 + k as u8; PAGE];
+        assert_eq!(content(dst, k), want, "copy, page {k}");
+        assert_eq!(content(src, k), want, "source, page {k}");
+    }
+    // A write through the pin (as a device or O_DIRECT read would make it)
+    // lands in the source, which kept its page, and never in the copy.
+    vm_write(pinned, &[0xEE; PAGE]);
+    assert_eq!(content(src, 5), vec![0xEE; PAGE]);
+    assert_eq!(content(dst, 5), vec![0x35; PAGE]);
+    ring.unpin();
+    for p in [src, dst] {
+        // SAFETY: p is a block allocated above, freed once.
+        assert!(unsafe { e.free(p) });
+    }
+}

@@ -1454,6 +1454,23 @@ fn shadow_fresh_anonymous() {
     };
     let (_, s) = run(cfg, Opts::new("fresh_anon"));
     exercised(&s, "fresh_anon");
+    assert!(s.pages_adopted > 0, "{s:?}");
+    assert!(s.pages_copied_through > 0, "{s:?}");
+}
+
+#[test]
+fn shadow_fresh_anonymous_without_pin_guard() {
+    // As above, without UFFDIO_MOVE: no source is adopted, every copy out of
+    // anonymous memory is written through.
+    let cfg = Config {
+        fresh: pagefold_engine::Fresh::Anon,
+        copy_through: true,
+        pin_guard: false,
+        ..Config::default()
+    };
+    let (_, s) = run(cfg, Opts::new("fresh_anon_no_guard"));
+    exercised(&s, "fresh_anon_no_guard");
+    assert_eq!(s.pages_adopted, 0, "{s:?}");
     assert!(s.pages_copied_through > 0, "{s:?}");
 }
 
