@@ -167,8 +167,11 @@ def _setup_nanny(nanny: Nanny) -> None:
     """Before the nanny starts its worker: the preload library in the
     environment the worker process is spawned with, this module among the
     worker's preloads, and the nanny's terminate check on the true footprint."""
-    library = pagefold.preload_path()
-    nanny.pre_spawn_env["LD_PRELOAD"] = _with_library(nanny.pre_spawn_env.get("LD_PRELOAD"), library)
+    if not engine_loaded():
+        # A nanny already under the engine (`pagefold run -- dask worker`)
+        # passes its own LD_PRELOAD on; otherwise the worker gets it here.
+        library = pagefold.preload_path()
+        nanny.pre_spawn_env["LD_PRELOAD"] = _with_library(nanny.pre_spawn_env.get("LD_PRELOAD"), library)
     worker_preloads = _as_list(nanny.preload)
     if PRELOAD not in worker_preloads:
         worker_preloads.append(PRELOAD)
