@@ -134,7 +134,10 @@ mod tests {
         assert_eq!(all.inputs[0].pages, 12_100);
         assert_eq!(all.inputs[0].zero_pages, 100);
         assert_eq!(all.inputs[0].sampled.len(), 4000);
-        assert!(all.inputs[0].sampled.iter().all(|(_, n, f)| *n == 3 && *f == 0));
+        assert!(all.inputs[0]
+            .sampled
+            .iter()
+            .all(|(_, n, f)| *n == 3 && *f == 0));
         let some = sample(&image, &scan, 16);
         let distinct = some.inputs[0].sampled.len() as f64;
         // Expected 250; the binomial's standard deviation is about 15.

@@ -164,7 +164,10 @@ fn fingerprints_of_two_children_sample_the_same_contents() {
             .collect()
     };
     let all = sample("1");
-    assert!(all["breakdown"].is_null(), "--only fingerprints runs nothing else");
+    assert!(
+        all["breakdown"].is_null(),
+        "--only fingerprints runs nothing else"
+    );
     let (ha, hb) = (hashes(&all, 0), hashes(&all, 1));
     assert_eq!((ha.len(), hb.len()), (600, 600));
     assert_eq!(all["fingerprints"]["inputs"][0]["sampled_pages"], 1000);
