@@ -37,7 +37,7 @@ pub struct Args {
     #[arg(long, value_name = "SECS")]
     pub interval: Option<f64>,
     /// Run only these analyses: sharing, patching, characterize, comparisons,
-    /// codecs, dedup (breakdown = sharing + patching).
+    /// codecs, dedup, fingerprints (breakdown = sharing + patching).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub only: Vec<String>,
     /// Skip these analyses (same names as --only).
@@ -72,6 +72,11 @@ pub struct Args {
     /// MiB of the image the dedup study samples.
     #[arg(long, value_name = "MIB", default_value_t = 256.0)]
     pub dedup_sample: f64,
+    /// Also report a sample of page fingerprints: the non-zero pages whose
+    /// content hash is a multiple of RATE (one page in RATE), to estimate
+    /// sharing between processes read apart (`--only fingerprints`: nothing else).
+    #[arg(long, value_name = "RATE")]
+    pub fingerprints: Option<u64>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -190,6 +195,7 @@ pub fn plan(a: &Args) -> Result<Plan> {
         "comparisons",
         "codecs",
         "dedup",
+        "fingerprints",
         "breakdown",
     ];
     for n in a.only.iter().chain(&a.skip) {
@@ -214,6 +220,8 @@ pub fn plan(a: &Args) -> Result<Plan> {
     o.comparisons = on("comparisons");
     o.codecs = on("codecs");
     o.dedup = on("dedup");
+    let skipped = a.skip.iter().any(|x| x == "fingerprints");
+    o.fingerprints = fingerprint_rate(a, !skipped)?;
     let (k, s) = a
         .hsd
         .split_once(',')
@@ -258,6 +266,23 @@ pub fn plan(a: &Args) -> Result<Plan> {
         interval,
         options: o,
     })
+}
+
+/// The sampling rate of `--fingerprints`, checked (None when not given or
+/// skipped); `--only fingerprints` without a rate is a usage error.
+fn fingerprint_rate(a: &Args, wanted: bool) -> Result<Option<u64>> {
+    let only_these = a.only.iter().any(|x| x == "fingerprints");
+    match a.fingerprints {
+        None if only_these => Err(Error::Usage(
+            "--only fingerprints needs --fingerprints RATE".into(),
+        )),
+        None => Ok(None),
+        Some(r) if (1..=crate::fingerprints::MAX_RATE).contains(&r) => Ok(wanted.then_some(r)),
+        Some(r) => Err(Error::Usage(format!(
+            "--fingerprints {r}: give a rate between 1 and {}",
+            crate::fingerprints::MAX_RATE
+        ))),
+    }
 }
 
 fn parse_num(s: &str) -> Option<u64> {

@@ -14,7 +14,10 @@
 //! - [`study`]: Deng et al.'s compression (pagefold-codecs) and chunking
 //!   deduplication studies, on a stated sample;
 //! - [`comparisons`]: comparisons needed to find the duplicates by KSM's
-//!   trees, a hash index and CMDP's behaviour-classified trees.
+//!   trees, a hash index and CMDP's behaviour-classified trees;
+//! - [`fingerprints`]: a fixed 1/N sample of page hashes, from which the
+//!   sharing between processes read at different times or places is
+//!   estimated (Memory Buddies).
 //!
 //! [`analyze`] runs the selected analyses and returns a [`Report`] that
 //! prints as tables ([`report::text`]), serialises to JSON, and plots to PNG
@@ -28,6 +31,7 @@ pub mod characterize;
 pub mod cli;
 pub mod comparisons;
 pub mod error;
+pub mod fingerprints;
 pub mod image;
 pub mod plot;
 pub mod progress;
@@ -50,6 +54,7 @@ pub use scan::SimilarityConfig;
 
 use characterize::Characterization;
 use comparisons::Comparisons;
+use fingerprints::Fingerprints;
 use image::{Change, InputInfo};
 use sharing::{Counts, Cross, Frames};
 use similarity::Patching;
@@ -66,6 +71,8 @@ pub struct Options {
     pub comparisons: bool,
     pub codecs: bool,
     pub dedup: bool,
+    /// Sample page fingerprints at this rate (one page in N), if set.
+    pub fingerprints: Option<u64>,
     pub similarity: SimilarityConfig,
     /// Bytes of the image the codec study samples.
     pub codec_sample: usize,
@@ -83,6 +90,7 @@ impl Default for Options {
             comparisons: true,
             codecs: true,
             dedup: true,
+            fingerprints: None,
             similarity: SimilarityConfig::default(),
             codec_sample: 8 << 20,
             codec_blocks: vec![4096, 8192, 16384, 32768, 65536, 131072],
@@ -152,6 +160,8 @@ pub struct Report {
     pub comparisons: Option<Comparisons>,
     pub compression: Option<CodecStudy>,
     pub dedup: Option<DedupStudy>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fingerprints: Option<Fingerprints>,
     pub savings: Vec<Saving>,
     pub threads: usize,
     pub seconds: f64,
@@ -170,7 +180,7 @@ pub fn analyze(image: &Image, opts: &Options, progress: &Progress) -> Result<Rep
     }
     let start = Instant::now();
     let n = image.pages() as u64;
-    let need_scan = opts.sharing || opts.comparisons;
+    let need_scan = opts.sharing || opts.comparisons || opts.fingerprints.is_some();
     let patching = opts.sharing && opts.patching;
     let cpu_before_scan = cpu_seconds();
     let scan = need_scan.then(|| scan::scan(image, patching.then_some(&opts.similarity), progress));
@@ -237,6 +247,9 @@ pub fn analyze(image: &Image, opts: &Options, progress: &Progress) -> Result<Rep
             progress,
         )
     });
+    let fingerprints = opts
+        .fingerprints
+        .map(|rate| fingerprints::sample(image, scan.as_ref().expect("scan"), rate));
     let savings = savings(n, breakdown.as_ref(), compression.as_ref(), dedup.as_ref());
     Ok(Report {
         inputs: image.inputs.clone(),
@@ -248,6 +261,7 @@ pub fn analyze(image: &Image, opts: &Options, progress: &Progress) -> Result<Rep
         comparisons,
         compression,
         dedup,
+        fingerprints,
         savings,
         threads: rayon::current_num_threads(),
         seconds: start.elapsed().as_secs_f64(),

@@ -465,6 +465,25 @@ pub fn text(r: &Report) -> String {
         }
     }
 
+    if let Some(f) = &r.fingerprints {
+        let _ = writeln!(
+            o,
+            "\nFingerprints (non-zero pages whose hash is a multiple of {}; --json lists them):",
+            f.rate
+        );
+        for i in &f.inputs {
+            let _ = writeln!(
+                o,
+                "  {:<40}{:>12} pages  {:>10} zero  {:>8} sampled  {:>8} distinct",
+                truncate(&i.input, 40),
+                thousands(i.pages),
+                thousands(i.zero_pages),
+                thousands(i.sampled_pages),
+                thousands(i.sampled.len() as u64)
+            );
+        }
+    }
+
     if !r.savings.is_empty() {
         let _ = writeln!(
             o,

@@ -153,6 +153,14 @@ fn bad_arguments() {
         &run(&[&f.s(), "--threads", "0"]),
         "--threads must be at least 1",
     );
+    assert_fails(
+        &run(&[&f.s(), "--fingerprints", "0"]),
+        "--fingerprints 0: give a rate between 1 and",
+    );
+    assert_fails(
+        &run(&[&f.s(), "--only", "fingerprints"]),
+        "--only fingerprints needs --fingerprints RATE",
+    );
 }
 
 #[test]

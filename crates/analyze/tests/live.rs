@@ -1,7 +1,8 @@
 //! Live processes the test starts: a forked child holding known memory is
 //! read through /proc/PID/{maps,pagemap,mem}; several children together
-//! split in-process from cross-process sharing; two snapshots classify a
-//! child that keeps rewriting some of its pages.
+//! split in-process from cross-process sharing, and their fingerprint
+//! samples agree with it; two snapshots classify a child that keeps
+//! rewriting some of its pages.
 
 mod common;
 
@@ -122,6 +123,66 @@ fn several_children_cross_process_sharing() {
     assert_eq!(x["after_in_process"], 10);
     assert_eq!(x["after_cross_process"], 9);
     assert_eq!(x["cross_adds_pages"], 1);
+}
+
+/// With rate 1 every non-zero page is sampled, so the samples of two
+/// processes give the exact cross-process count; with rate 8 about one
+/// content in eight is sampled, the same contents in both processes.
+#[test]
+fn fingerprints_of_two_children_sample_the_same_contents() {
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(44);
+    let common: Vec<Vec<u8>> = (0..400).map(|_| random_page(&mut rng)).collect();
+    let mut a: Vec<u8> = common.concat();
+    a.extend(common.concat()); // each common page twice in A
+    let mut b: Vec<u8> = common.concat();
+    for _ in 0..200 {
+        a.extend(random_page(&mut rng));
+        b.extend(random_page(&mut rng));
+    }
+    b.extend(vec![0u8; 3 * PAGE]);
+    let (ca, cb) = (Child::spawn(&a, 0), Child::spawn(&b, 0));
+    let sample = |rate: &str| {
+        json(&[
+            &ca.pid.to_string(),
+            &cb.pid.to_string(),
+            "--only",
+            "fingerprints",
+            "--fingerprints",
+            rate,
+            "--range",
+            &ca.range(),
+            "--range",
+            &cb.range(),
+        ])
+    };
+    let hashes = |v: &serde_json::Value, i: usize| -> std::collections::HashMap<String, u64> {
+        v["fingerprints"]["inputs"][i]["sampled"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e[0].as_str().unwrap().to_string(), e[1].as_u64().unwrap()))
+            .collect()
+    };
+    let all = sample("1");
+    assert!(
+        all["breakdown"].is_null(),
+        "--only fingerprints runs nothing else"
+    );
+    let (ha, hb) = (hashes(&all, 0), hashes(&all, 1));
+    assert_eq!((ha.len(), hb.len()), (600, 600));
+    assert_eq!(all["fingerprints"]["inputs"][0]["sampled_pages"], 1000);
+    assert_eq!(all["fingerprints"]["inputs"][1]["zero_pages"], 3);
+    assert_eq!(ha.keys().filter(|h| hb.contains_key(*h)).count(), 400);
+    assert_eq!(ha.values().filter(|&&n| n == 2).count(), 400);
+    let some = sample("8");
+    let (sa, sb) = (hashes(&some, 0), hashes(&some, 1));
+    let common_sampled = sa.keys().filter(|h| sb.contains_key(*h)).count();
+    // 400 common contents at one in eight: 50 expected, sd about 6.6.
+    assert!((25..=75).contains(&common_sampled), "{common_sampled}");
+    for h in sa.keys() {
+        assert!(ha.contains_key(h));
+        assert_eq!(u64::from_str_radix(h, 16).unwrap() % 8, 0);
+    }
 }
 
 #[test]

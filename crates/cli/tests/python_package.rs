@@ -2,11 +2,14 @@
 //! maturin builds installed with pip, then `pip install` of this checkout
 //! over it (maturin builds the `pagefold` command with the preload library
 //! inside), then python/tests run there with pytest: the command,
-//! `python -m pagefold`, the Python API, and a notebook executed by nbclient
-//! on the Jupyter kernel `python -m pagefold kernel install` registers.
+//! `python -m pagefold`, the Python API, a notebook executed by nbclient
+//! on the Jupyter kernel `python -m pagefold kernel install` registers, and
+//! pagefold.dask on a LocalCluster of two worker processes (the wheel is
+//! installed with its `dask` extra, which brings dask[array,distributed]).
 //!
 //! Needs python3 with venv and pip, and PyPI (maturin, pytest, ipykernel,
-//! nbclient, nbformat are installed into the virtualenv). Cargo builds into
+//! nbclient, nbformat, dask and its dependencies are installed into the
+//! virtualenv). Cargo builds into
 //! this workspace's target directory, so only what the wheel adds is built.
 //! `PAGEFOLD_PYTHON_SKIP=1` skips it explicitly (printed).
 
@@ -97,7 +100,11 @@ fn pip_install_then_command_api_and_jupyter_kernel() {
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
         .expect("a .whl file");
-    run("pip install of the wheel", pip(&["install"]).arg(&wheel));
+    let with_dask_extra = format!("{}[dask]", wheel.display());
+    run(
+        "pip install of the wheel with the dask extra",
+        pip(&["install"]).arg(&with_dask_extra),
+    );
     run(
         "pip install of the checkout",
         pip(&["install", "--force-reinstall", "--no-deps"]).arg(repo()),
