@@ -62,6 +62,10 @@ pub struct Config {
     /// kernel KSM's smart_scan): at every 2nd, 4th, then 8th scan. Every 8th
     /// scan still looks at every page, so identical pages always meet.
     pub smart_scan: bool,
+    /// Look at only one page in 16 of a block in which two scans in a row
+    /// found nothing to fold or merge, until a look finds something
+    /// (sample.rs).
+    pub sample_scan: bool,
     /// Wait before folding or merging pages of a chunk, for writes through
     /// pages the kernel pinned before the chunk was protected (O_DIRECT),
     /// where the pin guard is off or the kernel lacks it.
@@ -188,6 +192,7 @@ impl Default for Config {
             scan_share: None,
             volatile_check: true,
             smart_scan: true,
+            sample_scan: true,
             pin_grace: Duration::from_micros(1000),
             pin_guard: true,
             pin_hold: true,
@@ -273,6 +278,7 @@ impl Config {
         flag("PAGEFOLD_KSM", &mut c.ksm_handoff);
         flag("PAGEFOLD_VOLATILE_CHECK", &mut c.volatile_check);
         flag("PAGEFOLD_SMART_SCAN", &mut c.smart_scan);
+        flag("PAGEFOLD_SAMPLE_SCAN", &mut c.sample_scan);
         flag("PAGEFOLD_PIN_GUARD", &mut c.pin_guard);
         flag("PAGEFOLD_PIN_HOLD", &mut c.pin_hold);
         flag("PAGEFOLD_RECYCLE_JOIN", &mut c.recycle_join);

@@ -76,7 +76,7 @@
 //!    thread (fault.rs) with the held pages (held.rs) and patches
 //!    (patches.rs) it keeps, the pin guard's state (guard.rs), recycled
 //!    blocks (recycle.rs), and the scan's and clock's pure decisions
-//!    (idle.rs, budget.rs, fresh.rs, clock.rs, colour.rs).
+//!    (idle.rs, sample.rs, budget.rs, fresh.rs, clock.rs, colour.rs).
 //! 3. The page table (state.rs): `State` and the operations every mechanism
 //!    builds on (allocate, free, remap, freeze, divergence, the mapping
 //!    budget); what a change of mapping invalidates below (holds, records of
@@ -122,6 +122,7 @@ pub mod protect;
 mod race;
 mod recycle;
 mod restore;
+mod sample;
 mod scan;
 mod seen;
 mod space;

@@ -161,6 +161,9 @@ pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
             st.in_protected_chunk(base, i, c, &mut work);
             i += c;
         }
+        if let Some(b) = inner.lock().blocks.get_mut(&base) {
+            b.found.scan_done();
+        }
     }
     rep.wall_ns = t0.elapsed().as_nanos() as u64;
     rep.cpu_ns = sys::thread_cpu_ns() - c0;
@@ -361,13 +364,15 @@ impl State {
         pass: bool,
         rep: &mut ScanReport,
     ) -> Vec<usize> {
-        let seen = &self.blocks[&base].seen;
+        let block = &self.blocks[&base];
+        let (seen, found) = (&block.seen, block.found);
         let scan_no = self.stats.scans;
+        // A clock pass classifies every page: it samples nothing.
+        let sampled = |k: usize| pass || !self.cfg.sample_scan || found.due(k);
         let due: Vec<usize> = (i..i + c)
             .filter(|&k| {
-                !self.cfg.smart_scan
-                    || idle::due(seen[k], scan_no)
-                    || pass && crate::seen::wanted(seen[k])
+                pass && crate::seen::wanted(seen[k])
+                    || sampled(k) && (!self.cfg.smart_scan || idle::due(seen[k], scan_no))
             })
             .collect();
         rep.skipped_idle += (c - due.len()) as u64;
@@ -393,6 +398,7 @@ impl State {
                 || zero.binary_search(&k).is_ok()
                 || frozen.binary_search(&k).is_ok();
             block.seen[k] = idle::after_look(block.seen[k], acted);
+            block.found.acted(acted as usize);
         }
     }
 

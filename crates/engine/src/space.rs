@@ -111,6 +111,8 @@ pub struct Block {
     /// Pages whose merge the mapping budget refused since the last look at
     /// handing the block to kernel KSM (ksm.rs).
     pub merges_refused: usize,
+    /// What recent scans found in the block: whether it is sampled (sample.rs).
+    pub found: crate::sample::Yield,
 }
 
 // SAFETY: base is the start of a mapping the engine made and owns; the Block only stores the
@@ -131,6 +133,7 @@ impl Block {
             evicted,
             copy_shared: 0,
             merges_refused: 0,
+            found: Default::default(),
         };
         b.vmas = b.count_vmas();
         b

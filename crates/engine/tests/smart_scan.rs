@@ -1,6 +1,9 @@
 //! The smart scan (idle.rs): pages earlier scans found nothing to do with are
 //! looked at less often, yet zero pages and duplicates that appear among
-//! them are still found, within one full-look period (8 scans).
+//! them are still found, within one full-look period (8 scans). And sampled
+//! blocks (sample.rs): a block that yields nothing is looked at one page in
+//! 16, yet a zeroed or duplicated run of 16 pages in it is still found, and
+//! then the whole block is looked at again.
 
 use pagefold_engine::{Config, Engine, Hint, PAGE};
 
@@ -17,9 +20,12 @@ fn fill_unique(p: *mut u8, pages: usize, seed: u64) {
     }
 }
 
+/// An engine whose scans look at pages by their idle level alone (no
+/// sampled blocks: the tests at the end cover those).
 fn engine(smart: bool) -> Engine {
     Engine::new(Config {
         smart_scan: smart,
+        sample_scan: false,
         ..Config::default()
     })
 }
@@ -126,4 +132,64 @@ fn an_idle_page_the_program_zeroes_is_still_folded() {
     // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
     // after this free.
     unsafe { e.free(a) };
+}
+
+/// Writes zeros over pages `[from, to)` of the block at `p`.
+fn zero_pages(p: *mut u8, from: usize, to: usize) {
+    // SAFETY: callers pass page ranges inside a live block of this test.
+    unsafe { std::ptr::write_bytes(p.add(from * PAGE), 0, (to - from) * PAGE) };
+}
+
+#[test]
+fn a_fruitless_block_is_sampled_and_a_zeroed_run_in_it_ends_the_sampling() {
+    let pages = 256;
+    let e = Engine::new(Config {
+        smart_scan: false,
+        ..Config::default()
+    });
+    let p = e.alloc(pages * PAGE, Hint::None);
+    fill_unique(p, pages, 9);
+    let looked: Vec<u64> = (0..4).map(|_| e.scan().pages_scanned).collect();
+    assert_eq!(
+        looked,
+        [256, 256, 16, 16],
+        "two fruitless scans, then one page in 16"
+    );
+    // A zeroed run of 16 pages covers a sampled page; a shorter run elsewhere
+    // does not, but is found once the block is looked at whole again.
+    zero_pages(p, 40, 56);
+    zero_pages(p, 100, 104);
+    let mut folded = 0;
+    for _ in 0..8 {
+        folded += e.scan().zero_folded;
+        if folded == 20 {
+            break;
+        }
+    }
+    assert_eq!(folded, 20, "{:?}", e.stats());
+    // SAFETY: every page reads zero or its pattern: the pages of the block, read.
+    let bytes = unsafe { std::slice::from_raw_parts(p, pages * PAGE) };
+    for k in (40..56).chain(100..104) {
+        assert!(
+            bytes[k * PAGE..(k + 1) * PAGE].iter().all(|&b| b == 0),
+            "page {k}"
+        );
+    }
+    // SAFETY: the block this test allocated, freed once.
+    unsafe { e.free(p) };
+}
+
+#[test]
+fn sampling_can_be_switched_off() {
+    let pages = 64;
+    let e = Engine::new(Config {
+        smart_scan: false,
+        sample_scan: false,
+        ..Config::default()
+    });
+    let p = e.alloc(pages * PAGE, Hint::None);
+    fill_unique(p, pages, 10);
+    assert!((0..5).all(|_| e.scan().pages_scanned == pages as u64));
+    // SAFETY: the block this test allocated, freed once.
+    unsafe { e.free(p) };
 }
