@@ -70,8 +70,10 @@ impl State {
         }
         if self.cfg.copy_through {
             // Anonymous source pages are adopted onto frames (adopt.rs); what
-            // it leaves (zero or untouched pages) is copied plainly. Without
-            // the pin guard, and for diverged pages, the copy writes through.
+            // it leaves (zero or untouched pages) is copied plainly, and so
+            // are diverged pages: a copy the program wrote over is likely
+            // written over again. Without the pin guard the copy writes
+            // anonymous and diverged pages through.
             let adopting = self.pin_guard();
             if adopting {
                 let anon = |k: usize| (src_pages[k] == Page::Anon && plain[k]).then_some(());
@@ -83,8 +85,7 @@ impl State {
                 }
             }
             let in_anon = |k: usize| match src_pages[k] {
-                Page::Anon if !adopting => plain[k].then_some(()),
-                Page::Diverged(_) => plain[k].then_some(()),
+                Page::Anon | Page::Diverged(_) if !adopting => plain[k].then_some(()),
                 _ => None,
             };
             for (a, b) in unit_runs(0..whole, in_anon) {

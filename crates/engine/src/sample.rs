@@ -15,8 +15,9 @@
 //! look (always the same pages, so the volatility check still sees each of
 //! them twice), on top of its idle level. A zeroed or duplicated run of
 //! `SAMPLE_EVERY` pages or more always covers a sampled page; the first
-//! scan that acts on any page of the block ends the sampling, and the next
-//! scan looks at the whole block again. What sampling can miss: zero or
+//! scan that acts on any page of the block ends the sampling (a page another
+//! block's page merged with counts: its neighbours are likely duplicates of
+//! that block's too), and from then on the whole block is looked at again. What sampling can miss: zero or
 //! duplicate pages in runs shorter than `SAMPLE_EVERY` in a block where
 //! nothing else is found; tiering's clock passes look at every page anyway.
 
@@ -35,9 +36,11 @@ pub struct Yield {
 }
 
 impl Yield {
-    /// Whether the scan looks only at a sample of the block.
+    /// Whether the scan looks only at a sample of the block: not once any
+    /// of its pages was acted on in the scan under way (a merge partner
+    /// included: its neighbours are likely duplicates too).
     pub fn sampling(&self) -> bool {
-        self.fruitless >= SAMPLE_AFTER
+        self.fruitless >= SAMPLE_AFTER && self.acted == 0
     }
 
     /// Whether page `k` is due a look at all (before its idle level decides).

@@ -613,6 +613,13 @@ impl State {
                     }
                     // Pages after the first that did not promote go the usual way.
                     let took = 1 + frames[1..].iter().take_while(|f| f.is_some()).count();
+                    // The partner's block yielded too: if it was sampled, its
+                    // other pages must be looked at for their duplicates here.
+                    if frames[0].is_some() {
+                        if let Some(b) = self.blocks.get_mut(&qb) {
+                            b.found.acted(took);
+                        }
+                    }
                     for (j, f) in frames.into_iter().enumerate().take(took) {
                         let Some(f) = f else { continue };
                         stable.insert(self.blocks[&base].page_addr(k + j), f, |f| {

@@ -193,3 +193,38 @@ fn sampling_can_be_switched_off() {
     // SAFETY: the block this test allocated, freed once.
     unsafe { e.free(p) };
 }
+
+#[test]
+fn two_sampled_blocks_that_become_duplicates_merge_in_full() {
+    let pages = 64;
+    let e = Engine::new(Config {
+        smart_scan: false,
+        ..Config::default()
+    });
+    let a = e.alloc(pages * PAGE, Hint::None);
+    let b = e.alloc(pages * PAGE, Hint::None);
+    fill_unique(a, pages, 11);
+    fill_unique(b, pages, 12);
+    for _ in 0..3 {
+        e.scan();
+    }
+    assert!(e.scan().pages_scanned <= 2 * 4, "both blocks are sampled");
+    // b becomes a duplicate of a, page for page (plainly written, no copy).
+    // SAFETY: two live, distinct blocks of `pages` pages each.
+    unsafe { std::ptr::copy_nonoverlapping(a, b, pages * PAGE) };
+    let mut scans = 0;
+    while e.stats().pages_saved_by_sharing < pages as u64 && scans < 12 {
+        e.scan();
+        scans += 1;
+    }
+    let s = e.stats();
+    assert_eq!(
+        s.pages_saved_by_sharing, pages as u64,
+        "after {scans} scans: {s:?}"
+    );
+    // SAFETY: the blocks this test allocated, freed once each.
+    unsafe {
+        e.free(a);
+        e.free(b);
+    }
+}

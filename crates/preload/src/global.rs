@@ -16,6 +16,11 @@
 //! `PAGEFOLD_PIN_AGE_MS` defaults to 200 here (owned pages are frozen before they are folded
 //! or shared, so a program's O_DIRECT and other pinned I/O cannot lose a write; the engine's
 //! detach.rs);
+//! `PAGEFOLD_FRESH` defaults to `adaptive` and `PAGEFOLD_COPY_THROUGH` to 1 here (a block
+//! starts on plain anonymous memory unless its size is often copied from, and a copy out of
+//! anonymous memory adopts its source onto frames: the engine's fresh.rs and adopt.rs);
+//! `PAGEFOLD_COPY_LEARN` defaults to 1 here (copies into a size class whose copies were
+//! mostly written over are made plainly: fresh.rs);
 //! `PAGEFOLD_SCAN_AFTER_FREE_MB` (default 64): wake the scanner after this much
 //! engine memory was freed, which is when a garbage collector has just run;
 //! `PAGEFOLD_REPORT=PATH`: at exit write the engine's statistics as JSON to
@@ -26,7 +31,7 @@ use std::ffi::CStr;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use pagefold_engine::{Config, Engine};
+use pagefold_engine::{Config, Engine, Fresh};
 
 const UNINIT: u8 = 0;
 const STARTING: u8 = 1;
@@ -133,6 +138,19 @@ fn start() -> Option<&'static Engine> {
         }
         if env_usize(c"PAGEFOLD_PIN_AGE_MS").is_none() {
             cfg.pin_age = PIN_AGE_DEFAULT;
+        }
+        // Plain memory stays plain: a block starts anonymous unless its
+        // size class is often copied from, and the first copy out of
+        // anonymous memory adopts the source onto frames.
+        if with_env(c"PAGEFOLD_FRESH", |_| ()).is_none() {
+            cfg.fresh = Fresh::Adaptive;
+        }
+        if with_env(c"PAGEFOLD_COPY_THROUGH", |_| ()).is_none() {
+            cfg.copy_through = true;
+        }
+        // Copies into a size class the program writes over are made plainly.
+        if with_env(c"PAGEFOLD_COPY_LEARN", |_| ()).is_none() {
+            cfg.copy_learn = true;
         }
         Engine::new(cfg)
     })?;
