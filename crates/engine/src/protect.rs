@@ -21,16 +21,34 @@
 //! adds modes, it never removes one). MISSING faults are read and answered by
 //! the fault thread (fault.rs); WP faults it reads too, and ignores: the scan
 //! that protected the page wakes its writers when it unprotects.
+//!
+//! Where the kernel refuses the system call (an unprivileged user while
+//! `vm.unprivileged_userfaultfd` is 0, the default), the descriptor comes
+//! from /dev/userfaultfd (Linux 6.1), whose file mode says who may have one.
+//! The system call with `UFFD_USER_MODE_ONLY` is never refused, but such a
+//! descriptor makes a kernel access to a protected or missing page (a
+//! `read(2)` into it) fail with EFAULT instead of waiting (the tests below
+//! show it): every mechanism here protects pages the program may hand to
+//! the kernel, so the engine does not use it, and runs without write
+//! protection instead. `probe` tells `pagefold doctor` what this kernel and
+//! this user allow, and `Refuse` forces each refusal for the tests.
 
 use crate::fds::{self, Fd};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const UFFD_API: u64 = 0xAA;
+const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
 const FEATURE_MISSING_SHMEM: u64 = 1 << 5;
 const FEATURE_WP_SHMEM: u64 = 1 << 12;
 const FEATURE_WP_UNPOPULATED: u64 = 1 << 13;
 const FEATURE_POISON: u64 = 1 << 14;
+const FEATURE_MOVE: u64 = 1 << 16;
+/// The system call's flag for a descriptor that handles user-mode faults only.
+const USER_MODE_ONLY: libc::c_int = 1;
+/// `_IO(0xAA, 0x00)` on /dev/userfaultfd: a new userfaultfd, its argument the flags.
+const USERFAULTFD_IOC_NEW: u64 = 0xAA << 8;
+const DEVICE: &std::ffi::CStr = c"/dev/userfaultfd";
 const MODE_MISSING: u64 = 1;
 const MODE_WP: u64 = 2;
 const WP_MODE_WP: u64 = 1;
@@ -110,6 +128,192 @@ struct Msg {
     _rest: u64,
 }
 
+/// Refusals forced for tests (config.rs `Inject`): each makes the kernel
+/// answer as one without that permission or feature answers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refuse {
+    /// The system call fails with EPERM, as for an unprivileged user while
+    /// `vm.unprivileged_userfaultfd` is 0.
+    pub syscall: bool,
+    /// /dev/userfaultfd cannot be opened (EACCES), as when its mode keeps
+    /// the user out.
+    pub device: bool,
+    /// No write protection of anonymous and shmem memory (before Linux 6.1).
+    pub wp: bool,
+    /// No write protection of never-touched anonymous pages (before Linux 6.4).
+    pub wp_unpopulated: bool,
+    /// No MISSING mode on shmem.
+    pub missing: bool,
+    /// No UFFDIO_POISON (before Linux 6.6).
+    pub poison: bool,
+    /// UFFDIO_MOVE fails with EINVAL, as before Linux 6.8.
+    pub move_pages: bool,
+}
+
+impl Refuse {
+    /// The UFFDIO_API features this refusal takes away.
+    fn features(&self) -> u64 {
+        let mut f = 0;
+        if self.wp {
+            f |= FEATURE_PAGEFAULT_FLAG_WP | FEATURE_WP_SHMEM | FEATURE_WP_UNPOPULATED;
+        }
+        if self.wp_unpopulated {
+            f |= FEATURE_WP_UNPOPULATED;
+        }
+        if self.missing {
+            f |= FEATURE_MISSING_SHMEM;
+        }
+        if self.poison {
+            f |= FEATURE_POISON;
+        }
+        if self.move_pages {
+            f |= FEATURE_MOVE;
+        }
+        f
+    }
+}
+
+/// Where a userfaultfd came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The userfaultfd system call.
+    Syscall,
+    /// /dev/userfaultfd (`USERFAULTFD_IOC_NEW`).
+    Device,
+}
+
+/// A new userfaultfd handling kernel faults too: the system call, else
+/// /dev/userfaultfd. Both refusals when neither gives one.
+fn new_fd(refuse: &Refuse) -> Result<(i32, Source), (io::Error, io::Error)> {
+    let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+    let syscall = if refuse.syscall {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    } else {
+        syscall_fd(flags)
+    };
+    let syscall_err = match syscall {
+        Ok(fd) => return Ok((fd, Source::Syscall)),
+        Err(e) => e,
+    };
+    let device = if refuse.device {
+        Err(io::Error::from_raw_os_error(libc::EACCES))
+    } else {
+        device_fd(flags)
+    };
+    device
+        .map(|fd| (fd, Source::Device))
+        .map_err(|e| (syscall_err, e))
+}
+
+fn syscall_fd(flags: libc::c_int) -> io::Result<i32> {
+    // SAFETY: the userfaultfd system call takes only an integer flag argument.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as i32;
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// A userfaultfd from /dev/userfaultfd; the device's own descriptor is
+/// closed before this returns.
+fn device_fd(flags: libc::c_int) -> io::Result<i32> {
+    // SAFETY: DEVICE is a NUL-terminated C string that outlives the call.
+    let dev = unsafe { libc::open(DEVICE.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if dev < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: USERFAULTFD_IOC_NEW takes its flags as the integer argument and
+    // touches no memory of ours.
+    let fd = unsafe { libc::ioctl(dev, USERFAULTFD_IOC_NEW as _, flags) };
+    let r = if fd < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(fd)
+    };
+    // SAFETY: dev was opened above and is used by nothing else.
+    unsafe { libc::close(dev) };
+    r
+}
+
+/// What this kernel and this user allow of userfaultfd, for `pagefold doctor`.
+#[derive(Debug)]
+pub struct Probe {
+    /// The system call (kernel faults handled): Ok, or why it was refused.
+    pub syscall: io::Result<()>,
+    /// /dev/userfaultfd: Ok, or why it could not give a descriptor.
+    pub device: io::Result<()>,
+    /// The system call with `UFFD_USER_MODE_ONLY` (unused by the engine).
+    pub user_mode_only: io::Result<()>,
+    /// The features the kernel offers (as any of the three could ask
+    /// UFFDIO_API for them), less those refused; None if none opened.
+    pub features: Option<Features>,
+}
+
+/// The userfaultfd features the engine asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Features {
+    /// Write protection of anonymous and shmem memory (Linux 6.1).
+    pub wp: bool,
+    /// Write protection of never-touched anonymous pages (Linux 6.4).
+    pub wp_unpopulated: bool,
+    /// MISSING mode on shmem (Linux 4.11).
+    pub missing: bool,
+    /// UFFDIO_POISON (Linux 6.6).
+    pub poison: bool,
+    /// UFFDIO_MOVE (Linux 6.8).
+    pub move_pages: bool,
+}
+
+/// Opens each kind of userfaultfd once and asks the kernel for its features.
+pub fn probe(refuse: &Refuse) -> Probe {
+    let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+    let syscall = if refuse.syscall {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    } else {
+        syscall_fd(flags)
+    };
+    let device = if refuse.device {
+        Err(io::Error::from_raw_os_error(libc::EACCES))
+    } else {
+        device_fd(flags)
+    };
+    let user_mode_only = syscall_fd(flags | USER_MODE_ONLY);
+    let mut features = None;
+    for fd in [&syscall, &device, &user_mode_only].into_iter().flatten() {
+        if features.is_none() {
+            features = offered_features(*fd).map(|f| f & !refuse.features());
+        }
+        // SAFETY: fd was opened above and is used by nothing else.
+        unsafe { libc::close(*fd) };
+    }
+    Probe {
+        syscall: syscall.map(drop),
+        device: device.map(drop),
+        user_mode_only: user_mode_only.map(drop),
+        features: features.map(|f| Features {
+            wp: f & (FEATURE_PAGEFAULT_FLAG_WP | FEATURE_WP_SHMEM)
+                == FEATURE_PAGEFAULT_FLAG_WP | FEATURE_WP_SHMEM,
+            wp_unpopulated: f & FEATURE_WP_UNPOPULATED != 0,
+            missing: f & FEATURE_MISSING_SHMEM != 0,
+            poison: f & FEATURE_POISON != 0,
+            move_pages: f & FEATURE_MOVE != 0,
+        }),
+    }
+}
+
+/// The features UFFDIO_API offers on a fresh descriptor (asked with none,
+/// the kernel answers with all it has).
+fn offered_features(fd: i32) -> Option<u64> {
+    let mut api = ApiArg {
+        api: UFFD_API,
+        features: 0,
+        ioctls: 0,
+    };
+    // SAFETY: api is a live ApiArg, the layout UFFDIO_API reads and writes.
+    let r = unsafe { libc::ioctl(fd, UFFDIO_API as _, &mut api as *mut ApiArg) };
+    (r == 0).then_some(api.features)
+}
+
 /// A page fault read from the descriptor.
 #[derive(Clone, Copy, Debug)]
 pub struct Fault {
@@ -127,6 +331,10 @@ pub struct Protector {
     pub missing: bool,
     /// UFFDIO_POISON is available (a page whose stored copy is lost faults with SIGBUS).
     pub poison: bool,
+    /// Where the descriptor came from.
+    pub source: Source,
+    /// UFFDIO_MOVE is refused as on a kernel without it (tests).
+    refuse_move: bool,
     /// Pages an unprotect found not registered.
     gaps: AtomicU64,
 }
@@ -135,6 +343,11 @@ impl Protector {
     /// With `missing`, asks for MISSING mode on shmem and for poisoning too,
     /// falling back to write protection alone if the kernel refuses them.
     pub fn open_with(missing: bool) -> io::Result<Protector> {
+        Protector::open_refusing(missing, &Refuse::default())
+    }
+
+    /// `open_with`, on a kernel that refuses what `refuse` says.
+    pub fn open_refusing(missing: bool, refuse: &Refuse) -> io::Result<Protector> {
         let wp = FEATURE_WP_SHMEM | FEATURE_WP_UNPOPULATED;
         let attempts: &[u64] = if missing {
             &[
@@ -148,18 +361,15 @@ impl Protector {
         let mut last = io::Error::from_raw_os_error(libc::EINVAL);
         // A second UFFDIO_API on one descriptor fails: a fresh one per attempt.
         for &features in attempts {
-            let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
-            // SAFETY: the userfaultfd system call takes only an integer flag argument.
-            let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as i32;
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
+            let (fd, source) = new_fd(refuse).map_err(|(syscall, _device)| syscall)?;
             let fd = fds::adopt(fd)?;
             let missing = features & FEATURE_MISSING_SHMEM != 0;
             let p = Protector {
                 fd,
                 missing,
                 poison: features & FEATURE_POISON != 0,
+                source,
+                refuse_move: refuse.move_pages,
                 gaps: AtomicU64::new(0),
             };
             let mut api = ApiArg {
@@ -167,7 +377,13 @@ impl Protector {
                 features,
                 ioctls: 0,
             };
-            match p.ioctl(UFFDIO_API, &mut api) {
+            // The kernel refuses a feature it lacks with EINVAL.
+            let r = if features & refuse.features() != 0 {
+                Err(io::Error::from_raw_os_error(libc::EINVAL))
+            } else {
+                p.ioctl(UFFDIO_API, &mut api)
+            };
+            match r {
                 Ok(()) => return Ok(p),
                 Err(e) => last = e,
             }
@@ -238,6 +454,9 @@ impl Protector {
             mode: 0,
             moved: 0,
         };
+        if self.refuse_move {
+            return (0, Some(io::Error::from_raw_os_error(libc::EINVAL)));
+        }
         let r = self.fd.with(|fd| {
             // SAFETY: arg is a live MoveArg, the layout UFFDIO_MOVE reads and writes.
             if unsafe { libc::ioctl(fd, UFFDIO_MOVE as _, &mut arg as *mut MoveArg) } == 0 {
