@@ -678,4 +678,123 @@ mod tests {
         unsafe { std::ptr::write_bytes(base, 2, n * PAGE) };
         sys::unmap(base, n * PAGE);
     }
+
+    /// A Protector on a descriptor that handles user-mode faults only (the
+    /// system call with UFFD_USER_MODE_ONLY, which no user is refused).
+    fn user_mode_only() -> Protector {
+        let fd = syscall_fd(libc::O_CLOEXEC | libc::O_NONBLOCK | USER_MODE_ONLY).unwrap();
+        let p = Protector {
+            fd: fds::adopt(fd).unwrap(),
+            missing: true,
+            poison: false,
+            source: Source::Syscall,
+            refuse_move: false,
+            gaps: AtomicU64::new(0),
+        };
+        let mut api = ApiArg {
+            api: UFFD_API,
+            features: FEATURE_WP_SHMEM | FEATURE_WP_UNPOPULATED | FEATURE_MISSING_SHMEM,
+            ioctls: 0,
+        };
+        p.ioctl(UFFDIO_API, &mut api).unwrap();
+        p
+    }
+
+    /// A pipe holding `b"kernel write"`.
+    fn pipe_with_data() -> [i32; 2] {
+        let mut fds = [0i32; 2];
+        // SAFETY: fds is a live array of two ints that pipe fills in.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: the buffer is a live static byte string of the length given.
+        assert_eq!(
+            unsafe { libc::write(fds[1], b"kernel write".as_ptr().cast(), 12) },
+            12
+        );
+        fds
+    }
+
+    /// The kernel writing into `page` for a read(2) from the pipe.
+    fn kernel_write(fds: [i32; 2], page: usize) -> io::Result<usize> {
+        // SAFETY: page is a live, writable page of this test; the kernel writes 12 bytes.
+        let r = unsafe { libc::read(fds[0], page as *mut libc::c_void, 12) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    }
+
+    fn close_pipe(fds: [i32; 2]) {
+        // SAFETY: both descriptors were opened by pipe_with_data and are closed once.
+        unsafe { libc::close(fds[0]) };
+        // SAFETY: as above.
+        unsafe { libc::close(fds[1]) };
+    }
+
+    /// Why the engine never uses a user-mode-only userfaultfd: the kernel's
+    /// own write into a write-protected page (read(2) into a buffer being
+    /// scanned) fails with EFAULT, where the program expects it to wait.
+    #[test]
+    fn user_mode_only_protection_fails_kernel_writes_with_efault() {
+        let p = user_mode_only();
+        let base = sys::map(std::ptr::null_mut(), PAGE, None, 0, false, false).unwrap();
+        // SAFETY: base is a fresh private mapping of one page, readable and writable.
+        unsafe { base.write(7) };
+        p.register(base, PAGE).unwrap();
+        p.protect(base, PAGE).unwrap();
+        let fds = pipe_with_data();
+        let r = kernel_write(fds, base as usize);
+        assert_eq!(r.map_err(|e| e.raw_os_error()), Err(Some(libc::EFAULT)));
+        p.unprotect(base, PAGE).unwrap();
+        assert_eq!(
+            kernel_write(fds, base as usize).unwrap(),
+            12,
+            "the data stayed in the pipe"
+        );
+        close_pipe(fds);
+        sys::unmap(base, PAGE);
+    }
+
+    /// The same for MISSING mode (evicted pages, and the holes the pin
+    /// guard leaves): a kernel access to the missing page fails with EFAULT.
+    #[test]
+    fn user_mode_only_missing_pages_fail_kernel_writes_with_efault() {
+        let p = user_mode_only();
+        let base = sys::map(std::ptr::null_mut(), PAGE, None, 0, false, false).unwrap();
+        p.register_missing(base, PAGE).unwrap();
+        let fds = pipe_with_data();
+        let r = kernel_write(fds, base as usize);
+        assert_eq!(r.map_err(|e| e.raw_os_error()), Err(Some(libc::EFAULT)));
+        close_pipe(fds);
+        p.unregister(base, PAGE).unwrap();
+        sys::unmap(base, PAGE);
+    }
+
+    /// With the engine's descriptor the same kernel write waits until the
+    /// page is unprotected, then lands.
+    #[test]
+    fn full_protection_makes_kernel_writes_wait() {
+        let Ok(p) = Protector::open() else {
+            eprintln!("skipped: no userfaultfd");
+            return;
+        };
+        let base = sys::map(std::ptr::null_mut(), PAGE, None, 0, false, false).unwrap();
+        // SAFETY: base is a fresh private mapping of one page, readable and writable.
+        unsafe { base.write(7) };
+        p.register(base, PAGE).unwrap();
+        p.protect(base, PAGE).unwrap();
+        let fds = pipe_with_data();
+        let page = base as usize;
+        let reader =
+            std::thread::spawn(move || kernel_write(fds, page).map_err(|e| e.raw_os_error()));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!reader.is_finished(), "the kernel write did not wait");
+        p.unprotect(base, PAGE).unwrap();
+        assert_eq!(reader.join().unwrap(), Ok(12));
+        // SAFETY: 12 bytes were written at base.
+        let got = unsafe { std::slice::from_raw_parts(base, 12) };
+        assert_eq!(got, b"kernel write");
+        close_pipe(fds);
+        sys::unmap(base, PAGE);
+    }
 }
