@@ -51,6 +51,18 @@ def test_python_m_pagefold_run_gives_the_plain_output_and_exit_code(tmp_path):
     assert all(e["schema"] == "pagefold-preload-report/1" for e in engine)
 
 
+def test_doctor_says_what_works_here():
+    doc = pagefold.doctor()
+    assert doc["schema"] == "pagefold-doctor/1"
+    names = {c["name"] for c in doc["checks"]}
+    assert {"userfaultfd system call", "/dev/userfaultfd", "memfd", "pagemap PFNs"} <= names
+    works = {m["name"]: m["works"] for m in doc["mechanisms"]}
+    assert works["virtual copies"]
+    for c in doc["checks"]:
+        if c["lost"]:
+            assert not c["ok"] and c["fix"], c
+
+
 def test_the_preload_library_comes_with_the_package():
     path = pagefold.preload_path()
     assert os.path.isfile(path) and path.endswith(".so")
