@@ -321,6 +321,10 @@ fn device_mode() -> String {
     }
 }
 
+/// A feature's row: its name, whether it is offered, the first Linux with
+/// it, and what its absence takes away.
+type Feature = (&'static str, bool, &'static str, &'static [&'static str]);
+
 /// The rows of the features the engine asks userfaultfd for.
 fn feature_rows(probe: &Probe, usable: bool) -> Vec<Check> {
     let Some(f) = probe.features else {
@@ -338,7 +342,7 @@ fn feature_rows(probe: &Probe, usable: bool) -> Vec<Check> {
             lost.to_vec()
         }
     };
-    let rows: [(&'static str, bool, &str, &[&'static str]); 5] = [
+    let rows: [Feature; 5] = [
         (
             "userfaultfd WP (anonymous and shmem)",
             f.wp,

@@ -120,10 +120,60 @@ fn the_doctor_names_every_check_and_its_json_has_a_schema() {
     );
 }
 
-/// Each forced refusal: (variables, the check it fails, a mechanism it
-/// takes away, whether `pagefold run` warns).
-const FORCED: [(&[(&str, &str)], &str, &str, bool); 8] = [
-    (
+/// KSM delegation is opt-in: `pagefold run --ksm` hands the program
+/// `PAGEFOLD_KSM=1`, and the doctor reports the choice.
+#[test]
+fn run_ksm_opts_the_program_into_ksm_delegation() {
+    let bin = common::pagefold();
+    let out = Command::new(&bin)
+        .args(["run", "--ksm", "--", "/usr/bin/env"])
+        .env_remove("PAGEFOLD_KSM")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let env = String::from_utf8_lossy(&out.stdout);
+    assert!(env.lines().any(|l| l == "PAGEFOLD_KSM=1"), "{env}");
+    let off = doctor_json(Command::new(&bin).env_remove("PAGEFOLD_KSM"));
+    assert!(check(&off, "kernel KSM")["state"]
+        .as_str()
+        .unwrap()
+        .contains("delegation off"));
+    let on = doctor_json(Command::new(&bin).env("PAGEFOLD_KSM", "1"));
+    assert!(check(&on, "kernel KSM")["state"]
+        .as_str()
+        .unwrap()
+        .contains("delegation on"));
+}
+
+/// A forced refusal: its variables, the check it fails, a mechanism it
+/// takes away, and whether `pagefold run` warns of it.
+struct Forced {
+    vars: &'static [(&'static str, &'static str)],
+    failed: &'static str,
+    lost: &'static str,
+    warns: bool,
+}
+
+const fn forced(
+    vars: &'static [(&'static str, &'static str)],
+    failed: &'static str,
+    lost: &'static str,
+    warns: bool,
+) -> Forced {
+    Forced {
+        vars,
+        failed,
+        lost,
+        warns,
+    }
+}
+
+const FORCED: [Forced; 8] = [
+    forced(
         &[
             ("PAGEFOLD_INJECT_FAIL_UFFD_SYSCALL", "1"),
             ("PAGEFOLD_INJECT_FAIL_UFFD_DEVICE", "1"),
@@ -132,19 +182,19 @@ const FORCED: [(&[(&str, &str)], &str, &str, bool); 8] = [
         "zero folding",
         true,
     ),
-    (
+    forced(
         &[("PAGEFOLD_INJECT_FAIL_UFFD_WP", "1")],
         "userfaultfd WP (anonymous and shmem)",
         "merging",
         true,
     ),
-    (
+    forced(
         &[("PAGEFOLD_INJECT_FAIL_UFFD_WP_UNPOPULATED", "1")],
         "userfaultfd WP_UNPOPULATED",
         "zero folding",
         true,
     ),
-    (
+    forced(
         &[
             ("PAGEFOLD_INJECT_FAIL_UFFD_MISSING", "1"),
             ("PAGEFOLD_TIER", "1"),
@@ -153,25 +203,25 @@ const FORCED: [(&[(&str, &str)], &str, &str, bool); 8] = [
         "eviction and tiering",
         true,
     ),
-    (
+    forced(
         &[("PAGEFOLD_INJECT_FAIL_UFFD_POISON", "1")],
         "userfaultfd POISON",
         "poisoned pages for lost stored copies",
         false,
     ),
-    (
+    forced(
         &[("PAGEFOLD_INJECT_FAIL_UFFD_MOVE", "1")],
         "userfaultfd MOVE",
         "pin guard",
         true,
     ),
-    (
+    forced(
         &[("PAGEFOLD_INJECT_FAIL_MEMFD", "1")],
         "memfd",
         "virtual copies",
         true,
     ),
-    (
+    forced(
         &[("PAGEFOLD_INJECT_HIDE_PFNS", "1")],
         "pagemap PFNs",
         "page colouring",
@@ -187,7 +237,13 @@ fn each_forced_refusal_is_explained_and_the_program_prints_plains_bytes() {
     let plain = Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
     assert!(plain.status.success());
     let clean = doctor_json(&mut Command::new(&bin));
-    for (vars, failed, lost, warns) in FORCED {
+    for Forced {
+        vars,
+        failed,
+        lost,
+        warns,
+    } in FORCED
+    {
         let with = |cmd: &mut Command| {
             for (k, v) in vars {
                 cmd.env(k, v);

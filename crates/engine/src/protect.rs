@@ -182,27 +182,35 @@ pub enum Source {
     Device,
 }
 
+/// Flags of every descriptor the engine opens.
+const FD_FLAGS: libc::c_int = libc::O_CLOEXEC | libc::O_NONBLOCK;
+
 /// A new userfaultfd handling kernel faults too: the system call, else
 /// /dev/userfaultfd. Both refusals when neither gives one.
 fn new_fd(refuse: &Refuse) -> Result<(i32, Source), (io::Error, io::Error)> {
-    let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
-    let syscall = if refuse.syscall {
-        Err(io::Error::from_raw_os_error(libc::EPERM))
-    } else {
-        syscall_fd(flags)
-    };
-    let syscall_err = match syscall {
+    let syscall_err = match syscall_unless(refuse) {
         Ok(fd) => return Ok((fd, Source::Syscall)),
         Err(e) => e,
     };
-    let device = if refuse.device {
-        Err(io::Error::from_raw_os_error(libc::EACCES))
-    } else {
-        device_fd(flags)
-    };
-    device
+    device_unless(refuse)
         .map(|fd| (fd, Source::Device))
         .map_err(|e| (syscall_err, e))
+}
+
+/// The system call, or EPERM where `refuse` says so.
+fn syscall_unless(refuse: &Refuse) -> io::Result<i32> {
+    if refuse.syscall {
+        return Err(io::Error::from_raw_os_error(libc::EPERM));
+    }
+    syscall_fd(FD_FLAGS)
+}
+
+/// The device, or EACCES where `refuse` says so.
+fn device_unless(refuse: &Refuse) -> io::Result<i32> {
+    if refuse.device {
+        return Err(io::Error::from_raw_os_error(libc::EACCES));
+    }
+    device_fd(FD_FLAGS)
 }
 
 fn syscall_fd(flags: libc::c_int) -> io::Result<i32> {
@@ -266,18 +274,9 @@ pub struct Features {
 
 /// Opens each kind of userfaultfd once and asks the kernel for its features.
 pub fn probe(refuse: &Refuse) -> Probe {
-    let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
-    let syscall = if refuse.syscall {
-        Err(io::Error::from_raw_os_error(libc::EPERM))
-    } else {
-        syscall_fd(flags)
-    };
-    let device = if refuse.device {
-        Err(io::Error::from_raw_os_error(libc::EACCES))
-    } else {
-        device_fd(flags)
-    };
-    let user_mode_only = syscall_fd(flags | USER_MODE_ONLY);
+    let syscall = syscall_unless(refuse);
+    let device = device_unless(refuse);
+    let user_mode_only = syscall_fd(FD_FLAGS | USER_MODE_ONLY);
     let mut features = None;
     for fd in [&syscall, &device, &user_mode_only].into_iter().flatten() {
         if features.is_none() {
@@ -682,7 +681,7 @@ mod tests {
     /// A Protector on a descriptor that handles user-mode faults only (the
     /// system call with UFFD_USER_MODE_ONLY, which no user is refused).
     fn user_mode_only() -> Protector {
-        let fd = syscall_fd(libc::O_CLOEXEC | libc::O_NONBLOCK | USER_MODE_ONLY).unwrap();
+        let fd = syscall_fd(FD_FLAGS | USER_MODE_ONLY).unwrap();
         let p = Protector {
             fd: fds::adopt(fd).unwrap(),
             missing: true,
@@ -706,10 +705,8 @@ mod tests {
         // SAFETY: fds is a live array of two ints that pipe fills in.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
         // SAFETY: the buffer is a live static byte string of the length given.
-        assert_eq!(
-            unsafe { libc::write(fds[1], b"kernel write".as_ptr().cast(), 12) },
-            12
-        );
+        let written = unsafe { libc::write(fds[1], b"kernel write".as_ptr().cast(), 12) };
+        assert_eq!(written, 12);
         fds
     }
 
