@@ -1,9 +1,10 @@
-//! The Python package as a user gets it: a fresh virtualenv, the wheel
-//! maturin builds installed with pip, then `pip install` of this checkout
-//! over it (maturin builds the `pagefold` command with the preload library
-//! inside), then python/tests run there with pytest: the command,
-//! `python -m pagefold`, the Python API, and a notebook executed by nbclient
-//! on the Jupyter kernel `python -m pagefold kernel install` registers.
+//! The Python package as a user without Rust gets it: the wheel maturin
+//! builds from this checkout (the `pagefold` command with the preload
+//! library inside), built once, then installed with pip into a fresh
+//! virtualenv on a PATH without cargo or rustc, where python/tests run
+//! with pytest: the command, `python -m pagefold`, the Python API, and a
+//! notebook executed by nbclient on the Jupyter kernel
+//! `python -m pagefold kernel install` registers.
 //!
 //! Needs python3 with venv and pip, and PyPI (maturin, pytest, ipykernel,
 //! nbclient, nbformat are installed into the virtualenv). Cargo builds into
@@ -69,8 +70,8 @@ fn pip_install_then_command_api_and_jupyter_kernel() {
             "nbformat",
         ]),
     );
-    // The wheel maturin builds (what `maturin build --release` makes), installed
-    // as a user installs a downloaded one; then `pip install <checkout>` over it.
+    // The wheel maturin builds (what `maturin build --release` makes), built
+    // with cargo at hand; then installed, and used, as a user without Rust does.
     let pip = |args: &[&str]| {
         let mut c = Command::new(&py);
         c.args([
@@ -97,10 +98,13 @@ fn pip_install_then_command_api_and_jupyter_kernel() {
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
         .expect("a .whl file");
-    run("pip install of the wheel", pip(&["install"]).arg(&wheel));
+    let no_rust = path_without_rust();
     run(
-        "pip install of the checkout",
-        pip(&["install", "--force-reinstall", "--no-deps"]).arg(repo()),
+        "pip install of the wheel without Rust",
+        pip(&["install"])
+            .arg(&wheel)
+            .env("PATH", &no_rust)
+            .env_remove("CARGO_TARGET_DIR"),
     );
     // Outside the checkout, so `import pagefold` finds the installed package.
     let out = Command::new(&py)
@@ -111,6 +115,7 @@ fn pip_install_then_command_api_and_jupyter_kernel() {
         .env_remove("LD_LIBRARY_PATH")
         .env_remove("LD_PRELOAD")
         .env_remove("PAGEFOLD_PRELOAD")
+        .env("PATH", &no_rust)
         .output()
         .expect("running pytest");
     let text = format!(
@@ -124,4 +129,14 @@ fn pip_install_then_command_api_and_jupyter_kernel() {
         Some(5) => panic!("pytest collected no tests:\n{text}"),
         c => panic!("pytest failed ({c:?}):\n{text}"),
     }
+}
+
+/// This process's PATH without the directories that hold cargo or rustc
+/// (the virtualenv's Python is run by its full path).
+fn path_without_rust() -> std::ffi::OsString {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let kept: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|d| !d.join("cargo").exists() && !d.join("rustc").exists())
+        .collect();
+    std::env::join_paths(kept).expect("a PATH")
 }
