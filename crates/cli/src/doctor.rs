@@ -235,7 +235,7 @@ fn errno_text(e: &std::io::Error) -> String {
 /// features it asks of it.
 fn uffd_checks(inject: &Inject, user: &str) -> Vec<Check> {
     let probe = protect::probe(&inject.uffd_refusals());
-    let usable = !inject.fail_uffd && (probe.syscall.is_ok() || probe.device.is_ok());
+    let usable = !inject.fail_uffd && probe.engine_can_open();
     let lost: &[&str] = if usable { &[] } else { &PROTECTED };
     let mut rows = vec![
         syscall_row(&probe, inject, lost),
@@ -257,9 +257,15 @@ fn uffd_checks(inject: &Inject, user: &str) -> Vec<Check> {
 
 fn syscall_row(probe: &Probe, inject: &Inject, lost: &[&'static str]) -> Check {
     let name = "userfaultfd system call";
+    let filtered = probe.syscall.is_err() && probe.user_mode_only.is_err();
     let state = match (&probe.syscall, inject.fail_uffd) {
         (_, true) => "refused (PAGEFOLD_INJECT_FAIL_UFFD)".to_string(),
         (Ok(()), false) => "works".to_string(),
+        (Err(e), false) if filtered => format!(
+            "{} for every kind of userfaultfd, as a sandbox's filter (seccomp) refuses it; \
+             /dev/userfaultfd is not used, as it would go around the filter",
+            errno_text(e)
+        ),
         (Err(e), false) => {
             let mut s = errno_text(e);
             if e.raw_os_error() == Some(libc::EPERM) {
@@ -278,10 +284,12 @@ fn syscall_row(probe: &Probe, inject: &Inject, lost: &[&'static str]) -> Check {
     if lost.is_empty() {
         return row;
     }
-    row.missing(
-        lost,
-        "sudo sysctl -w vm.unprivileged_userfaultfd=1   (every user; lasting: a line in /etc/sysctl.d/)",
-    )
+    let fix = if filtered {
+        "allow the userfaultfd system call in the sandbox's seccomp filter"
+    } else {
+        "sudo sysctl -w vm.unprivileged_userfaultfd=1   (every user; lasting: a line in /etc/sysctl.d/)"
+    };
+    row.missing(lost, fix)
 }
 
 fn device_row(probe: &Probe, lost: &[&'static str], user: &str) -> Check {
@@ -295,7 +303,7 @@ fn device_row(probe: &Probe, lost: &[&'static str], user: &str) -> Check {
         Err(e) => format!("{} ({found})", errno_text(e)),
     };
     let row = check(name, probe.device.is_ok(), state);
-    if lost.is_empty() || probe.device.is_ok() {
+    if lost.is_empty() || probe.device.is_ok() || probe.user_mode_only.is_err() {
         return row;
     }
     row.missing(

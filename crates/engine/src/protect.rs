@@ -185,16 +185,37 @@ pub enum Source {
 /// Flags of every descriptor the engine opens.
 const FD_FLAGS: libc::c_int = libc::O_CLOEXEC | libc::O_NONBLOCK;
 
-/// A new userfaultfd handling kernel faults too: the system call, else
-/// /dev/userfaultfd. Both refusals when neither gives one.
+/// A new userfaultfd handling kernel faults too: the system call, else,
+/// where the kernel's own rule refused it, /dev/userfaultfd. Both refusals
+/// when neither gives one.
 fn new_fd(refuse: &Refuse) -> Result<(i32, Source), (io::Error, io::Error)> {
     let syscall_err = match syscall_unless(refuse) {
         Ok(fd) => return Ok((fd, Source::Syscall)),
         Err(e) => e,
     };
+    if !kernel_rule_refused() {
+        let filtered = io::Error::from_raw_os_error(libc::EPERM);
+        return Err((syscall_err, filtered));
+    }
     device_unless(refuse)
         .map(|fd| (fd, Source::Device))
         .map_err(|e| (syscall_err, e))
+}
+
+/// Whether a refused system call was the kernel's privilege rule, which
+/// never refuses a user-mode-only descriptor, rather than a sandbox's
+/// filter (seccomp, an LSM), which refuses the call whatever its flags:
+/// the device would go around such a filter, so it is used only in the
+/// first case.
+fn kernel_rule_refused() -> bool {
+    match syscall_fd(FD_FLAGS | USER_MODE_ONLY) {
+        Ok(fd) => {
+            // SAFETY: fd was opened just above and is used by nothing else.
+            unsafe { libc::close(fd) };
+            true
+        }
+        Err(_) => false,
+    }
 }
 
 /// The system call, or EPERM where `refuse` says so.
@@ -250,11 +271,19 @@ pub struct Probe {
     pub syscall: io::Result<()>,
     /// /dev/userfaultfd: Ok, or why it could not give a descriptor.
     pub device: io::Result<()>,
-    /// The system call with `UFFD_USER_MODE_ONLY` (unused by the engine).
+    /// The system call with `UFFD_USER_MODE_ONLY` (unused by the engine;
+    /// refused only by a sandbox's filter, and then the device is not used either).
     pub user_mode_only: io::Result<()>,
     /// The features the kernel offers (as any of the three could ask
     /// UFFDIO_API for them), less those refused; None if none opened.
     pub features: Option<Features>,
+}
+
+impl Probe {
+    /// Whether the engine gets a userfaultfd here (as `Protector::open` would).
+    pub fn engine_can_open(&self) -> bool {
+        self.syscall.is_ok() || (self.device.is_ok() && self.user_mode_only.is_ok())
+    }
 }
 
 /// The userfaultfd features the engine asks for.
