@@ -149,6 +149,102 @@ fn run_ksm_opts_the_program_into_ksm_delegation() {
         .contains("delegation on"));
 }
 
+/// Makes the command's process refuse the userfaultfd system call with
+/// EPERM, whatever its flags, as a sandbox's seccomp filter does.
+fn deny_userfaultfd(cmd: &mut Command) -> &mut Command {
+    let filter = [
+        // The system call's number (`struct seccomp_data` starts with it).
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_userfaultfd as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    // SAFETY: the closure runs in the child between fork and exec and makes
+    // only the two prctl calls, which allocate nothing; `filter` is moved
+    // into it and lives as long as the calls read it.
+    unsafe {
+        cmd.pre_exec(move || {
+            let prog = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr() as *mut _,
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &prog as *const _,
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Under a sandbox's filter that refuses the system call, the device, which
+/// root may open, is not used to go around it: the doctor says so, and
+/// `pagefold run` warns and keeps plain's bytes with copies only.
+#[test]
+fn a_sandbox_refusing_userfaultfd_is_not_gone_around() {
+    let bin = common::pagefold();
+    let doc = doctor_json(deny_userfaultfd(&mut Command::new(&bin)));
+    let c = check(&doc, "userfaultfd system call");
+    assert_eq!(c["ok"], false, "{c}");
+    assert!(c["state"].as_str().unwrap().contains("sandbox"), "{c}");
+    assert!(c["fix"].as_str().unwrap().contains("seccomp"), "{c}");
+    assert_eq!(
+        check(&doc, "userfaultfd, user-mode faults only")["ok"],
+        false
+    );
+    assert!(!works(&doc, "zero folding"), "{doc:#}");
+
+    let argv = workload(bin.parent().unwrap(), "0");
+    let plain = Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
+    let dir = common::scratch("doctor-seccomp");
+    let report = dir.join("report.json");
+    let out = deny_userfaultfd(&mut Command::new(&bin))
+        .args(["run", "--json", "--report", report.to_str().unwrap(), "--"])
+        .args(&argv)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(out.stdout == plain.stdout, "output differs from plain's");
+    assert!(stderr.contains("running without zero folding"), "{stderr}");
+    let doc = json(&std::fs::read(&report).unwrap());
+    let engine = &doc["runs"][0]["engine_total"];
+    assert!(
+        engine["pages_shared_by_copy"].as_u64().unwrap() > 0,
+        "{engine:#}"
+    );
+    assert_eq!(
+        (engine["zero_folded"].as_u64(), engine["merged"].as_u64()),
+        (Some(0), Some(0))
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A forced refusal: its variables, the check it fails, a mechanism it
 /// takes away, and whether `pagefold run` warns of it.
 struct Forced {
