@@ -28,7 +28,7 @@ import sysconfig
 import tempfile
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-__all__ = ["footprint", "analyze", "run", "engine_stats", "binary", "preload_path", "PagefoldError"]
+__all__ = ["footprint", "analyze", "run", "doctor", "engine_stats", "binary", "preload_path", "PagefoldError"]
 
 
 class PagefoldError(RuntimeError):
@@ -116,6 +116,15 @@ def run(argv: Sequence[str], **options: Union[str, int, bool]) -> Dict[str, Any]
     runs = data.get("runs") if isinstance(data, dict) else None
     code = runs[-1].get("exit_code", done.returncode) if runs else done.returncode
     return {"exit_code": code, "report": data}
+
+
+def doctor() -> Dict[str, Any]:
+    """What of pagefold works on this machine for this user, and why:
+    ``checks`` (each with ``name``, ``ok``, ``state``, the mechanisms it
+    takes away in ``lost`` and the administrator's ``fix``) and
+    ``mechanisms`` (``name``, ``works``, the checks it ``missing``). It is
+    ``pagefold doctor --json``'s document (``"schema": "pagefold-doctor/1"``)."""
+    return json.loads(_call(["doctor", "--json"]))
 
 
 _STATS_FN: Optional[Any] = None

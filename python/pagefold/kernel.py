@@ -27,7 +27,11 @@ def spec(display_name: Optional[str] = None) -> dict:
 def install(name: str = "pagefold", user: bool = False, prefix: Optional[str] = None,
             display_name: Optional[str] = None) -> str:
     """Installs the kernel spec; returns the directory it went to."""
-    from jupyter_client.kernelspec import KernelSpecManager
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+    except ImportError as e:
+        raise ImportError("the Jupyter kernel needs ipykernel and jupyter_client: "
+                          "pip install 'pagefold[jupyter]' (in a checkout: pip install '.[jupyter]')") from e
 
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "kernel.json"), "w") as f:

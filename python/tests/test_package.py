@@ -1,10 +1,12 @@
 """The installed pagefold package, as a user meets it: the command, python -m
 pagefold, the Python API, and a Jupyter kernel running a notebook with the
-%pagefold magic. Run inside a virtualenv where `pip install <checkout>` put
-pagefold (crates/cli/tests/python_package.rs does that)."""
+%pagefold magic. Run inside a virtualenv where pip installed the wheel maturin
+built, on a PATH without cargo or rustc (crates/cli/tests/python_package.rs
+does that)."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -22,6 +24,10 @@ SCRIPT = textwrap.dedent(
     print(sum(c[4096 * 17] for c in copies), len(copies[3]))
     """
 )
+
+
+def test_installed_and_run_without_a_rust_toolchain():
+    assert shutil.which("cargo") is None and shutil.which("rustc") is None, os.environ.get("PATH")
 
 
 def test_the_command_and_python_m_agree_on_the_version():
@@ -49,6 +55,18 @@ def test_python_m_pagefold_run_gives_the_plain_output_and_exit_code(tmp_path):
     engine = doc["runs"][-1]["engine"]
     assert engine and sum(e["stats"]["pages_shared_by_copy"] for e in engine) > 4 * 8000
     assert all(e["schema"] == "pagefold-preload-report/1" for e in engine)
+
+
+def test_doctor_says_what_works_here():
+    doc = pagefold.doctor()
+    assert doc["schema"] == "pagefold-doctor/1"
+    names = {c["name"] for c in doc["checks"]}
+    assert {"userfaultfd system call", "/dev/userfaultfd", "memfd", "pagemap PFNs"} <= names
+    works = {m["name"]: m["works"] for m in doc["mechanisms"]}
+    assert works["virtual copies"]
+    for c in doc["checks"]:
+        if c["lost"]:
+            assert not c["ok"] and c["fix"], c
 
 
 def test_the_preload_library_comes_with_the_package():

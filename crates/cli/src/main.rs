@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod analyze;
 mod banks;
 mod demo;
+mod doctor;
 mod measure;
 mod preload;
 mod run;
@@ -42,6 +43,10 @@ enum Cmd {
     /// row-conflict timing) or assumed (from a table), how sure, and whether
     /// the addresses are real or a virtual machine's.
     Banks(banks::Args),
+    /// What of pagefold works here, for this user, and why: userfaultfd and
+    /// its features, memfd, PFNs, huge pages, KSM, memory limit, mappings;
+    /// for each missing piece what it takes away and how to enable it.
+    Doctor(doctor::Args),
     /// Print the path of the preload library `pagefold run` uses (for
     /// LD_PRELOAD in a kernel spec or a service file).
     Preload,
@@ -51,7 +56,7 @@ fn main() {
     let cli = Cli::parse();
     if matches!(
         cli.cmd,
-        Cmd::Measure(_) | Cmd::Analyze(_) | Cmd::Banks(_) | Cmd::Preload
+        Cmd::Measure(_) | Cmd::Analyze(_) | Cmd::Banks(_) | Cmd::Doctor(_) | Cmd::Preload
     ) {
         quiet_on_closed_output();
     }
@@ -65,6 +70,7 @@ fn main() {
         Cmd::Bench(a) => pagefold_bench::run(a),
         Cmd::Run(a) => run::run(a),
         Cmd::Banks(a) => banks::run(a),
+        Cmd::Doctor(a) => doctor::run(a),
         Cmd::Preload => match preload::path() {
             Ok(p) => {
                 println!("{}", p.display());

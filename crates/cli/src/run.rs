@@ -8,6 +8,10 @@
 //! report puts all runs side by side. The report goes to stderr (or
 //! `--report FILE`) so the program's stdout stays its own; with `--json` it
 //! is a document whose `"schema"` is [`SCHEMA`].
+//!
+//! Before the program starts, one line on stderr says so if the engine will
+//! run without a mechanism it has by default (userfaultfd refused, a kernel
+//! feature missing; `pagefold doctor` explains).
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -49,6 +53,11 @@ pub struct Args {
     /// entry assumed for this CPU; sets PAGEFOLD_BANK_FUNCTIONS).
     #[arg(long, value_name = "MAP", requires = "banks")]
     pub bank_functions: Option<String>,
+    /// Let the engine hand blocks of scattered duplicates to kernel KSM
+    /// while ksmd runs (sets PAGEFOLD_KSM=1; ksmd then merges them with
+    /// equal pages of other processes, see docs/MECHANISMS.md).
+    #[arg(long)]
+    pub ksm: bool,
     /// The command and its arguments.
     #[arg(
         trailing_var_arg = true,
@@ -84,6 +93,9 @@ fn run_checked(a: &Args) -> Result<i32, String> {
             std::env::set_var("PAGEFOLD_BANK_FUNCTIONS", f);
         }
     }
+    if a.ksm {
+        std::env::set_var("PAGEFOLD_KSM", "1");
+    }
     let preload = program::find_preload(a.preload.as_deref())?;
     let exe =
         program::resolve(&a.cmd[0]).ok_or_else(|| format!("{}: command not found", a.cmd[0]))?;
@@ -93,6 +105,10 @@ fn run_checked(a: &Args) -> Result<i32, String> {
             "pagefold run: {} is statically linked (no dynamic loader): it runs without pagefold",
             exe.display()
         );
+    } else if let Some(warning) =
+        crate::doctor::degraded_warning(&pagefold_engine::Config::from_env())
+    {
+        eprintln!("{warning}");
     }
     if let Some(p) = &a.plot {
         // Fail before the program runs, not after.

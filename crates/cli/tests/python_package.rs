@@ -1,11 +1,11 @@
-//! The Python package as a user gets it: a fresh virtualenv, the wheel
-//! maturin builds installed with pip, then `pip install` of this checkout
-//! over it (maturin builds the `pagefold` command with the preload library
-//! inside), then python/tests run there with pytest: the command,
-//! `python -m pagefold`, the Python API, a notebook executed by nbclient
-//! on the Jupyter kernel `python -m pagefold kernel install` registers, and
-//! pagefold.dask on a LocalCluster of two worker processes (the wheel is
-//! installed with its `dask` extra, which brings dask[array,distributed]).
+//! The Python package as a user without Rust gets it: the wheel maturin
+//! builds from this checkout (the `pagefold` command with the preload
+//! library inside), built once, then installed with pip, with its `dask`
+//! extra (dask[array,distributed]), into a fresh virtualenv on a PATH
+//! without cargo or rustc, where python/tests run with pytest: the command,
+//! `python -m pagefold`, the Python API, a notebook executed by nbclient on
+//! the Jupyter kernel `python -m pagefold kernel install` registers, and
+//! pagefold.dask on a LocalCluster of two worker processes.
 //!
 //! Needs python3 with venv and pip, and PyPI (maturin, pytest, ipykernel,
 //! nbclient, nbformat, dask and its dependencies are installed into the
@@ -72,8 +72,8 @@ fn pip_install_then_command_api_and_jupyter_kernel() {
             "nbformat",
         ]),
     );
-    // The wheel maturin builds (what `maturin build --release` makes), installed
-    // as a user installs a downloaded one; then `pip install <checkout>` over it.
+    // The wheel maturin builds (what `maturin build --release` makes), built
+    // with cargo at hand; then installed, and used, as a user without Rust does.
     let pip = |args: &[&str]| {
         let mut c = Command::new(&py);
         c.args([
@@ -100,14 +100,14 @@ fn pip_install_then_command_api_and_jupyter_kernel() {
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
         .expect("a .whl file");
+    let no_rust = path_without_rust();
     let with_dask_extra = format!("{}[dask]", wheel.display());
     run(
-        "pip install of the wheel with the dask extra",
-        pip(&["install"]).arg(&with_dask_extra),
-    );
-    run(
-        "pip install of the checkout",
-        pip(&["install", "--force-reinstall", "--no-deps"]).arg(repo()),
+        "pip install of the wheel (with the dask extra) without Rust",
+        pip(&["install"])
+            .arg(&with_dask_extra)
+            .env("PATH", &no_rust)
+            .env_remove("CARGO_TARGET_DIR"),
     );
     // Outside the checkout, so `import pagefold` finds the installed package.
     let out = Command::new(&py)
@@ -118,6 +118,7 @@ fn pip_install_then_command_api_and_jupyter_kernel() {
         .env_remove("LD_LIBRARY_PATH")
         .env_remove("LD_PRELOAD")
         .env_remove("PAGEFOLD_PRELOAD")
+        .env("PATH", &no_rust)
         .output()
         .expect("running pytest");
     let text = format!(
@@ -131,4 +132,14 @@ fn pip_install_then_command_api_and_jupyter_kernel() {
         Some(5) => panic!("pytest collected no tests:\n{text}"),
         c => panic!("pytest failed ({c:?}):\n{text}"),
     }
+}
+
+/// This process's PATH without the directories that hold cargo or rustc
+/// (the virtualenv's Python is run by its full path).
+fn path_without_rust() -> std::ffi::OsString {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let kept: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|d| !d.join("cargo").exists() && !d.join("rustc").exists())
+        .collect();
+    std::env::join_paths(kept).expect("a PATH")
 }

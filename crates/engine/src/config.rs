@@ -34,7 +34,8 @@ pub struct Config {
     pub merge: bool,
     /// Hand a block to kernel KSM when the mapping budget keeps refusing
     /// merges in it (scattered duplicates), if ksmd is running (ksm.rs).
-    /// On by default: where the administrator does not run KSM it does nothing.
+    /// Off by default: ksmd merges a handed block's pages with any other
+    /// process's pages of the same content (docs/MECHANISMS.md, threat model).
     pub ksm_handoff: bool,
     /// Most mappings (VMAs) the engine's blocks may use in total; None: half
     /// of what `vm.max_map_count` leaves after the reserve, at least
@@ -153,6 +154,21 @@ pub struct Inject {
     pub fail_uffd: bool,
     /// userfaultfd works for write protection but not MISSING mode: eviction is refused.
     pub fail_uffd_missing: bool,
+    /// The userfaultfd system call is refused (EPERM), as for an unprivileged
+    /// user while `vm.unprivileged_userfaultfd` is 0: the engine asks /dev/userfaultfd.
+    pub fail_uffd_syscall: bool,
+    /// /dev/userfaultfd cannot be opened (EACCES), as when its mode keeps the user out.
+    pub fail_uffd_device: bool,
+    /// The kernel lacks userfaultfd write protection of anonymous and shmem
+    /// memory (before Linux 6.1): no write-protected scans.
+    pub fail_uffd_wp: bool,
+    /// The kernel lacks write protection of never-touched anonymous pages
+    /// (before Linux 6.4): no write-protected scans.
+    pub fail_uffd_wp_unpopulated: bool,
+    /// The kernel lacks UFFDIO_POISON (before Linux 6.6): a lost stored copy ends the process.
+    pub fail_uffd_poison: bool,
+    /// The kernel lacks UFFDIO_MOVE (before Linux 6.8): no pin guard, the pin grace alone.
+    pub fail_uffd_move: bool,
     /// Every engine mmap after this many succeeds fails with ENOMEM.
     pub fail_mmap_after: Option<u64>,
     /// Pretend vm.max_map_count is this value.
@@ -183,7 +199,7 @@ impl Default for Config {
             copy: true,
             zero: true,
             merge: true,
-            ksm_handoff: true,
+            ksm_handoff: false,
             vma_budget: None,
             vma_reserve: 4_096,
             scan_chunk_pages: 512,
@@ -247,7 +263,9 @@ impl Config {
     /// `PAGEFOLD_PATCH_CANDIDATES`; page colouring: `PAGEFOLD_BANKS` (a bank set, `0-7,12`)
     /// under `PAGEFOLD_BANK_FUNCTIONS` (a table entry of pagefold-banks or hex masks; default:
     /// the entry assumed for this CPU), an invalid set leaves colouring off; fault injection: `PAGEFOLD_INJECT_FAIL_MEMFD`,
-    /// `PAGEFOLD_INJECT_FAIL_UFFD`, `PAGEFOLD_INJECT_FAIL_UFFD_MISSING`, `PAGEFOLD_INJECT_FAIL_PATCH` (0/1),
+    /// `PAGEFOLD_INJECT_FAIL_UFFD`, `PAGEFOLD_INJECT_FAIL_UFFD_MISSING`, `PAGEFOLD_INJECT_FAIL_UFFD_SYSCALL`,
+    /// `PAGEFOLD_INJECT_FAIL_UFFD_DEVICE`, `PAGEFOLD_INJECT_FAIL_UFFD_WP`, `PAGEFOLD_INJECT_FAIL_UFFD_WP_UNPOPULATED`,
+    /// `PAGEFOLD_INJECT_FAIL_UFFD_POISON`, `PAGEFOLD_INJECT_FAIL_UFFD_MOVE`, `PAGEFOLD_INJECT_FAIL_PATCH` (0/1),
     /// `PAGEFOLD_INJECT_MMAP_AFTER`, `PAGEFOLD_INJECT_MAX_MAP_COUNT`, `PAGEFOLD_INJECT_HIDE_PFNS`.
     /// Unparsable values keep the default; the preload cannot report errors.
     pub fn from_env() -> Config {
@@ -373,8 +391,10 @@ impl Inject {
     /// Forced failures from the environment, so that programs run under the
     /// preload (which cannot be given a Config) can be made to take every
     /// fallback path: `PAGEFOLD_INJECT_FAIL_MEMFD=1`, `PAGEFOLD_INJECT_FAIL_UFFD=1`,
-    /// `PAGEFOLD_INJECT_FAIL_UFFD_MISSING=1`,
-    /// `PAGEFOLD_INJECT_FAIL_PATCH=1`, `PAGEFOLD_INJECT_HIDE_PFNS=1`, `PAGEFOLD_INJECT_KSM_OFF=1`, `PAGEFOLD_INJECT_KSM_REFUSE=1`, `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
+    /// `PAGEFOLD_INJECT_FAIL_UFFD_MISSING=1`, `PAGEFOLD_INJECT_FAIL_UFFD_SYSCALL=1`,
+    /// `PAGEFOLD_INJECT_FAIL_UFFD_DEVICE=1`, `PAGEFOLD_INJECT_FAIL_UFFD_WP=1`,
+    /// `PAGEFOLD_INJECT_FAIL_UFFD_WP_UNPOPULATED=1`, `PAGEFOLD_INJECT_FAIL_UFFD_POISON=1`,
+    /// `PAGEFOLD_INJECT_FAIL_UFFD_MOVE=1`, `PAGEFOLD_INJECT_FAIL_PATCH=1`, `PAGEFOLD_INJECT_HIDE_PFNS=1`, `PAGEFOLD_INJECT_KSM_OFF=1`, `PAGEFOLD_INJECT_KSM_REFUSE=1`, `PAGEFOLD_INJECT_MMAP_AFTER=N`, `PAGEFOLD_INJECT_MAX_MAP_COUNT=N`.
     pub fn from_env() -> Inject {
         let num = |name: &str| {
             std::env::var(name)
@@ -386,6 +406,12 @@ impl Inject {
             fail_memfd: on("PAGEFOLD_INJECT_FAIL_MEMFD"),
             fail_uffd: on("PAGEFOLD_INJECT_FAIL_UFFD"),
             fail_uffd_missing: on("PAGEFOLD_INJECT_FAIL_UFFD_MISSING"),
+            fail_uffd_syscall: on("PAGEFOLD_INJECT_FAIL_UFFD_SYSCALL"),
+            fail_uffd_device: on("PAGEFOLD_INJECT_FAIL_UFFD_DEVICE"),
+            fail_uffd_wp: on("PAGEFOLD_INJECT_FAIL_UFFD_WP"),
+            fail_uffd_wp_unpopulated: on("PAGEFOLD_INJECT_FAIL_UFFD_WP_UNPOPULATED"),
+            fail_uffd_poison: on("PAGEFOLD_INJECT_FAIL_UFFD_POISON"),
+            fail_uffd_move: on("PAGEFOLD_INJECT_FAIL_UFFD_MOVE"),
             fail_mmap_after: num("PAGEFOLD_INJECT_MMAP_AFTER"),
             max_map_count: num("PAGEFOLD_INJECT_MAX_MAP_COUNT").map(|v| v as usize),
             fail_patch: on("PAGEFOLD_INJECT_FAIL_PATCH"),
@@ -393,6 +419,18 @@ impl Inject {
             ksm_off: on("PAGEFOLD_INJECT_KSM_OFF"),
             ksm_refuse: on("PAGEFOLD_INJECT_KSM_REFUSE"),
             race_pause_us: num("PAGEFOLD_INJECT_RACE_US").unwrap_or(0),
+        }
+    }
+    /// What the kernel is made to refuse of userfaultfd (protect.rs).
+    pub fn uffd_refusals(&self) -> crate::protect::Refuse {
+        crate::protect::Refuse {
+            syscall: self.fail_uffd_syscall,
+            device: self.fail_uffd_device,
+            wp: self.fail_uffd_wp,
+            wp_unpopulated: self.fail_uffd_wp_unpopulated,
+            missing: self.fail_uffd_missing,
+            poison: self.fail_uffd_poison,
+            move_pages: self.fail_uffd_move,
         }
     }
 }

@@ -11,8 +11,10 @@
 //! memory of ranges marked `MADV_MERGEABLE`, and its scan rate is the
 //! administrator's (`/sys/kernel/mm/ksm`).
 //!
-//! So with `Config::ksm_handoff` (the default), a block in which the budget refused at
-//! least `HANDOFF_PAGES` merges is handed over after the scan: the block is
+//! So with `Config::ksm_handoff` (`PAGEFOLD_KSM=1`; off by default, since
+//! ksmd merges a handed block's pages with equal pages of any other mergeable
+//! process, see docs/MECHANISMS.md's threat model), a block in which the
+//! budget refused at least `HANDOFF_PAGES` merges is handed over after the scan: the block is
 //! taken out of the engine's hands as an exempt block is (its content moved
 //! onto one anonymous mapping under write protection, behind the pin grace),
 //! the whole block is marked mergeable with one `madvise` (one mapping, no

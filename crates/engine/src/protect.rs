@@ -21,16 +21,34 @@
 //! adds modes, it never removes one). MISSING faults are read and answered by
 //! the fault thread (fault.rs); WP faults it reads too, and ignores: the scan
 //! that protected the page wakes its writers when it unprotects.
+//!
+//! Where the kernel refuses the system call (an unprivileged user while
+//! `vm.unprivileged_userfaultfd` is 0, the default), the descriptor comes
+//! from /dev/userfaultfd (Linux 6.1), whose file mode says who may have one.
+//! The system call with `UFFD_USER_MODE_ONLY` is never refused, but such a
+//! descriptor makes a kernel access to a protected or missing page (a
+//! `read(2)` into it) fail with EFAULT instead of waiting (the tests below
+//! show it): every mechanism here protects pages the program may hand to
+//! the kernel, so the engine does not use it, and runs without write
+//! protection instead. `probe` tells `pagefold doctor` what this kernel and
+//! this user allow, and `Refuse` forces each refusal for the tests.
 
 use crate::fds::{self, Fd};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const UFFD_API: u64 = 0xAA;
+const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
 const FEATURE_MISSING_SHMEM: u64 = 1 << 5;
 const FEATURE_WP_SHMEM: u64 = 1 << 12;
 const FEATURE_WP_UNPOPULATED: u64 = 1 << 13;
 const FEATURE_POISON: u64 = 1 << 14;
+const FEATURE_MOVE: u64 = 1 << 16;
+/// The system call's flag for a descriptor that handles user-mode faults only.
+const USER_MODE_ONLY: libc::c_int = 1;
+/// `_IO(0xAA, 0x00)` on /dev/userfaultfd: a new userfaultfd, its argument the flags.
+const USERFAULTFD_IOC_NEW: u64 = 0xAA << 8;
+const DEVICE: &std::ffi::CStr = c"/dev/userfaultfd";
 const MODE_MISSING: u64 = 1;
 const MODE_WP: u64 = 2;
 const WP_MODE_WP: u64 = 1;
@@ -110,6 +128,220 @@ struct Msg {
     _rest: u64,
 }
 
+/// Refusals forced for tests (config.rs `Inject`): each makes the kernel
+/// answer as one without that permission or feature answers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refuse {
+    /// The system call fails with EPERM, as for an unprivileged user while
+    /// `vm.unprivileged_userfaultfd` is 0.
+    pub syscall: bool,
+    /// /dev/userfaultfd cannot be opened (EACCES), as when its mode keeps
+    /// the user out.
+    pub device: bool,
+    /// No write protection of anonymous and shmem memory (before Linux 6.1).
+    pub wp: bool,
+    /// No write protection of never-touched anonymous pages (before Linux 6.4).
+    pub wp_unpopulated: bool,
+    /// No MISSING mode on shmem.
+    pub missing: bool,
+    /// No UFFDIO_POISON (before Linux 6.6).
+    pub poison: bool,
+    /// UFFDIO_MOVE fails with EINVAL, as before Linux 6.8.
+    pub move_pages: bool,
+}
+
+impl Refuse {
+    /// The UFFDIO_API features this refusal takes away.
+    fn features(&self) -> u64 {
+        let mut f = 0;
+        if self.wp {
+            f |= FEATURE_PAGEFAULT_FLAG_WP | FEATURE_WP_SHMEM | FEATURE_WP_UNPOPULATED;
+        }
+        if self.wp_unpopulated {
+            f |= FEATURE_WP_UNPOPULATED;
+        }
+        if self.missing {
+            f |= FEATURE_MISSING_SHMEM;
+        }
+        if self.poison {
+            f |= FEATURE_POISON;
+        }
+        if self.move_pages {
+            f |= FEATURE_MOVE;
+        }
+        f
+    }
+}
+
+/// Where a userfaultfd came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The userfaultfd system call.
+    Syscall,
+    /// /dev/userfaultfd (`USERFAULTFD_IOC_NEW`).
+    Device,
+}
+
+/// Flags of every descriptor the engine opens.
+const FD_FLAGS: libc::c_int = libc::O_CLOEXEC | libc::O_NONBLOCK;
+
+/// A new userfaultfd handling kernel faults too: the system call, else,
+/// where the kernel's own rule refused it, /dev/userfaultfd. Both refusals
+/// when neither gives one.
+fn new_fd(refuse: &Refuse) -> Result<(i32, Source), (io::Error, io::Error)> {
+    let syscall_err = match syscall_unless(refuse) {
+        Ok(fd) => return Ok((fd, Source::Syscall)),
+        Err(e) => e,
+    };
+    if !kernel_rule_refused() {
+        let filtered = io::Error::from_raw_os_error(libc::EPERM);
+        return Err((syscall_err, filtered));
+    }
+    device_unless(refuse)
+        .map(|fd| (fd, Source::Device))
+        .map_err(|e| (syscall_err, e))
+}
+
+/// Whether a refused system call was the kernel's privilege rule, which
+/// never refuses a user-mode-only descriptor, rather than a sandbox's
+/// filter (seccomp, an LSM), which refuses the call whatever its flags:
+/// the device would go around such a filter, so it is used only in the
+/// first case.
+fn kernel_rule_refused() -> bool {
+    match syscall_fd(FD_FLAGS | USER_MODE_ONLY) {
+        Ok(fd) => {
+            // SAFETY: fd was opened just above and is used by nothing else.
+            unsafe { libc::close(fd) };
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// The system call, or EPERM where `refuse` says so.
+fn syscall_unless(refuse: &Refuse) -> io::Result<i32> {
+    if refuse.syscall {
+        return Err(io::Error::from_raw_os_error(libc::EPERM));
+    }
+    syscall_fd(FD_FLAGS)
+}
+
+/// The device, or EACCES where `refuse` says so.
+fn device_unless(refuse: &Refuse) -> io::Result<i32> {
+    if refuse.device {
+        return Err(io::Error::from_raw_os_error(libc::EACCES));
+    }
+    device_fd(FD_FLAGS)
+}
+
+fn syscall_fd(flags: libc::c_int) -> io::Result<i32> {
+    // SAFETY: the userfaultfd system call takes only an integer flag argument.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as i32;
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// A userfaultfd from /dev/userfaultfd; the device's own descriptor is
+/// closed before this returns.
+fn device_fd(flags: libc::c_int) -> io::Result<i32> {
+    // SAFETY: DEVICE is a NUL-terminated C string that outlives the call.
+    let dev = unsafe { libc::open(DEVICE.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if dev < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: USERFAULTFD_IOC_NEW takes its flags as the integer argument and
+    // touches no memory of ours.
+    let fd = unsafe { libc::ioctl(dev, USERFAULTFD_IOC_NEW as _, flags) };
+    let r = if fd < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(fd)
+    };
+    // SAFETY: dev was opened above and is used by nothing else.
+    unsafe { libc::close(dev) };
+    r
+}
+
+/// What this kernel and this user allow of userfaultfd, for `pagefold doctor`.
+#[derive(Debug)]
+pub struct Probe {
+    /// The system call (kernel faults handled): Ok, or why it was refused.
+    pub syscall: io::Result<()>,
+    /// /dev/userfaultfd: Ok, or why it could not give a descriptor.
+    pub device: io::Result<()>,
+    /// The system call with `UFFD_USER_MODE_ONLY` (unused by the engine;
+    /// refused only by a sandbox's filter, and then the device is not used either).
+    pub user_mode_only: io::Result<()>,
+    /// The features the kernel offers (as any of the three could ask
+    /// UFFDIO_API for them), less those refused; None if none opened.
+    pub features: Option<Features>,
+}
+
+impl Probe {
+    /// Whether the engine gets a userfaultfd here (as `Protector::open` would).
+    pub fn engine_can_open(&self) -> bool {
+        self.syscall.is_ok() || (self.device.is_ok() && self.user_mode_only.is_ok())
+    }
+}
+
+/// The userfaultfd features the engine asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Features {
+    /// Write protection of anonymous and shmem memory (Linux 6.1).
+    pub wp: bool,
+    /// Write protection of never-touched anonymous pages (Linux 6.4).
+    pub wp_unpopulated: bool,
+    /// MISSING mode on shmem (Linux 4.11).
+    pub missing: bool,
+    /// UFFDIO_POISON (Linux 6.6).
+    pub poison: bool,
+    /// UFFDIO_MOVE (Linux 6.8).
+    pub move_pages: bool,
+}
+
+/// Opens each kind of userfaultfd once and asks the kernel for its features.
+pub fn probe(refuse: &Refuse) -> Probe {
+    let syscall = syscall_unless(refuse);
+    let device = device_unless(refuse);
+    let user_mode_only = syscall_fd(FD_FLAGS | USER_MODE_ONLY);
+    let mut features = None;
+    for fd in [&syscall, &device, &user_mode_only].into_iter().flatten() {
+        if features.is_none() {
+            features = offered_features(*fd).map(|f| f & !refuse.features());
+        }
+        // SAFETY: fd was opened above and is used by nothing else.
+        unsafe { libc::close(*fd) };
+    }
+    Probe {
+        syscall: syscall.map(drop),
+        device: device.map(drop),
+        user_mode_only: user_mode_only.map(drop),
+        features: features.map(|f| Features {
+            wp: f & (FEATURE_PAGEFAULT_FLAG_WP | FEATURE_WP_SHMEM)
+                == FEATURE_PAGEFAULT_FLAG_WP | FEATURE_WP_SHMEM,
+            wp_unpopulated: f & FEATURE_WP_UNPOPULATED != 0,
+            missing: f & FEATURE_MISSING_SHMEM != 0,
+            poison: f & FEATURE_POISON != 0,
+            move_pages: f & FEATURE_MOVE != 0,
+        }),
+    }
+}
+
+/// The features UFFDIO_API offers on a fresh descriptor (asked with none,
+/// the kernel answers with all it has).
+fn offered_features(fd: i32) -> Option<u64> {
+    let mut api = ApiArg {
+        api: UFFD_API,
+        features: 0,
+        ioctls: 0,
+    };
+    // SAFETY: api is a live ApiArg, the layout UFFDIO_API reads and writes.
+    let r = unsafe { libc::ioctl(fd, UFFDIO_API as _, &mut api as *mut ApiArg) };
+    (r == 0).then_some(api.features)
+}
+
 /// A page fault read from the descriptor.
 #[derive(Clone, Copy, Debug)]
 pub struct Fault {
@@ -127,6 +359,10 @@ pub struct Protector {
     pub missing: bool,
     /// UFFDIO_POISON is available (a page whose stored copy is lost faults with SIGBUS).
     pub poison: bool,
+    /// Where the descriptor came from.
+    pub source: Source,
+    /// UFFDIO_MOVE is refused as on a kernel without it (tests).
+    refuse_move: bool,
     /// Pages an unprotect found not registered.
     gaps: AtomicU64,
 }
@@ -135,6 +371,11 @@ impl Protector {
     /// With `missing`, asks for MISSING mode on shmem and for poisoning too,
     /// falling back to write protection alone if the kernel refuses them.
     pub fn open_with(missing: bool) -> io::Result<Protector> {
+        Protector::open_refusing(missing, &Refuse::default())
+    }
+
+    /// `open_with`, on a kernel that refuses what `refuse` says.
+    pub fn open_refusing(missing: bool, refuse: &Refuse) -> io::Result<Protector> {
         let wp = FEATURE_WP_SHMEM | FEATURE_WP_UNPOPULATED;
         let attempts: &[u64] = if missing {
             &[
@@ -148,18 +389,15 @@ impl Protector {
         let mut last = io::Error::from_raw_os_error(libc::EINVAL);
         // A second UFFDIO_API on one descriptor fails: a fresh one per attempt.
         for &features in attempts {
-            let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
-            // SAFETY: the userfaultfd system call takes only an integer flag argument.
-            let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as i32;
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
+            let (fd, source) = new_fd(refuse).map_err(|(syscall, _device)| syscall)?;
             let fd = fds::adopt(fd)?;
             let missing = features & FEATURE_MISSING_SHMEM != 0;
             let p = Protector {
                 fd,
                 missing,
                 poison: features & FEATURE_POISON != 0,
+                source,
+                refuse_move: refuse.move_pages,
                 gaps: AtomicU64::new(0),
             };
             let mut api = ApiArg {
@@ -167,7 +405,13 @@ impl Protector {
                 features,
                 ioctls: 0,
             };
-            match p.ioctl(UFFDIO_API, &mut api) {
+            // The kernel refuses a feature it lacks with EINVAL.
+            let r = if features & refuse.features() != 0 {
+                Err(io::Error::from_raw_os_error(libc::EINVAL))
+            } else {
+                p.ioctl(UFFDIO_API, &mut api)
+            };
+            match r {
                 Ok(()) => return Ok(p),
                 Err(e) => last = e,
             }
@@ -238,6 +482,9 @@ impl Protector {
             mode: 0,
             moved: 0,
         };
+        if self.refuse_move {
+            return (0, Some(io::Error::from_raw_os_error(libc::EINVAL)));
+        }
         let r = self.fd.with(|fd| {
             // SAFETY: arg is a live MoveArg, the layout UFFDIO_MOVE reads and writes.
             if unsafe { libc::ioctl(fd, UFFDIO_MOVE as _, &mut arg as *mut MoveArg) } == 0 {
@@ -458,5 +705,122 @@ mod tests {
         // SAFETY: every page is writable again; a protected one would hang here.
         unsafe { std::ptr::write_bytes(base, 2, n * PAGE) };
         sys::unmap(base, n * PAGE);
+    }
+
+    /// A Protector on a descriptor that handles user-mode faults only (the
+    /// system call with UFFD_USER_MODE_ONLY, which no user is refused).
+    fn user_mode_only() -> Protector {
+        let fd = syscall_fd(FD_FLAGS | USER_MODE_ONLY).unwrap();
+        let p = Protector {
+            fd: fds::adopt(fd).unwrap(),
+            missing: true,
+            poison: false,
+            source: Source::Syscall,
+            refuse_move: false,
+            gaps: AtomicU64::new(0),
+        };
+        let mut api = ApiArg {
+            api: UFFD_API,
+            features: FEATURE_WP_SHMEM | FEATURE_WP_UNPOPULATED | FEATURE_MISSING_SHMEM,
+            ioctls: 0,
+        };
+        p.ioctl(UFFDIO_API, &mut api).unwrap();
+        p
+    }
+
+    /// A pipe holding `b"kernel write"`.
+    fn pipe_with_data() -> [i32; 2] {
+        let mut fds = [0i32; 2];
+        // SAFETY: fds is a live array of two ints that pipe fills in.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: the buffer is a live static byte string of the length given.
+        let written = unsafe { libc::write(fds[1], b"kernel write".as_ptr().cast(), 12) };
+        assert_eq!(written, 12);
+        fds
+    }
+
+    /// The kernel writing into `page` for a read(2) from the pipe.
+    fn kernel_write(fds: [i32; 2], page: usize) -> io::Result<usize> {
+        // SAFETY: page is a live, writable page of this test; the kernel writes 12 bytes.
+        let r = unsafe { libc::read(fds[0], page as *mut libc::c_void, 12) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    }
+
+    fn close_pipe(fds: [i32; 2]) {
+        // SAFETY: both descriptors were opened by pipe_with_data and are closed once.
+        unsafe { libc::close(fds[0]) };
+        // SAFETY: as above.
+        unsafe { libc::close(fds[1]) };
+    }
+
+    /// Why the engine never uses a user-mode-only userfaultfd: the kernel's
+    /// own write into a write-protected page (read(2) into a buffer being
+    /// scanned) fails with EFAULT, where the program expects it to wait.
+    #[test]
+    fn user_mode_only_protection_fails_kernel_writes_with_efault() {
+        let p = user_mode_only();
+        let base = sys::map(std::ptr::null_mut(), PAGE, None, 0, false, false).unwrap();
+        // SAFETY: base is a fresh private mapping of one page, readable and writable.
+        unsafe { base.write(7) };
+        p.register(base, PAGE).unwrap();
+        p.protect(base, PAGE).unwrap();
+        let fds = pipe_with_data();
+        let r = kernel_write(fds, base as usize);
+        assert_eq!(r.map_err(|e| e.raw_os_error()), Err(Some(libc::EFAULT)));
+        p.unprotect(base, PAGE).unwrap();
+        assert_eq!(
+            kernel_write(fds, base as usize).unwrap(),
+            12,
+            "the data stayed in the pipe"
+        );
+        close_pipe(fds);
+        sys::unmap(base, PAGE);
+    }
+
+    /// The same for MISSING mode (evicted pages, and the holes the pin
+    /// guard leaves): a kernel access to the missing page fails with EFAULT.
+    #[test]
+    fn user_mode_only_missing_pages_fail_kernel_writes_with_efault() {
+        let p = user_mode_only();
+        let base = sys::map(std::ptr::null_mut(), PAGE, None, 0, false, false).unwrap();
+        p.register_missing(base, PAGE).unwrap();
+        let fds = pipe_with_data();
+        let r = kernel_write(fds, base as usize);
+        assert_eq!(r.map_err(|e| e.raw_os_error()), Err(Some(libc::EFAULT)));
+        close_pipe(fds);
+        p.unregister(base, PAGE).unwrap();
+        sys::unmap(base, PAGE);
+    }
+
+    /// With the engine's descriptor the same kernel write waits until the
+    /// page is unprotected, then lands.
+    #[test]
+    fn full_protection_makes_kernel_writes_wait() {
+        let Ok(p) = Protector::open() else {
+            eprintln!("skipped: no userfaultfd");
+            return;
+        };
+        let base = sys::map(std::ptr::null_mut(), PAGE, None, 0, false, false).unwrap();
+        // SAFETY: base is a fresh private mapping of one page, readable and writable.
+        unsafe { base.write(7) };
+        p.register(base, PAGE).unwrap();
+        p.protect(base, PAGE).unwrap();
+        let fds = pipe_with_data();
+        let page = base as usize;
+        let reader =
+            std::thread::spawn(move || kernel_write(fds, page).map_err(|e| e.raw_os_error()));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!reader.is_finished(), "the kernel write did not wait");
+        p.unprotect(base, PAGE).unwrap();
+        assert_eq!(reader.join().unwrap(), Ok(12));
+        // SAFETY: 12 bytes were written at base.
+        let got = unsafe { std::slice::from_raw_parts(base, 12) };
+        assert_eq!(got, b"kernel write");
+        close_pipe(fds);
+        sys::unmap(base, PAGE);
     }
 }

@@ -5,7 +5,7 @@
 //! chunk, so program threads interleave with a running scan. `State` holds
 //! each part under its owner's type: the frame pools (frames.rs), the blocks
 //! and their pages (space.rs), the recycled blocks (recycle.rs), the pin
-//! guard's scratch range (scratch.rs), the held pages (held.rs), the
+//! guard's scratch range (guard.rs), the held pages (held.rs), the
 //! eviction table shared with the fault thread (fault.rs), the patching data
 //! (patches.rs) and the clock (clock.rs).
 //!
@@ -192,7 +192,7 @@ impl State {
         if cfg.inject.fail_uffd {
             return None;
         }
-        Protector::open_with(!cfg.inject.fail_uffd_missing)
+        Protector::open_refusing(true, &cfg.inject.uffd_refusals())
             .ok()
             .map(Arc::new)
     }

@@ -11,7 +11,10 @@ fn config_reads_fault_injection_from_the_environment() {
     std::env::set_var("PAGEFOLD_INJECT_MAX_MAP_COUNT", "5000");
     std::env::set_var("PAGEFOLD_INJECT_KSM_OFF", "1");
     std::env::set_var("PAGEFOLD_INJECT_KSM_REFUSE", "1");
-    std::env::set_var("PAGEFOLD_KSM", "0");
+    std::env::set_var("PAGEFOLD_KSM", "1");
+    std::env::set_var("PAGEFOLD_INJECT_FAIL_UFFD_SYSCALL", "1");
+    std::env::set_var("PAGEFOLD_INJECT_FAIL_UFFD_WP_UNPOPULATED", "1");
+    std::env::set_var("PAGEFOLD_INJECT_FAIL_UFFD_MOVE", "1");
     let c = Config::from_env();
     for v in [
         "FAIL_MEMFD",
@@ -20,13 +23,19 @@ fn config_reads_fault_injection_from_the_environment() {
         "MAX_MAP_COUNT",
         "KSM_OFF",
         "KSM_REFUSE",
+        "FAIL_UFFD_SYSCALL",
+        "FAIL_UFFD_WP_UNPOPULATED",
+        "FAIL_UFFD_MOVE",
     ] {
         std::env::remove_var(format!("PAGEFOLD_INJECT_{v}"));
     }
     std::env::remove_var("PAGEFOLD_KSM");
     assert!(c.inject.fail_memfd && !c.inject.fail_uffd);
-    assert!(c.inject.ksm_off && c.inject.ksm_refuse && !c.ksm_handoff);
-    assert!(Config::default().ksm_handoff);
+    assert!(c.inject.ksm_off && c.inject.ksm_refuse && c.ksm_handoff);
+    assert!(!Config::default().ksm_handoff, "KSM delegation is opt-in");
+    let r = c.inject.uffd_refusals();
+    assert!(r.syscall && r.wp_unpopulated && r.move_pages);
+    assert!(!r.device && !r.wp && !r.missing && !r.poison);
     assert_eq!(
         (c.inject.fail_mmap_after, c.inject.max_map_count),
         (Some(7), Some(5000))

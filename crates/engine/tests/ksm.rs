@@ -97,9 +97,11 @@ fn check(p: *const u8) {
     }
 }
 
-/// An engine whose mapping budget refuses merges early, handing off.
+/// An engine whose mapping budget refuses merges early, handing off
+/// (the handoff is opt-in).
 fn engine(inject_off: bool) -> Engine {
     let mut cfg = Config {
+        ksm_handoff: true,
         vma_budget: Some(400),
         ..Config::default()
     };
@@ -189,6 +191,7 @@ fn a_block_the_kernel_refuses_to_mark_mergeable_stays_plain_memory() {
         return;
     };
     let mut cfg = Config {
+        ksm_handoff: true,
         vma_budget: Some(400),
         ..Config::default()
     };
@@ -235,11 +238,13 @@ fn nothing_is_handed_over_while_ksm_is_not_running() {
     check_and_free(&e, p);
 }
 
+/// The handoff is opt-in: by default no block goes to ksmd, even while it
+/// runs (where its knobs can be set, they are, so that it does).
 #[test]
-fn without_the_handoff_blocks_stay_the_engines() {
+fn by_default_blocks_stay_the_engines() {
     let _serial = common::serial();
+    let _knobs = KsmKnobs::fast();
     let e = Engine::new(Config {
-        ksm_handoff: false,
         vma_budget: Some(400),
         ..Config::default()
     });

@@ -638,6 +638,49 @@ fn a_patch_that_does_not_decode_kills_the_toucher() {
     eprintln!("undecodable patch: the child died by signal {sig}");
 }
 
+/// A kernel without UFFDIO_POISON (before Linux 6.6, forced here): a page
+/// whose stored copy is lost cannot fault with SIGBUS, so the engine ends
+/// the process (SIGABRT) rather than let it read wrong bytes.
+#[test]
+fn without_poisoning_a_lost_page_aborts_the_process() {
+    if !common::in_own_process("without_poisoning_a_lost_page_aborts_the_process") {
+        return;
+    }
+    let _g = serial();
+    // SAFETY: this test runs alone in its process (in_own_process): at the
+    // fork only its own threads run, so no other test's thread holds a lock;
+    // the child touches only this test's memory and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let inject = Inject {
+            fail_patch: true,
+            fail_uffd_poison: true,
+            ..Inject::default()
+        };
+        let b = Similar::new(
+            Engine::new(Config { inject, ..cfg() }),
+            4,
+            Change::Scattered,
+            6,
+        );
+        if b.e.evict(b.ptr, 4 * PAGE).patched != 3 {
+            // SAFETY: _exit ends the child at once, running no destructors.
+            unsafe { libc::_exit(3) };
+        }
+        // SAFETY: the address lies inside a live block this test allocated, and no reference to
+        // those bytes exists during the access.
+        let v = unsafe { b.ptr.add(2 * PAGE).read_volatile() };
+        // SAFETY: _exit ends the child at once, running no destructors.
+        unsafe { libc::_exit(if v == b.want[2 * PAGE] { 4 } else { 5 }) };
+    }
+    let sig = assert_killed_for_lost_page(pid, "a lost page without poisoning");
+    assert_eq!(
+        sig,
+        libc::SIGABRT,
+        "without UFFDIO_POISON the engine aborts"
+    );
+}
+
 #[test]
 fn fork_with_patched_pages() {
     if !common::in_own_process("fork_with_patched_pages") {
