@@ -94,6 +94,11 @@ pub struct Config {
     /// by default: a library caller expects `free` to give memory back; the
     /// preload turns it on, as glibc's heap keeps freed chunks.
     pub recycle_bytes: usize,
+    /// Of that, at most this percentage of the live blocks' bytes (plus
+    /// 16 MiB) is kept: freed memory held for reuse stays small beside
+    /// what the program holds, so recycling never makes it larger than
+    /// plain by much (recycle.rs). 0: the fixed budget alone.
+    pub recycle_live_percent: u64,
     /// How long a recycled block waits for reuse before it is given back.
     pub recycle_age: Duration,
     /// An allocation no recycled block fits may be served by smaller
@@ -214,6 +219,7 @@ impl Default for Config {
             pin_hold: true,
             pin_age: Duration::ZERO,
             recycle_bytes: 0,
+            recycle_live_percent: 12,
             recycle_age: Duration::from_millis(250),
             recycle_join: true,
             evict: true,
@@ -323,6 +329,9 @@ impl Config {
         }
         if let Some(v) = num("PAGEFOLD_RECYCLE_MB") {
             c.recycle_bytes = (v as usize) << 20;
+        }
+        if let Some(v) = num("PAGEFOLD_RECYCLE_LIVE_PCT") {
+            c.recycle_live_percent = v;
         }
         if let Some(v) = num("PAGEFOLD_EVICT_STORE_MB") {
             c.evict_store_bytes = v.saturating_mul(1 << 20);
