@@ -29,9 +29,12 @@
 //! A virtual copy (`copy`) freezes the source's owned pages (remaps them
 //! `MAP_PRIVATE` in place; the content stays in the page cache) and maps the
 //! destination `MAP_PRIVATE` onto the same frames: mmapcopy without a new system
-//! call. Pages whose content is not in a frame (diverged, anon) and partial
-//! head and tail pages are copied plainly, so the source is never remapped from
-//! under a writer and no write can be lost.
+//! call. A source page on plain anonymous memory is first *adopted*: under
+//! write protection its content is written into a fresh frame and the page,
+//! taken off its address by the pin guard, maps that frame (adopt.rs), so its
+//! first copy already shares. Diverged pages, zero or untouched anonymous
+//! pages, and partial head and tail pages are copied plainly; a source page
+//! is never remapped from under a writer, and no write can be lost.
 //!
 //! A scan walks blocks in chunks. Each chunk is write-protected with
 //! userfaultfd (a writer sleeps in the kernel, no signal, no new mapping),
