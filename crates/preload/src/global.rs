@@ -16,7 +16,8 @@
 //! `PAGEFOLD_PIN_AGE_MS` defaults to 200 here (owned pages are frozen before they are folded
 //! or shared, so a program's O_DIRECT and other pinned I/O cannot lose a write; the engine's
 //! detach.rs);
-//! `PAGEFOLD_FRESH` defaults to `adaptive` and `PAGEFOLD_COPY_THROUGH` to 1 here (a block
+//! `PAGEFOLD_FRESH` defaults to `adaptive` (`frames` with tiering on, whose patches need
+//! reference pages in frames) and `PAGEFOLD_COPY_THROUGH` to 1 here (a block
 //! starts on plain anonymous memory unless its size is often copied from, and a copy out of
 //! anonymous memory adopts its source onto frames: the engine's fresh.rs and adopt.rs);
 //! `PAGEFOLD_COPY_LEARN` defaults to 1 here (copies into a size class whose copies were
@@ -141,8 +142,9 @@ fn start() -> Option<&'static Engine> {
         }
         // Plain memory stays plain: a block starts anonymous unless its
         // size class is often copied from, and the first copy out of
-        // anonymous memory adopts the source onto frames.
-        if with_env(c"PAGEFOLD_FRESH", |_| ()).is_none() {
+        // anonymous memory adopts the source onto frames. With tiering on,
+        // blocks stay on frames: patches need reference pages in frames.
+        if with_env(c"PAGEFOLD_FRESH", |_| ()).is_none() && !cfg.tier {
             cfg.fresh = Fresh::Adaptive;
         }
         if with_env(c"PAGEFOLD_COPY_THROUGH", |_| ()).is_none() {
