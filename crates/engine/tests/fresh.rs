@@ -56,6 +56,30 @@ fn write(p: *mut u8, off: usize, v: u8) {
     unsafe { *p.add(off) = v };
 }
 
+/// Writes one byte into each of three copies of `want` (`n` bytes) and
+/// checks that each write stays in its own copy.
+fn writes_stay_apart(copies: [(*mut u8, usize, u8); 3], want: &[u8], n: usize) {
+    for (p, off, v) in copies {
+        write(p, off, v);
+    }
+    for (p, off, v) in copies {
+        let mut w = want.to_vec();
+        w[off] = v;
+        assert_eq!(bytes(p, n), w);
+    }
+}
+
+/// Every block anonymous, copies through, and no pin guard (no UFFDIO_MOVE,
+/// as before Linux 6.8): sources are never adopted.
+fn engine_without_pin_guard() -> Engine {
+    Engine::new(Config {
+        fresh: Fresh::Anon,
+        copy_through: true,
+        pin_guard: false,
+        ..Config::default()
+    })
+}
+
 fn no_frames_left(s: Stats) {
     assert_eq!((s.blocks, s.frames_in_use), (0, 0), "{s:?}");
 }
@@ -100,18 +124,15 @@ fn a_copy_of_anonymous_memory_adopts_its_source_and_later_copies_are_virtual() {
     assert_eq!((s.pages_adopted, s.frames_in_use), (64, 64), "{s:?}");
     assert_eq!(s.pages_shared_by_copy, 128, "{s:?}");
     // Writes stay on their side.
-    write(a, 2 * PAGE + 5, 0xA5);
-    write(b, 9 * PAGE, 0xB5);
-    write(c, 63 * PAGE + 4095, 0xC5);
-    let mut wa = want.clone();
-    wa[2 * PAGE + 5] = 0xA5;
-    let mut wb = want.clone();
-    wb[9 * PAGE] = 0xB5;
-    let mut wc = want.clone();
-    wc[63 * PAGE + 4095] = 0xC5;
-    assert_eq!(bytes(a, n), wa);
-    assert_eq!(bytes(b, n), wb);
-    assert_eq!(bytes(c, n), wc);
+    writes_stay_apart(
+        [
+            (a, 2 * PAGE + 5, 0xA5),
+            (b, 9 * PAGE, 0xB5),
+            (c, 63 * PAGE + 4095, 0xC5),
+        ],
+        &want,
+        n,
+    );
     for p in [a, b, c] {
         free(&e, p);
     }
@@ -149,12 +170,7 @@ fn without_the_pin_guard_a_copy_of_anonymous_memory_is_written_through() {
     let _g = serial();
     // No UFFDIO_MOVE (as before Linux 6.8): the source cannot be taken off
     // safely, so it stays anonymous and the copy writes through.
-    let e = Engine::new(Config {
-        fresh: Fresh::Anon,
-        copy_through: true,
-        pin_guard: false,
-        ..Config::default()
-    });
+    let e = engine_without_pin_guard();
     let n = 64 * PAGE;
     let a = filled(&e, n, 3);
     let want = bytes(a, n);
@@ -172,18 +188,15 @@ fn without_the_pin_guard_a_copy_of_anonymous_memory_is_written_through() {
     assert_eq!(s.pages_shared_by_copy, 64, "{s:?}");
     assert_eq!(s.frames_in_use, 64, "{s:?}");
     // Writes stay on their side.
-    write(a, 3 * PAGE + 1, 0xA1);
-    write(b, 5 * PAGE + 2, 0xB2);
-    write(c, 7 * PAGE + 3, 0xC3);
-    let mut wa = want.clone();
-    wa[3 * PAGE + 1] = 0xA1;
-    let mut wb = want.clone();
-    wb[5 * PAGE + 2] = 0xB2;
-    let mut wc = want.clone();
-    wc[7 * PAGE + 3] = 0xC3;
-    assert_eq!(bytes(a, n), wa);
-    assert_eq!(bytes(b, n), wb);
-    assert_eq!(bytes(c, n), wc);
+    writes_stay_apart(
+        [
+            (a, 3 * PAGE + 1, 0xA1),
+            (b, 5 * PAGE + 2, 0xB2),
+            (c, 7 * PAGE + 3, 0xC3),
+        ],
+        &want,
+        n,
+    );
     for p in [a, b, c] {
         free(&e, p);
     }
@@ -193,12 +206,7 @@ fn without_the_pin_guard_a_copy_of_anonymous_memory_is_written_through() {
 #[test]
 fn the_scan_folds_the_source_of_a_written_through_copy_onto_its_frames() {
     let _g = serial();
-    let e = Engine::new(Config {
-        fresh: Fresh::Anon,
-        copy_through: true,
-        pin_guard: false,
-        ..Config::default()
-    });
+    let e = engine_without_pin_guard();
     let n = 128 * PAGE;
     let a = filled(&e, n, 5);
     let want = bytes(a, n);
