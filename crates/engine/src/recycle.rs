@@ -75,7 +75,13 @@ impl Recycler {
     /// Keeps `block` for reuse if it may be; returns what is to be given
     /// back: `block` itself if it may not be kept, else the oldest blocks
     /// the budget no longer holds.
-    pub fn keep(&mut self, block: Block, cfg: &Config, live_bytes: usize) -> Vec<Block> {
+    /// `live_bytes` is asked for only when what is kept passes the floor.
+    pub fn keep(
+        &mut self,
+        block: Block,
+        cfg: &Config,
+        live_bytes: impl FnOnce() -> usize,
+    ) -> Vec<Block> {
         if !recyclable(&block, cfg) {
             return vec![block];
         }
@@ -84,7 +90,11 @@ impl Recycler {
             freed_at: Instant::now(),
             block,
         });
-        let budget = budget(cfg, live_bytes);
+        let budget = if self.bytes <= BUDGET_FLOOR {
+            cfg.recycle_bytes
+        } else {
+            budget(cfg, live_bytes())
+        };
         let mut out = Vec::new();
         while self.bytes > budget {
             out.push(self.remove(0));

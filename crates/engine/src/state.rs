@@ -841,7 +841,8 @@ impl State {
     /// Keeps `block` for reuse if it may be (recycle.rs); otherwise gives it back.
     pub(crate) fn free_block(&mut self, block: Block) {
         self.expire_recycled();
-        let live: usize = self.blocks.values().map(|b| b.len()).sum();
+        let blocks = &self.blocks;
+        let live = || blocks.values().map(|b| b.len()).sum();
         for b in self.recycler.keep(block, &self.cfg, live) {
             self.release_block(b);
         }
