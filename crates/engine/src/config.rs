@@ -19,6 +19,12 @@ pub struct Config {
     /// often copied (default): plain memory answers reads of never-written
     /// pages with the kernel's zero page, where a frame would allocate one.
     pub fresh_zeroed: crate::fresh::Fresh,
+    /// An allocation smaller than this whose size class would start on
+    /// anonymous memory (fresh.rs) is not the engine's: `Engine::take`
+    /// declines it and the caller's own allocator serves it, as it would
+    /// without the engine (glibc reuses its heap below its largest mmap
+    /// threshold, 32 MiB). 0 (default): the engine takes every allocation.
+    pub plain_below: usize,
     /// A copy from anonymous source pages writes them into fresh frames and
     /// maps the destination there, so copies of the copy are virtual. Off by
     /// default: such copies are plain.
@@ -199,6 +205,7 @@ impl Default for Config {
             frames: true,
             fresh: crate::fresh::Fresh::Frames,
             fresh_zeroed: crate::fresh::Fresh::Adaptive,
+            plain_below: 0,
             copy_through: false,
             copy_learn: false,
             copy: true,
@@ -258,7 +265,7 @@ impl Config {
     }
 
     /// Defaults overridden by `PAGEFOLD_*` variables:
-    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_COPY_LEARN`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_KSM`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN`, `PAGEFOLD_PIN_GUARD`, `PAGEFOLD_PIN_HOLD`, `PAGEFOLD_RECYCLE_JOIN` (0/1),
+    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_PLAIN_BELOW` (bytes), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_COPY_LEARN`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_KSM`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN`, `PAGEFOLD_PIN_GUARD`, `PAGEFOLD_PIN_HOLD`, `PAGEFOLD_RECYCLE_JOIN` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction), `PAGEFOLD_SCAN_SHARE` (fraction of the program's CPU; 0 = off),
     /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_PIN_AGE_MS`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
@@ -329,6 +336,9 @@ impl Config {
         }
         if let Some(v) = num("PAGEFOLD_RECYCLE_MB") {
             c.recycle_bytes = (v as usize) << 20;
+        }
+        if let Some(v) = num("PAGEFOLD_PLAIN_BELOW") {
+            c.plain_below = v as usize;
         }
         if let Some(v) = num("PAGEFOLD_RECYCLE_LIVE_PCT") {
             c.recycle_live_percent = v;

@@ -38,11 +38,14 @@ impl State {
         let si = (s0 as usize - sb) / PAGE;
         let di = (d0 as usize - db) / PAGE;
         let src_block_pages = self.blocks[&sb].pages.len();
-        if whole * 2 >= src_block_pages {
+        let dst_block_pages = self.blocks[&db].pages.len();
+        let pays = !self.cfg.copy_learn || self.placement.copy_pays(dst_block_pages);
+        // A class is moved to frames by copies that pay, not by copies the
+        // program writes over (fresh.rs).
+        if whole * 2 >= src_block_pages && pays {
             self.placement.copied_from(src_block_pages);
         }
-        let dst_block_pages = self.blocks[&db].pages.len();
-        if self.cfg.copy_learn && !self.placement.copy_pays(dst_block_pages) {
+        if !pays {
             self.stats.copies_made_plain += 1;
             self.copy_plain_pages(s0, d0, whole);
             return true;

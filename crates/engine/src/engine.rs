@@ -47,7 +47,14 @@ impl Engine {
         self.inner.lock().alloc(len, hint)
     }
 
-    /// Frees a block returned by `alloc`. False if `ptr` is not one.
+    /// A block for `len` bytes if the engine takes this allocation; None
+    /// leaves it to the caller's own allocator (`Config::plain_below`), or
+    /// means that not even plain anonymous memory could be had.
+    pub fn take(&self, len: usize, hint: Hint) -> Option<*mut u8> {
+        self.inner.lock().take(len, hint)
+    }
+
+    /// Frees a block returned by `alloc` or `take`. False if `ptr` is not one.
     ///
     /// # Safety
     /// No one may use the block afterwards.
@@ -90,10 +97,12 @@ impl Engine {
         }
         let mut st = self.inner.lock();
         if !st.virtual_copy(dst, src, len) {
-            let engine_memory =
-                st.find(src as usize, len).is_some() || st.find(dst as usize, len).is_some();
-            if engine_memory {
+            let src_engine = st.find(src as usize, len).is_some();
+            if src_engine || st.find(dst as usize, len).is_some() {
                 st.stats.bytes_copied_plain += len as u64;
+            }
+            if !src_engine {
+                st.copied_from_plain(len);
             }
             // Other threads need not wait for a plain copy.
             drop(st);

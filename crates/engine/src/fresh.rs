@@ -18,6 +18,18 @@
 //! allocations starts on frames. Classes are forgotten when the table is full,
 //! which only makes the engine start anonymous again.
 //!
+//! Below `Config::plain_below` the engine may also leave an allocation to
+//! the caller's own allocator (state.rs, `take`): glibc's heap hands back
+//! freed memory that is still mapped and resident, where any engine block
+//! is a fresh mapping faulted in page by page, which recycling freed blocks
+//! (recycle.rs) only partly makes up for. R's glm fits allocate 4 MiB and
+//! 2 MiB vectors about 1,300 times, one in four copied from: taking them all
+//! cost 1.3 million minor faults against plain's 0.78 million. So a class is
+//! taken for its first `KNOWN_AFTER` allocations (the first block of a size
+//! may be the source of many copies) and afterwards only while one block in
+//! `TAKEN_EVERY` is copied from; copies out of the caller's memory count for
+//! the class of their length, so a class can come back.
+//!
 //! A block the caller asked zeroed (`Hint::Zeroed`, calloc) follows its own
 //! policy, adaptive by default: such blocks are often tables sized for the
 //! worst case and read in full while only a few pages are ever written. On
@@ -33,7 +45,11 @@
 //! pages of those found written (at a scan, or when the block is freed). When
 //! at least half were written, copies into that class are made plainly, but
 //! for one in `PROBE_EVERY`, which keeps measuring, so a class whose copies
-//! stop being written is shared again.
+//! stop being written is shared again. A class with too little evidence of
+//! its own follows what copies into all classes did (a program whose copies
+//! are written over tends to write over copies of every size), probing one
+//! copy in `PRIOR_PROBE_EVERY`; and a class whose copies are written over is
+//! not moved to frames by them: only copies that pay count as copied from.
 
 use std::collections::HashMap;
 
@@ -62,6 +78,11 @@ impl Fresh {
 
 /// A class starts on frames when at least one block in this many was copied from.
 const COPIED_EVERY: u32 = 4;
+/// A class is taken from the program's own allocator (`worth_taking`) when
+/// at least one block in this many was copied from...
+const TAKEN_EVERY: u32 = 2;
+/// ... once this many of its allocations were seen.
+const KNOWN_AFTER: u32 = 4;
 /// Both counters of a class are halved when its allocations reach this, so
 /// the class follows what the program does now.
 const DECAY_AT: u32 = 64;
@@ -71,25 +92,62 @@ const MAX_CLASSES: usize = 4096;
 const JUDGE_AFTER: u32 = 64;
 /// Shared and written page counts are halved when the shared ones reach this.
 const DECAY_PAGES_AT: u32 = 1 << 16;
-/// A class whose copies are made plainly still gets one virtual copy in this many.
+/// A class whose copies are made plainly still gets one virtual copy in this many...
 const PROBE_EVERY: u32 = 16;
+/// ... or in this many while it follows all classes, having no evidence of its own.
+const PRIOR_PROBE_EVERY: u32 = 4;
 
 #[derive(Clone, Copy, Default)]
 struct Class {
     allocs: u32,
     copied: u32,
-    /// Pages shared by copies into blocks of this class.
-    shared: u32,
-    /// Of those, pages found written.
-    written: u32,
+    /// Pages shared by copies into blocks of this class, and of those, the
+    /// pages found written.
+    copies: Written,
     /// Copies into this class decided plainly since the last probe.
     plain_streak: u32,
+}
+
+/// Pages shared by copies and, of those, found written: per class, and over
+/// all classes together.
+#[derive(Clone, Copy, Default)]
+struct Written {
+    shared: u32,
+    written: u32,
+}
+
+impl Written {
+    fn add_shared(&mut self, pages: usize) {
+        self.shared = self.shared.saturating_add(pages as u32);
+        if self.shared >= DECAY_PAGES_AT {
+            self.shared /= 2;
+            self.written /= 2;
+        }
+    }
+
+    fn add_written(&mut self, pages: usize) {
+        self.written = self.written.saturating_add(pages as u32).min(self.shared);
+    }
+
+    /// Enough evidence to judge.
+    fn judged(&self) -> bool {
+        self.shared >= JUDGE_AFTER
+    }
+
+    /// At least half of what copies shared was written over.
+    fn mostly_written(&self) -> bool {
+        self.judged() && self.written * 2 >= self.shared
+    }
 }
 
 /// What the engine has learnt about copies, per size class (pages).
 #[derive(Default)]
 pub struct Placement {
     classes: HashMap<usize, Class>,
+    /// Over all classes: the prior of a class with too little evidence of
+    /// its own, so that a program whose copies are written over pays for
+    /// one judged copy, not for one in every size it copies.
+    all: Written,
 }
 
 impl Placement {
@@ -121,6 +179,20 @@ impl Placement {
         }
     }
 
+    /// Whether the engine should take a block of `npages` from the program's
+    /// own allocator (state.rs, `take`): there a block costs a fault per
+    /// page that the allocator's reused heap would not, and only blocks that
+    /// share pay it back. A class is taken until `KNOWN_AFTER` allocations
+    /// of it were seen (the first block of a size may be the source of many
+    /// copies), and afterwards while one block in `TAKEN_EVERY` is copied
+    /// from, which means about every block of the class is a copy's source
+    /// or destination.
+    pub fn worth_taking(&self, npages: usize) -> bool {
+        self.classes.get(&npages).is_none_or(|c| {
+            c.allocs < KNOWN_AFTER || (c.copied > 0 && c.copied * TAKEN_EVERY >= c.allocs)
+        })
+    }
+
     /// A block of `npages` was the source of a copy.
     pub fn copied_from(&mut self, npages: usize) {
         if let Some(c) = self.classes.get_mut(&npages) {
@@ -131,35 +203,48 @@ impl Placement {
     /// Whether a copy into a block of `npages` should share pages: false when
     /// copies into the class have mostly been written (see the module comment).
     pub fn copy_pays(&mut self, npages: usize) -> bool {
-        let Some(c) = self.classes.get_mut(&npages) else {
-            return true;
-        };
-        if c.shared < JUDGE_AFTER || c.written * 2 < c.shared {
+        if !self.copies_written(npages) {
             return true;
         }
+        let Some(c) = self.classes.get_mut(&npages) else {
+            return false;
+        };
+        let every = if c.copies.judged() {
+            PROBE_EVERY
+        } else {
+            PRIOR_PROBE_EVERY
+        };
         c.plain_streak += 1;
-        if c.plain_streak >= PROBE_EVERY {
+        if c.plain_streak >= every {
             c.plain_streak = 0;
             return true;
         }
         false
     }
 
+    /// Whether copies into blocks of `npages` have mostly been written over
+    /// (what `copy_pays` judges, without counting a decision).
+    /// A class with too little evidence of its own follows all classes.
+    pub fn copies_written(&self, npages: usize) -> bool {
+        match self.classes.get(&npages).map(|c| c.copies) {
+            Some(own) if own.judged() => own.mostly_written(),
+            _ => self.all.mostly_written(),
+        }
+    }
+
     /// A copy into a block of `npages` shared `pages` pages.
     pub fn shared_by_copy(&mut self, npages: usize, pages: usize) {
+        self.all.add_shared(pages);
         if let Some(c) = self.classes.get_mut(&npages) {
-            c.shared = c.shared.saturating_add(pages as u32);
-            if c.shared >= DECAY_PAGES_AT {
-                c.shared /= 2;
-                c.written /= 2;
-            }
+            c.copies.add_shared(pages);
         }
     }
 
     /// `pages` pages a copy shared into a block of `npages` were found written.
     pub fn written_after_copy(&mut self, npages: usize, pages: usize) {
+        self.all.add_written(pages);
         if let Some(c) = self.classes.get_mut(&npages) {
-            c.written = c.written.saturating_add(pages as u32).min(c.shared);
+            c.copies.add_written(pages);
         }
     }
 
@@ -213,6 +298,39 @@ mod tests {
         // Probes that stay unwritten bring the class back.
         p.shared_by_copy(10, 200);
         assert!(p.copy_pays(10));
+    }
+
+    #[test]
+    fn a_class_is_worth_taking_until_known_then_while_copied_from() {
+        let mut p = Placement::default();
+        assert!(p.worth_taking(300), "unknown");
+        for _ in 0..KNOWN_AFTER {
+            assert!(p.worth_taking(300), "not yet known");
+            p.on_frames(Fresh::Adaptive, 300);
+        }
+        assert!(!p.worth_taking(300), "known, never copied from");
+        p.copied_from(300);
+        assert!(!p.worth_taking(300), "one copy in four blocks");
+        p.copied_from(300);
+        assert!(p.worth_taking(300), "one copy in two blocks");
+    }
+
+    #[test]
+    fn a_class_without_evidence_follows_all_classes() {
+        let mut p = Placement::default();
+        p.on_frames(Fresh::Adaptive, 10);
+        p.on_frames(Fresh::Adaptive, 20);
+        p.shared_by_copy(10, 100);
+        p.written_after_copy(10, 90);
+        assert!(p.copies_written(10));
+        assert!(p.copies_written(20), "no evidence of its own: the prior");
+        let virtual_copies = (0..2 * PRIOR_PROBE_EVERY)
+            .filter(|_| p.copy_pays(20))
+            .count();
+        assert_eq!(virtual_copies, 2, "a probe in {PRIOR_PROBE_EVERY}");
+        p.shared_by_copy(20, 100);
+        assert!(!p.copies_written(20), "judged on its own");
+        assert!(p.copy_pays(20));
     }
 
     #[test]

@@ -27,6 +27,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::fault::{Restoring, Table};
 use crate::frames::{FrameId, Pool};
+use crate::fresh::Fresh;
 use crate::guard::Guard;
 use crate::held::Holds;
 use crate::index::ContentIndex;
@@ -221,13 +222,55 @@ impl State {
         b.contains(addr, len).then_some(base)
     }
 
+    /// A block for `len` bytes if the engine takes the allocation, None if
+    /// it leaves it to the caller's own allocator (`Config::plain_below`):
+    /// below that size, a block of a class that is seldom copied from gains
+    /// little from being the engine's, and costs a fresh mapping where the
+    /// caller's heap would reuse memory it has already faulted in (fresh.rs,
+    /// `worth_taking`). The declined allocation is still counted for its
+    /// class, so that copies of blocks of that size (`copied_from_plain`)
+    /// can bring the class back to the engine.
+    pub fn take(&mut self, len: usize, hint: Hint) -> Option<*mut u8> {
+        if len < self.cfg.plain_below && self.fresh_policy(hint) == Fresh::Adaptive {
+            let npages = len.max(1).div_ceil(PAGE);
+            if crate::fds::lost() || !self.placement.worth_taking(npages) {
+                self.placement.on_frames(Fresh::Adaptive, npages);
+                self.stats.allocs_declined += 1;
+                return None;
+            }
+        }
+        let p = self.alloc(len, hint);
+        (!p.is_null()).then_some(p)
+    }
+
+    /// Where a fresh block asked for with `hint` starts (fresh.rs).
+    fn fresh_policy(&self, hint: Hint) -> Fresh {
+        match hint {
+            Hint::Zeroed => self.cfg.fresh_zeroed,
+            _ => self.cfg.fresh,
+        }
+    }
+
+    /// A plain copy of `len` bytes out of memory that is not the engine's:
+    /// if allocations of its size were declined (`take`), the size classes
+    /// its source block may have (the copy's length in pages, or one more
+    /// for an allocation header) count a copy, as an engine block's would,
+    /// unless copies into the class were mostly written over.
+    pub fn copied_from_plain(&mut self, len: usize) {
+        if self.cfg.plain_below == 0 || len >= self.cfg.plain_below {
+            return;
+        }
+        for npages in [len.div_ceil(PAGE), len.div_ceil(PAGE) + 1] {
+            if !(self.cfg.copy_learn && self.placement.copies_written(npages)) {
+                self.placement.copied_from(npages);
+            }
+        }
+    }
+
     pub fn alloc(&mut self, len: usize, hint: Hint) -> *mut u8 {
         let npages = len.max(1).div_ceil(PAGE);
         self.expire_recycled();
-        let policy = match hint {
-            Hint::Zeroed => self.cfg.fresh_zeroed,
-            _ => self.cfg.fresh,
-        };
+        let policy = self.fresh_policy(hint);
         let frames_usable = !crate::fds::lost();
         if hint == Hint::Uninit {
             let on_frames = frames_usable && self.placement.would_be_on_frames(policy, npages);

@@ -105,6 +105,9 @@ pub struct Stats {
     pub scans_deferred: u64,
     /// Pages of fresh blocks handed out (not recycled ones).
     pub fresh_pages: u64,
+    /// Allocations `Engine::take` left to the program's own allocator
+    /// (below `Config::plain_below`, of a size class not copied from).
+    pub allocs_declined: u64,
     /// Page colouring (colour.rs): frames backed by a page of the bank set,
     /// pages refused for being outside it, frames left uncoloured, and the
     /// time colouring took, in nanoseconds.

@@ -470,17 +470,28 @@ fn copies_the_program_writes_in_full_are_made_plainly_after_a_few() {
     let s = e.stats();
     assert!(s.copies_made_plain >= 8, "{s:?}");
     assert_eq!(bytes(a, n), want);
-    // Copies into another size that stay unwritten keep being virtual.
-    let m = 40 * PAGE;
+    // Copies into another size follow what copies into every class did (they
+    // were written over): plain, but for a probe in every few; once a probe's
+    // pages stay unwritten, the class has evidence of its own and its copies
+    // are virtual again.
+    let m = 80 * PAGE;
     let c = filled(&e, m, 9);
     let before = e.stats().copies_made_plain;
-    for _ in 0..6 {
+    let mut plain_copies = Vec::new();
+    for _ in 0..12 {
         let d = e.alloc(m, Hint::None);
+        let was = e.stats().copies_made_plain;
         copy(&e, d, c, m);
+        plain_copies.push(e.stats().copies_made_plain > was);
         assert_eq!(bytes(d, m), bytes(c, m));
         free(&e, d);
     }
-    assert_eq!(e.stats().copies_made_plain, before);
+    assert!(plain_copies[0], "the prior: {plain_copies:?}");
+    assert!(
+        plain_copies[6..].iter().all(|p| !p),
+        "judged on its own: {plain_copies:?}"
+    );
+    assert!(e.stats().copies_made_plain - before < 6);
     free(&e, a);
     free(&e, c);
     no_frames_left(e.stats());
@@ -509,4 +520,85 @@ fn copy_learning_can_be_switched_off() {
         "{s:?}"
     );
     free(&e, a);
+}
+
+fn engine_leaving_plain_below(plain_below: usize) -> Engine {
+    Engine::new(Config {
+        fresh: Fresh::Adaptive,
+        copy_through: true,
+        copy_learn: true,
+        plain_below,
+        ..Config::default()
+    })
+}
+
+/// A size class below `plain_below` is taken for its first allocations (the
+/// first block of a size may be the source of many copies), then left to
+/// the caller's allocator while its blocks are not copied from; sizes at or
+/// above `plain_below` are always taken, and `plain_below` 0 takes all.
+#[test]
+fn allocations_no_copy_pays_for_are_left_to_the_caller() {
+    let _s = serial();
+    let len = 64 * PAGE;
+    let e = engine_leaving_plain_below(1 << 20);
+    for k in 0..4 {
+        let p = e
+            .take(len, Hint::Uninit)
+            .expect("an unknown class is taken");
+        assert!(e.owns(p), "allocation {k}");
+        free(&e, p);
+    }
+    assert_eq!(e.take(len, Hint::Uninit), None, "known, never copied from");
+    assert_eq!(
+        e.take(len, Hint::Zeroed),
+        None,
+        "zeroed follows the same class"
+    );
+    assert_eq!(e.stats().allocs_declined, 2);
+    let big = e
+        .take(1 << 20, Hint::Uninit)
+        .expect("at plain_below: taken");
+    free(&e, big);
+
+    let all = engine_leaving_plain_below(0);
+    for _ in 0..8 {
+        let p = all
+            .take(len, Hint::Uninit)
+            .expect("plain_below 0 takes all");
+        free(&all, p);
+    }
+    assert_eq!(all.stats().allocs_declined, 0);
+}
+
+/// Copies out of the caller's own memory count for the class of their
+/// length: once one block in two is copied from, the class is taken again,
+/// and a copy between two taken blocks is virtual.
+#[test]
+fn copies_out_of_plain_memory_bring_a_class_back() {
+    let _s = serial();
+    let len = 64 * PAGE;
+    let e = engine_leaving_plain_below(1 << 20);
+    for _ in 0..5 {
+        if let Some(p) = e.take(len, Hint::Uninit) {
+            free(&e, p);
+        }
+    }
+    assert_eq!(e.take(len, Hint::Uninit), None);
+    let src: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    let mut dst = vec![0u8; len];
+    // Six allocations seen, one more for each block taken below.
+    for _ in 0..4 {
+        // SAFETY: two distinct vectors of len bytes.
+        unsafe { e.copy(dst.as_mut_ptr(), src.as_ptr(), len) };
+        assert_eq!(dst, src);
+    }
+    let a = e.take(len, Hint::Uninit).expect("copied from: taken");
+    let b = e.take(len, Hint::Uninit).expect("copied from: taken");
+    // SAFETY: a is a live block of len bytes, src a vector of len bytes.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), a, len) };
+    copy(&e, b, a, len);
+    assert_eq!(bytes(b, len), src);
+    assert!(e.stats().pages_shared_by_copy + e.stats().pages_adopted >= 64);
+    free(&e, a);
+    free(&e, b);
 }

@@ -20,6 +20,8 @@
 //! reference pages in frames) and `PAGEFOLD_COPY_THROUGH` to 1 here (a block
 //! starts on plain anonymous memory unless its size is often copied from, and a copy out of
 //! anonymous memory adopts its source onto frames: the engine's fresh.rs and adopt.rs);
+//! `PAGEFOLD_PLAIN_BELOW` defaults to 32 MiB here with `adaptive` (a block below it whose size
+//! is not copied from is left to glibc, whose heap reuses freed memory: the engine's state.rs);
 //! `PAGEFOLD_COPY_LEARN` defaults to 1 here (copies into a size class whose copies were
 //! mostly written over are made plainly: fresh.rs);
 //! `PAGEFOLD_SCAN_AFTER_FREE_MB` (default 64): wake the scanner after this much
@@ -54,6 +56,10 @@ const PIN_AGE_DEFAULT: Duration = Duration::from_millis(200);
 /// 1 MiB keeps 87% of the R suite's saving at 8 KiB for 60% of its cost
 /// (docs/RESULTS.md).
 pub const DEFAULT_THRESHOLD: usize = 1 << 20;
+/// Allocations below this size whose size class is not copied from are
+/// glibc's (`PAGEFOLD_PLAIN_BELOW`): glibc's largest dynamic mmap threshold
+/// on 64-bit systems, below which its heap may serve them.
+const PLAIN_BELOW_DEFAULT: usize = 32 << 20;
 /// Smallest copy offered to the engine (see hooks::engine_copy).
 pub static COPY_MIN: AtomicUsize = AtomicUsize::new(128 << 10);
 static FREED: AtomicUsize = AtomicUsize::new(0);
@@ -146,6 +152,12 @@ fn start() -> Option<&'static Engine> {
         // blocks stay on frames: patches need reference pages in frames.
         if with_env(c"PAGEFOLD_FRESH", |_| ()).is_none() && !cfg.tier {
             cfg.fresh = Fresh::Adaptive;
+        }
+        // Below glibc's largest mmap threshold, glibc's heap reuses freed
+        // memory without a fault; a block of a size class that is not
+        // copied from is left to it.
+        if env_usize(c"PAGEFOLD_PLAIN_BELOW").is_none() && cfg.fresh == Fresh::Adaptive {
+            cfg.plain_below = PLAIN_BELOW_DEFAULT;
         }
         if with_env(c"PAGEFOLD_COPY_THROUGH", |_| ()).is_none() {
             cfg.copy_through = true;

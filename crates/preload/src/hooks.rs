@@ -24,13 +24,15 @@ fn large(n: usize) -> bool {
     n >= THRESHOLD.load(Ordering::Relaxed)
 }
 
-/// An engine block for `n` bytes, if the engine takes it. `Hint::Uninit`
-/// (all but calloc) lets a recently freed block of the same size come back.
+/// An engine block for `n` bytes, if the engine takes it (below glibc's
+/// largest mmap threshold it leaves sizes that are not copied from to
+/// glibc's heap). `Hint::Uninit` (all but calloc) lets a recently freed
+/// block of the same size come back.
 fn engine_alloc(n: usize, hint: Hint) -> *mut c_void {
     // The configured threshold is read as the engine starts, in this very call.
     match engine()
         .filter(|_| large(n))
-        .and_then(|e| with_busy(|| e.alloc(n, hint)))
+        .and_then(|e| with_busy(|| e.take(n, hint)).flatten())
     {
         Some(p) => p.cast(),
         None => std::ptr::null_mut(),
