@@ -136,12 +136,30 @@ mod tests {
     #[test]
     fn tables_show_plain_median_and_ratios_and_zero_without_a_ratio() {
         let runs = vec![
-            run("plain", &[("spilled_mib", 100.0), ("worker_peak_mib", 1000.0)]),
-            run("pagefold", &[("spilled_mib", 0.0), ("worker_peak_mib", 600.0)]),
-            run("plain", &[("spilled_mib", 300.0), ("worker_peak_mib", 1200.0)]),
-            run("pagefold", &[("spilled_mib", 20.0), ("worker_peak_mib", 700.0)]),
-            run("plain", &[("spilled_mib", 200.0), ("worker_peak_mib", 1100.0)]),
-            run("pagefold", &[("spilled_mib", 10.0), ("worker_peak_mib", 800.0)]),
+            run(
+                "plain",
+                &[("spilled_mib", 100.0), ("worker_peak_mib", 1000.0)],
+            ),
+            run(
+                "pagefold",
+                &[("spilled_mib", 0.0), ("worker_peak_mib", 600.0)],
+            ),
+            run(
+                "plain",
+                &[("spilled_mib", 300.0), ("worker_peak_mib", 1200.0)],
+            ),
+            run(
+                "pagefold",
+                &[("spilled_mib", 20.0), ("worker_peak_mib", 700.0)],
+            ),
+            run(
+                "plain",
+                &[("spilled_mib", 200.0), ("worker_peak_mib", 1100.0)],
+            ),
+            run(
+                "pagefold",
+                &[("spilled_mib", 10.0), ("worker_peak_mib", 800.0)],
+            ),
         ];
         let configs: Vec<String> = vec!["plain".into(), "pagefold".into()];
         let wl = |name: &str, runs: &[Outcome]| WorkloadResult {

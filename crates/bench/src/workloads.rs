@@ -312,10 +312,7 @@ mod tests {
             ["job", "job_spill_on_memory"]
         );
         assert_eq!(all[0].cmd[2..], ["--quick"]);
-        assert_eq!(
-            all[1].cmd[2..],
-            ["--spill-on", "process-memory", "--quick"]
-        );
+        assert_eq!(all[1].cmd[2..], ["--spill-on", "process-memory", "--quick"]);
         let one = discover_dask(&root, false, &["job_spill_on_memory".into()]).unwrap();
         assert_eq!(one.len(), 1);
         assert_eq!(one[0].cmd.len(), 4);

@@ -51,7 +51,12 @@ fn quick_dask_suite_runs_plain_and_pagefold_and_tabulates_what_the_job_reports()
     for c in ["plain", "pagefold"] {
         let s = stats(&suite, "frame_copies", c);
         assert_eq!(s["failed_runs"], 0, "{c}\n{stderr}");
-        for m in ["spilled_mib", "unspilled_mib", "worker_peak_mib", "job_wall_s"] {
+        for m in [
+            "spilled_mib",
+            "unspilled_mib",
+            "worker_peak_mib",
+            "job_wall_s",
+        ] {
             assert!(
                 s["metrics"][m]["median"].as_f64().is_some(),
                 "{c}: the job reported no {m}\n{stderr}"
