@@ -48,8 +48,10 @@ pub fn summarize(runs: &[&Outcome]) -> BTreeMap<String, Spread> {
         .collect()
 }
 
-/// One table per reported quantity, workloads down, configurations across;
-/// empty when no workload reported any.
+/// One table per reported quantity, workloads down, configurations across
+/// (the first column absolute, the others as ratios to plain's median, or
+/// to the first configuration's without plain); empty when no workload
+/// reported any.
 pub fn markdown(r: &SuiteResult) -> String {
     let mut names: Vec<&String> = r
         .workloads
@@ -84,7 +86,8 @@ fn table(r: &SuiteResult, name: &str) -> String {
     out += &"---:|".repeat(r.configs.len());
     out.push('\n');
     for w in &r.workloads {
-        let Some(base) = w.stats.first().and_then(|s| s.metrics.get(name)) else {
+        let plain = w.stats.iter().find(|s| s.config == "plain");
+        let Some(base) = plain.or(w.stats.first()).and_then(|s| s.metrics.get(name)) else {
             continue;
         };
         out += &format!("| {} |", w.name);
