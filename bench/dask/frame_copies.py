@@ -24,8 +24,11 @@ copy at full size whatever it holds.
 
 stdout: the results (identical in every configuration). stderr, last line:
 ``bench-metrics {JSON}`` with the bytes spilled to disk and read back
-(all workers), the peak footprint of each worker (the monitor's samples)
-and the job's wall time, which ``pagefold bench --suite dask`` tabulates.
+(all workers), the peak footprint of each worker (the monitor's samples),
+what the workers' engines shared by copy (their counter, read inside the
+workers before the cluster stops: a worker stopped by its nanny writes no
+exit report) and the job's wall time, which ``pagefold bench --suite
+dask`` tabulates.
 
     python3 bench/dask/frame_copies.py [--quick] [--spill-on managed|process-memory]
 """
@@ -46,12 +49,14 @@ import numpy as np
 import pandas as pd
 
 try:
+    import pagefold
     import pagefold.dask as pfd
 except ImportError:
     # The checkout's package (bench/dask/ -> python/), for this process and the workers.
     checkout = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
     sys.path.insert(0, os.path.abspath(checkout))
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (sys.path[0], os.environ.get("PYTHONPATH")) if p)
+    import pagefold
     import pagefold.dask as pfd
 
 MiB = 1 << 20
@@ -78,7 +83,8 @@ def worker_metrics(dask_worker=None):
     written = sum(v for k, v in digests.items() if isinstance(k, tuple) and k[-2:] == ("disk-write", "bytes"))
     read = sum(v for k, v in digests.items() if isinstance(k, tuple) and k[-2:] == ("disk-read", "bytes"))
     peak = max(dask_worker.monitor.quantities["memory"], default=0)
-    return {"spilled": written, "unspilled": read, "peak": peak}
+    shared = pagefold.engine_stats().get("pages_shared_by_copy", 0)
+    return {"spilled": written, "unspilled": read, "peak": peak, "shared": shared}
 
 
 def start_cluster(limit_mib, scratch):
@@ -134,6 +140,7 @@ def main(argv=None):
         "unspilled_mib": sum(w["unspilled"] for w in per_worker.values()) / MiB,
         "worker_peak_mib": max(w["peak"] for w in per_worker.values()) / MiB,
         "worker_peaks_mib": sorted(w["peak"] / MiB for w in per_worker.values()),
+        "workers_shared_by_copy_mib": sum(w["shared"] for w in per_worker.values()) * 4096 / MiB,
         "engine": pfd.engine_loaded(),
     }
     print("bench-metrics " + json.dumps(metrics), file=sys.stderr)

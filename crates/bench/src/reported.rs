@@ -29,6 +29,10 @@ const TITLES: &[(&str, &str)] = &[
         "Read back from disk (MiB, all workers, Dask's own count)",
     ),
     (
+        "workers_shared_by_copy_mib",
+        "Shared by copy in the workers (MiB; the engines' counter read inside the workers at the job's end)",
+    ),
+    (
         "worker_peak_mib",
         "Peak footprint of a worker (MiB; the larger worker's peak in Dask's monitor, sampled every 100 ms)",
     ),
