@@ -6,7 +6,8 @@
 //! worker's peak, the job's wall time) reaches the suite's JSON and
 //! markdown, and that under pagefold the partitions' defensive copies were
 //! made copy-on-write (the workers' engines' counter, as the job reports it). Needs python3 with
-//! dask[dataframe,distributed] (.ci/run installs it); about 30 s.
+//! dask[dataframe,distributed] (.ci/run installs it); 86 s on a 2-core
+//! machine at load average 13-15, most of it starting and stopping clusters.
 
 mod common;
 
