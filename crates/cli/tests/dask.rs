@@ -9,6 +9,7 @@
 //! dask[dataframe,distributed] (.ci/run installs it); 86 s on a 2-core
 //! machine at load average 13-15, most of it starting and stopping clusters.
 
+#[allow(dead_code)]
 mod common;
 
 use std::path::Path;
