@@ -201,7 +201,7 @@ mod tests {
         ];
         let r = crate::suite::assemble(
             "dask",
-            configs,
+            configs.clone(),
             1,
             std::time::Duration::from_millis(50),
             vec![wl("w", &plain_zero)],
