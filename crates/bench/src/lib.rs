@@ -17,7 +17,10 @@
 //! `plot`); with `--limit`, the same programs under a memory limit with swap
 //! (see `constrained`). The workload suite `de` is Difference Engine's
 //! micro-benchmark (pagefold-synth's `de-*` workloads) with its savings over
-//! time per mechanism (see `de`). The suite `banks` runs a streaming and a
+//! time per mechanism (see `de`). The workload suite `dask` runs Dask jobs
+//! (bench/dask) on a two-worker LocalCluster, with what the jobs report
+//! about themselves, bytes spilled and each worker's peak, tabulated beside
+//! the harness's own figures (see `reported`). The suite `banks` runs a streaming and a
 //! random-access program together with their frames from shared and from
 //! disjoint DRAM banks (page colouring), next to the row-buffer model (see `banks`).
 
@@ -38,6 +41,7 @@ pub mod plan;
 pub mod plot;
 pub mod program;
 pub mod report;
+pub mod reported;
 pub mod stats;
 pub mod suite;
 pub mod suite_result;
@@ -71,6 +75,9 @@ pub enum Suite {
     /// Difference Engine's micro-benchmark (pagefold-synth de-zero, de-random, de-identical,
     /// de-similar): savings over time of sharing, patching and compression alone and together.
     De,
+    /// Dask jobs (bench/dask) on a LocalCluster of two workers with a memory limit, plain and
+    /// under pagefold, with the bytes Dask spilled and each worker's peak.
+    Dask,
     /// Bank partitioning: a streaming and a random-access program together, frames from shared
     /// banks and from disjoint halves (page colouring), with the colouring cost, the row-conflict
     /// probe and the trace-driven row-buffer model.
@@ -81,18 +88,20 @@ pub enum Suite {
 const DEFAULT_CONFIGS: &str = "plain,pagefold,copy,zero,merge,ksm-100,ksm-1000,ksm-10000";
 /// The same for the de suite: Difference Engine's mechanisms alone and together.
 const DEFAULT_DE_CONFIGS: &str = "plain,de-share,de-patch,de-compress,de-all";
+/// The same for the dask suite: a Dask run is long, so plain and pagefold.
+const DEFAULT_DASK_CONFIGS: &str = "plain,pagefold";
 
 /// Measure the engine next to what it replaces (memcpy, the kernel's CoW fault, KSM), and real
 /// programs under pagefold, plain and kernel KSM: print tables, write JSON, markdown and charts.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Suites to run, comma-separated or repeated: micro, fold, synthetic, all (= micro,fold,synthetic), banks,
-    /// r, python, de.
+    /// r, python, de, dask.
     #[arg(long, value_enum, value_delimiter = ',', num_args = 1.., default_value = "all")]
     pub suite: Vec<Suite>,
     /// For CI: fewer runs (3 for micro/fold, 1 for workload suites), only the aggressive KSM setting
-    /// for the fold, and the synthetic and de workloads at their small sizes (pagefold-synth --quick;
-    /// de: 16 MiB, 3 s idle periods, 10.5 s a run).
+    /// for the fold, and the synthetic, de and dask workloads at their small sizes (pagefold-synth --quick;
+    /// de: 16 MiB, 3 s idle periods, 10.5 s a run; dask: a 0.1 GB table).
     /// On a 2-core machine `--quick` alone (micro, fold, synthetic, every configuration) takes about
     /// 2.5 minutes (3.5 when it is busy), `--quick --suite synthetic` about 1.5 (2).
     #[arg(long)]
@@ -107,13 +116,13 @@ pub struct Args {
     /// de-share, de-patch, de-compress, de-all (Difference Engine's mechanisms, see docs/BENCHMARKS.md),
     /// and pagefold:KEY=V:... (pagefold with PAGEFOLD_KEY=V, see docs/CONFIG.md). Default:
     /// plain,pagefold,copy,zero,merge,ksm-100,ksm-1000,ksm-10000; for the de suite
-    /// plain,de-share,de-patch,de-compress,de-all.
+    /// plain,de-share,de-patch,de-compress,de-all; for the dask suite plain,pagefold.
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
     /// Only these workloads of the workload suites (comma-separated names, e.g. glmnet,gbm).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
-    /// Where the workload programs live (r/*.R, python/*.py).
+    /// Where the workload programs live (r/*.R, python/*.py, dask/*.py).
     #[arg(long, default_value = "bench")]
     pub workloads: PathBuf,
     /// The synthetic suite's program (default: pagefold-synth beside this program).
@@ -169,10 +178,10 @@ impl Args {
         if !self.configs.is_empty() {
             return self.configs.clone();
         }
-        let default = if ps == ProgramSuite::De {
-            DEFAULT_DE_CONFIGS
-        } else {
-            DEFAULT_CONFIGS
+        let default = match ps {
+            ProgramSuite::De => DEFAULT_DE_CONFIGS,
+            ProgramSuite::Dask => DEFAULT_DASK_CONFIGS,
+            _ => DEFAULT_CONFIGS,
         };
         default.split(',').map(str::to_string).collect()
     }
@@ -274,11 +283,12 @@ fn run_suites(a: &Args) -> anyhow::Result<bool> {
 }
 
 /// The workload suites, by the suite that chooses them.
-const PROGRAM_SUITES: [(Suite, ProgramSuite); 4] = [
+const PROGRAM_SUITES: [(Suite, ProgramSuite); 5] = [
     (Suite::R, ProgramSuite::R),
     (Suite::Python, ProgramSuite::Python),
     (Suite::Synthetic, ProgramSuite::Synthetic),
     (Suite::De, ProgramSuite::De),
+    (Suite::Dask, ProgramSuite::Dask),
 ];
 
 /// Fails at once, not after minutes of micro and fold, when a chosen
@@ -326,6 +336,7 @@ pub(crate) fn suite_workloads(
             .and_then(|synth| {
                 workloads::discover_synthetic(&synth, ps, a.quick, a.de_idle, &a.only)
             }),
+        ProgramSuite::Dask => workloads::discover_dask(&a.workloads, a.quick, &a.only),
         _ => workloads::discover(ps, &a.workloads, &a.only),
     }
 }

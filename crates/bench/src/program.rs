@@ -13,6 +13,7 @@
 //! `pagefold run` and the workload suites of `pagefold bench` both run
 //! programs through here, so the two can never measure differently.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -260,6 +261,9 @@ pub struct Outcome {
     pub engine: Vec<Value>,
     /// Footprint over time: (ms since start, bytes).
     pub timeline: Vec<(u64, u64)>,
+    /// Quantities the program reported about itself (see [`reported_metrics`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<String, f64>,
     #[serde(skip)]
     pub stdout: Option<Vec<u8>>,
     #[serde(skip)]
@@ -339,9 +343,37 @@ pub fn run_in(
             .iter()
             .map(|f| (f.timestamp_ms, f.footprint_bytes))
             .collect(),
+        metrics: reported_metrics(stderr.as_deref().unwrap_or_default()),
         stdout,
         stderr,
     })
+}
+
+/// What marks the line a program writes on stderr to report quantities
+/// only it can see (Dask's spilled bytes, a worker's peak): the marker,
+/// then a JSON object.
+pub const METRICS_MARKER: &str = "bench-metrics ";
+
+/// The numbers of the last `bench-metrics {JSON}` line of `stderr`, by
+/// name; values that are not numbers are left out, and a line that is not
+/// a JSON object reports nothing.
+pub fn reported_metrics(stderr: &[u8]) -> BTreeMap<String, f64> {
+    let text = String::from_utf8_lossy(stderr);
+    let Some(doc) = text
+        .lines()
+        .rev()
+        .find_map(|line| line.strip_prefix(METRICS_MARKER))
+    else {
+        return BTreeMap::new();
+    };
+    match serde_json::from_str::<Value>(doc) {
+        Ok(Value::Object(fields)) => fields
+            .into_iter()
+            .filter(|(_, v)| v.is_number())
+            .filter_map(|(k, v)| v.as_f64().map(|n| (k, n)))
+            .collect(),
+        _ => BTreeMap::new(),
+    }
 }
 
 fn command(inv: &Invocation, setup: &Setup, reports: &Path) -> Command {
@@ -682,6 +714,20 @@ pub fn is_dynamic(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_metrics_line_is_read_and_its_numbers_kept() {
+        let stderr = b"bench-metrics {\"a\": 1}\nsome log\nbench-metrics {\"spilled_mib\": 12.5, \"peak\": 3, \"list\": [1], \"flag\": true}\n";
+        let m = reported_metrics(stderr);
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!((m["spilled_mib"], m["peak"]), (12.5, 3.0));
+        assert!(reported_metrics(b"no line here\n").is_empty());
+        assert!(
+            reported_metrics(b"bench-metrics [1, 2]\n").is_empty(),
+            "not an object"
+        );
+        assert!(reported_metrics(b"bench-metrics {broken\n").is_empty());
+    }
 
     #[test]
     fn every_listed_config_parses_and_unknown_ones_do_not() {

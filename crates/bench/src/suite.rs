@@ -206,6 +206,7 @@ pub fn summarize(configs: &[String], runs: &[Outcome]) -> Vec<ConfigStats> {
                 }),
                 failed_runs: of(c).iter().filter(|o| o.exit_code != 0).count(),
                 engine: median_counters(&of(c)),
+                metrics: crate::reported::summarize(&of(c)),
             }
         })
         .collect()
@@ -370,6 +371,7 @@ pub fn markdown(r: &SuiteResult) -> String {
         }
         out += "\n\n";
     }
+    out += &crate::reported::markdown(r);
     out += &crate::compass::markdown(r);
     out += &engine_table(r);
     out += &tier_table(r);
@@ -642,6 +644,7 @@ mod tests {
             method: "pfn".into(),
             engine: Vec::new(),
             timeline: Vec::new(),
+            metrics: Default::default(),
             stdout: Some(out.as_bytes().to_vec()),
             stderr: Some(Vec::new()),
         }

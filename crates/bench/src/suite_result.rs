@@ -43,6 +43,9 @@ pub struct ConfigStats {
     pub failed_runs: usize,
     /// Engine counters summed over processes, median over runs.
     pub engine: serde_json::Map<String, serde_json::Value>,
+    /// What the workload reported about itself (see `reported`), by name.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub metrics: std::collections::BTreeMap<String, Spread>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -26,6 +26,10 @@ pub enum ProgramSuite {
     Synthetic,
     /// pagefold-synth's de-* subcommands: Difference Engine's micro-benchmark.
     De,
+    /// bench/dask/*.py under python3: Dask jobs on a LocalCluster of two
+    /// workers, each script with Dask's memory thresholds and spilling on
+    /// process memory only.
+    Dask,
 }
 
 impl ProgramSuite {
@@ -35,6 +39,7 @@ impl ProgramSuite {
             ProgramSuite::Python => "python",
             ProgramSuite::Synthetic => "synthetic",
             ProgramSuite::De => "de",
+            ProgramSuite::Dask => "dask",
         }
     }
 
@@ -43,6 +48,7 @@ impl ProgramSuite {
         match self {
             ProgramSuite::R => Some(("r", "R", "Rscript")),
             ProgramSuite::Python => Some(("python", "py", "python3")),
+            ProgramSuite::Dask => Some(("dask", "py", "python3")),
             ProgramSuite::Synthetic | ProgramSuite::De => None,
         }
     }
@@ -113,6 +119,64 @@ pub fn discover(
         ));
     }
     Ok(out)
+}
+
+/// How the dask suite runs each of its scripts: the workload's name suffix
+/// and the script's arguments. Dask's defaults spill a worker's oldest keys
+/// once the sum of their `sizeof()` passes 60% of its memory limit, which
+/// counts a copy at full size whatever it holds; with `target` off a worker
+/// spills only when its process memory (what its monitor reads) passes 70%.
+pub const DASK_VARIANTS: [(&str, &[&str]); 2] = [
+    ("", &[]),
+    ("_spill_on_memory", &["--spill-on", "process-memory"]),
+];
+
+/// What the dask suite's scripts import (dask.dataframe needs pyarrow).
+pub const DASK_MODULES: &[&str] = &["dask.dataframe", "distributed", "pandas", "pyarrow"];
+
+/// The dask suite: every bench/dask script under `root` in each of
+/// [`DASK_VARIANTS`] (`--quick`: the scripts' small sizes); `only`, when
+/// not empty, keeps those named. Fails, naming the install, when python3
+/// cannot import what the scripts need.
+pub fn discover_dask(root: &Path, quick: bool, only: &[String]) -> Result<Vec<Workload>, String> {
+    let scripts = discover(ProgramSuite::Dask, root, &[])?;
+    require_modules("python3", DASK_MODULES)?;
+    let all = scripts
+        .iter()
+        .flat_map(|script| {
+            DASK_VARIANTS.iter().map(move |(suffix, args)| {
+                let mut cmd = script.cmd.clone();
+                cmd.extend(args.iter().map(|a| a.to_string()));
+                if quick {
+                    cmd.push("--quick".into());
+                }
+                Workload {
+                    name: format!("{}{suffix}", script.name),
+                    cmd,
+                }
+            })
+        })
+        .collect();
+    keep_only(all, only, &root.join("dask").display().to_string())
+}
+
+/// Fails, naming the modules and the pip command, if `python` cannot import
+/// every one of `modules`.
+pub fn require_modules(python: &str, modules: &[&str]) -> Result<(), String> {
+    let imports = format!("import {}", modules.join(", "));
+    let done = std::process::Command::new(python)
+        .args(["-c", &imports])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map_err(|e| format!("{python}: {e}"))?;
+    if done.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{python} cannot import {}: the dask suite needs them ({python} -m pip install 'dask[dataframe,distributed]')",
+        modules.join(", ")
+    ))
 }
 
 /// The workloads of a pagefold-synth suite (synthetic or de): every
@@ -228,6 +292,32 @@ mod tests {
         assert!(err.contains("no workload 'zz'"), "{err}");
         let err = discover(ProgramSuite::R, &root, &[]).unwrap_err();
         assert!(err.contains("run from the repository root"), "{err}");
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn dask_workloads_are_each_script_in_each_variant() {
+        let root = std::env::temp_dir().join(format!("pagefold-dask-wl-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("dask")).unwrap();
+        std::fs::write(root.join("dask").join("job.py"), "").unwrap();
+        let missing = require_modules("python3", &["pagefold_no_such_module"]).unwrap_err();
+        assert!(
+            missing.contains("cannot import pagefold_no_such_module") && missing.contains("pip"),
+            "{missing}"
+        );
+        // The rest needs what the suite needs, as CI installs it.
+        let all = discover_dask(&root, true, &[]).unwrap();
+        assert_eq!(
+            all.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(),
+            ["job", "job_spill_on_memory"]
+        );
+        assert_eq!(all[0].cmd[2..], ["--quick"]);
+        assert_eq!(all[1].cmd[2..], ["--spill-on", "process-memory", "--quick"]);
+        let one = discover_dask(&root, false, &["job_spill_on_memory".into()]).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].cmd.len(), 4);
+        let err = discover_dask(&root, false, &["nope".into()]).unwrap_err();
+        assert!(err.contains("no workload 'nope'"), "{err}");
         std::fs::remove_dir_all(root).unwrap();
     }
 
