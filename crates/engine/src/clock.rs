@@ -169,8 +169,8 @@ pub struct PassCounts {
     pub c4: u64,
     /// Pages the policy evicted (patched, compressed).
     pub evicted: u64,
-    /// Pages the policy chose that stayed: shared with other pages or pre-fork
-    /// (`not_eligible`), refused by the store (`refused`: incompressible or full),
+    /// Pages the policy chose that stayed: shared with other pages, pre-fork
+    /// or remapped during the pass's work on their chunk (`not_eligible`), refused by the store (`refused`: incompressible or full),
     /// allowed only a treatment that did not apply, now or (no reference) at an
     /// earlier pass since the page was last written (`not_allowed`).
     pub not_eligible: u64,

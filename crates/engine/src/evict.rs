@@ -256,6 +256,7 @@ impl State {
         };
         let mut taken = Vec::new();
         let mut buf = [0u8; PAGE];
+        let protected = self.write_protected(base, &chunk);
         for &(k, allow) in pages {
             if !allow.patch && !allow.compress {
                 rep.not_allowed += 1;
@@ -265,6 +266,10 @@ impl State {
                 rep.not_eligible += 1;
                 continue;
             };
+            if !protected[k - chunk.start] {
+                rep.unprotected += 1;
+                continue;
+            }
             let page = self.blocks[&base].page_addr(k);
             if sys::is_zero(page) {
                 rep.zero += 1;
@@ -321,6 +326,26 @@ impl State {
             copies.extend_from_slice(&buf);
         }
         taken
+    }
+
+    /// Which pages of the protected `chunk` are write-protected now
+    /// (pagemap's uffd-wp bit, set on present pages and on the markers of
+    /// absent ones). A page remapped while a scan works on the chunk (frozen
+    /// onto its frame, or a merge partner) sits on a fresh mapping that the
+    /// chunk's protection does not cover: a write between its read and the
+    /// release of its memory would be lost, or, for a frame mapped
+    /// privately, stay behind as a private copy the engine does not know.
+    /// None counts as protected if pagemap cannot be read.
+    fn write_protected(&self, base: usize, chunk: &Range<usize>) -> Vec<bool> {
+        let mut entries = vec![0u64; chunk.len()];
+        let read = self.pagemap.as_ref().is_some_and(|pm| {
+            pm.read(self.blocks[&base].page_addr(chunk.start), &mut entries)
+                .is_ok()
+        });
+        entries
+            .iter()
+            .map(|&e| read && e & sys::PM_UFFD_WP != 0)
+            .collect()
     }
 
     /// Puts the bytes of page `k` in the store; None: it stays in memory.
@@ -607,7 +632,7 @@ impl State {
         let mut rep = EvictReport::default();
         self.evict_pages(base, chunk, chosen, &mut rep);
         pass.counts.evicted += rep.evicted;
-        pass.counts.not_eligible += rep.not_eligible;
+        pass.counts.not_eligible += rep.not_eligible + rep.unprotected;
         pass.counts.refused += rep.refused;
         // Only a patch was allowed and none applied (or nothing was allowed).
         pass.counts.not_allowed += rep.not_allowed + rep.unpatched;

@@ -418,6 +418,36 @@ fn a_write_pin_on_a_held_owned_zero_page_ends_the_hold() {
     assert!(unsafe { e.free(p) });
 }
 
+/// Cutting a block's tail ends the holds there: were the cut pages still
+/// held, a write ending the hold of a page before the cut would end theirs
+/// too and unprotect a range no longer registered (`unprotect_gaps`), or
+/// another block's pages mapped there since.
+#[test]
+fn shrinking_a_block_ends_the_holds_in_its_cut_tail() {
+    let age = Duration::from_millis(200);
+    let e = Engine::new(Config {
+        fresh: Fresh::Frames,
+        pin_age: age,
+        ..Config::default()
+    });
+    let p = block(&e);
+    scan_for(&e, 2, |_, _| false);
+    assert!(e.stats().pin_held >= 8, "{:?}", e.stats());
+    // Pages 0..8 are held zero pages; the cut takes 4..16.
+    assert!(e.shrink(p, 4 * PAGE));
+    let data = vec![0x44u8; PAGE];
+    vm_write(p, &data);
+    let s = e.stats();
+    assert_eq!(s.pin_hold_broken, 4, "the cut pages were still held: {s:?}");
+    assert_eq!(s.unprotect_gaps, 0, "{s:?}");
+    assert_eq!(content(p, 0), data);
+    for k in 1..4 {
+        assert!(content(p, k).iter().all(|&b| b == 0), "page {k}");
+    }
+    // SAFETY: p is the block allocated above, freed once.
+    assert!(unsafe { e.free(p) });
+}
+
 /// Eviction of anonymous pages goes through the pin guard too: a pinned
 /// page stays in memory, the others leave and come back when touched.
 #[test]
