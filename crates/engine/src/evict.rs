@@ -257,6 +257,7 @@ impl State {
         let mut taken = Vec::new();
         let mut buf = [0u8; PAGE];
         let protected = self.write_protected(base, &chunk);
+        let guard = self.pin_guard();
         for &(k, allow) in pages {
             if !allow.patch && !allow.compress {
                 rep.not_allowed += 1;
@@ -266,6 +267,10 @@ impl State {
                 rep.not_eligible += 1;
                 continue;
             };
+            if !self.cfg.evict_untested && !(guard && kind == Restores::Anon) {
+                rep.untested += 1;
+                continue;
+            }
             if !protected[k - chunk.start] {
                 rep.unprotected += 1;
                 continue;
@@ -632,7 +637,7 @@ impl State {
         let mut rep = EvictReport::default();
         self.evict_pages(base, chunk, chosen, &mut rep);
         pass.counts.evicted += rep.evicted;
-        pass.counts.not_eligible += rep.not_eligible + rep.unprotected;
+        pass.counts.not_eligible += rep.not_eligible + rep.unprotected + rep.untested;
         pass.counts.refused += rep.refused;
         // Only a patch was allowed and none applied (or nothing was allowed).
         pass.counts.not_allowed += rep.not_allowed + rep.unpatched;

@@ -227,6 +227,8 @@ pub struct EvictReport {
     pub not_allowed: u64,
     /// Pages that changed during the pin grace.
     pub changed: u64,
+    /// Pages without a pin test, left because `evict_untested` is off.
+    pub untested: u64,
     /// Pages the chunk's write protection did not cover (remapped while a
     /// scan worked on the chunk: frozen, or a merge partner), left for a
     /// later pass.
