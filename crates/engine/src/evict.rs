@@ -267,7 +267,8 @@ impl State {
                 rep.not_eligible += 1;
                 continue;
             };
-            if !self.cfg.evict_untested && !(guard && kind == Restores::Anon) {
+            let tested = guard && kind == Restores::Anon;
+            if !(tested || self.cfg.evict_untested) {
                 rep.untested += 1;
                 continue;
             }

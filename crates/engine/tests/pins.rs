@@ -607,10 +607,8 @@ fn file_of(byte: u8) -> i32 {
     assert!(fd >= 0);
     let page = vec![byte; PAGE];
     // SAFETY: page is a live buffer of PAGE bytes.
-    assert_eq!(
-        unsafe { libc::write(fd, page.as_ptr().cast(), PAGE) },
-        PAGE as isize
-    );
+    let n = unsafe { libc::write(fd, page.as_ptr().cast(), PAGE) };
+    assert_eq!(n, PAGE as isize);
     fd
 }
 
