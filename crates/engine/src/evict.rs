@@ -12,10 +12,13 @@
 //! 2. register the chunk and write-protect it: writers sleep, so nothing
 //!    written after the page is read can be lost;
 //! 3. refresh divergence and ask mincore which pages hold content;
-//! 4. read each eligible, resident, non-zero page and, if patching is
-//!    allowed and a similar page serves as reference, keep it as a patch
-//!    (patching.rs); else, if compression is allowed, `put` it in the store,
-//!    which may refuse (incompressible, full): that page stays;
+//! 4. read each eligible, resident, non-zero page that is still
+//!    write-protected (a page the scan remapped in this chunk, frozen or a
+//!    merge partner, is on a fresh mapping the protection does not cover)
+//!    and, if patching is allowed and a similar page serves as reference,
+//!    keep it as a patch (patching.rs); else, if compression is allowed,
+//!    `put` it in the store, which may refuse (incompressible, full): that
+//!    page stays;
 //! 5. give writes through pages the kernel pinned earlier (O_DIRECT) the pin
 //!    grace to land, and keep only the pages that still equal what was stored;
 //! 6. register each run MISSING|WP, free its memory (MADV_DONTNEED for
@@ -32,6 +35,14 @@
 //! - shared pages whose frame has no other user, and diverged pages whose
 //!   frame no other page maps and is a hole (restored as diverged: the
 //!   kernel makes a private copy for UFFDIO_COPY into a private mapping).
+//!
+//! Pins. Anonymous pages leave through the pin guard's test (UFFDIO_MOVE
+//! refuses a page the kernel may have pinned). The others live in mappings
+//! of the frames' memfd, which UFFDIO_MOVE cannot move, and have no pin
+//! test: they wait the pin grace and are compared again (step 5), which
+//! narrows the race with a write through a pin taken earlier but does not
+//! close it. With `evict_untested` off they are not evicted at all, nor are
+//! anonymous pages when the pin guard is unavailable.
 //!
 //! Not: shared frames with several users (evicting one user frees nothing),
 //! frames of retired (pre-fork) pools, which the other process may map,
