@@ -352,7 +352,7 @@ impl State {
     /// chunk's protection does not cover: a write between its read and the
     /// release of its memory would be lost, or, for a frame mapped
     /// privately, stay behind as a private copy the engine does not know.
-    /// None counts as protected if pagemap cannot be read.
+    /// If pagemap cannot be read, no page counts as protected.
     fn write_protected(&self, base: usize, chunk: &Range<usize>) -> Vec<bool> {
         let mut entries = vec![0u64; chunk.len()];
         let read = self.pagemap.as_ref().is_some_and(|pm| {
