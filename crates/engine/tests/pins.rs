@@ -506,8 +506,8 @@ fn a_write_pin_on_a_held_owned_zero_page_ends_the_hold() {
 
 /// Cutting a block's tail ends the holds there: were the cut pages still
 /// held, a write ending the hold of a page before the cut would end theirs
-/// too and unprotect a range no longer registered (`unprotect_gaps`), or
-/// another block's pages mapped there since.
+/// too, and unprotect whatever is mapped there by then (another block's
+/// pages, not registered: `unprotect_gaps`).
 #[test]
 fn shrinking_a_block_ends_the_holds_in_its_cut_tail() {
     let age = Duration::from_millis(200);
