@@ -174,7 +174,10 @@ impl State {
             return false;
         };
         let (addr, fd) = (self.blocks[&base].page_addr(i), self.pools[pi].fd);
-        if sys::map(addr, n * PAGE, Some(fd), slot, true, true).is_err() {
+        let mapped = self.changing_mapping(addr as usize, n * PAGE, |_| {
+            sys::map(addr, n * PAGE, Some(fd), slot, true, true).is_ok()
+        });
+        if !mapped {
             self.pools[pi].abandon(slot, n as u64);
             self.stats.fallbacks.mmap += 1;
             return false;
@@ -187,7 +190,6 @@ impl State {
     /// were mapped onto fresh frames from `first` (as `record_remap` does for
     /// shared frames; never inside a scan, so nothing to register).
     fn record_fresh(&mut self, base: usize, i: usize, n: usize, first: FrameId) {
-        self.drop_holds(self.blocks[&base].page_addr(i) as usize, n * PAGE);
         for k in 0..n as u64 {
             self.pools[first.pool()].map(first.slot() + k);
         }
@@ -412,7 +414,11 @@ impl State {
         }
         // Cutting a mapping's tail needs no new mapping, but the kernel can
         // still refuse at vm.max_map_count: then the block keeps its length.
-        if sys::try_unmap(block.page_addr(keep), (n - keep) * PAGE).is_err() {
+        let tail = block.page_addr(keep);
+        let cut = self.changing_mapping(tail as usize, (n - keep) * PAGE, |_| {
+            sys::try_unmap(tail, (n - keep) * PAGE).is_ok()
+        });
+        if !cut {
             return false;
         }
         self.forget_evicted(&self.blocks[&base], keep, n - keep);

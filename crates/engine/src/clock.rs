@@ -169,10 +169,12 @@ pub struct PassCounts {
     pub c4: u64,
     /// Pages the policy evicted (patched, compressed).
     pub evicted: u64,
-    /// Pages the policy chose that stayed: shared with other pages or pre-fork
-    /// (`not_eligible`), refused by the store (`refused`: incompressible or full),
-    /// allowed only a treatment that did not apply, now or (no reference) at an
-    /// earlier pass since the page was last written (`not_allowed`).
+    /// Pages the policy chose that stayed: shared with other pages, pre-fork,
+    /// remapped during the pass's work on their chunk or without a pin test
+    /// while `evict_untested` is off (`not_eligible`), refused by the store
+    /// (`refused`: incompressible or full), allowed only a treatment that did
+    /// not apply, now or (no reference) at an earlier pass since the page was
+    /// last written (`not_allowed`).
     pub not_eligible: u64,
     pub refused: u64,
     pub not_allowed: u64,

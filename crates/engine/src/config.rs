@@ -113,6 +113,13 @@ pub struct Config {
     /// Allow `Engine::evict` (pages to the page store, restored on touch).
     /// Nothing calls it unless the program or a policy does.
     pub evict: bool,
+    /// Evict pages that have no pin test: owned, sole-shared and diverged
+    /// pages (mappings of the frames' memfd, which UFFDIO_MOVE cannot move),
+    /// and anonymous pages when the pin guard is unavailable; they get the
+    /// pin grace (evict.rs). Off: only pages the pin guard tests are evicted,
+    /// so a write through a pin taken earlier can never be lost to eviction.
+    /// On by default.
+    pub evict_untested: bool,
     /// Most memory in bytes the page store may hold (compressed pages, its
     /// slabs' slack, tables and codecs); beyond it pages go to the swap file
     /// if there is one, else stay in memory.
@@ -230,6 +237,7 @@ impl Default for Config {
             recycle_age: Duration::from_millis(250),
             recycle_join: true,
             evict: true,
+            evict_untested: true,
             evict_store_bytes: u64::MAX,
             tier: false,
             clock_interval: Duration::from_millis(500),
@@ -268,7 +276,7 @@ impl Config {
     /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_PLAIN_BELOW` (bytes), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_COPY_LEARN`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_KSM`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN`, `PAGEFOLD_PIN_GUARD`, `PAGEFOLD_PIN_HOLD`, `PAGEFOLD_RECYCLE_JOIN` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction), `PAGEFOLD_SCAN_SHARE` (fraction of the program's CPU; 0 = off),
-    /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_PIN_AGE_MS`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT` (0/1),
+    /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_PIN_AGE_MS`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT`, `PAGEFOLD_EVICT_UNTESTED` (0/1),
     /// `PAGEFOLD_EVICT_STORE_MB`, `PAGEFOLD_SWAP_FILE` (path prefix), `PAGEFOLD_SWAP_MB`;
     /// tiering: `PAGEFOLD_TIER`, `PAGEFOLD_TIER_PATCH`, `PAGEFOLD_TIER_COMPRESS` (0/1),
     /// `PAGEFOLD_CLOCK_MS`, `PAGEFOLD_COLD_PASSES`, `PAGEFOLD_HIGH_MB`, `PAGEFOLD_LOW_MB`
@@ -314,6 +322,7 @@ impl Config {
         flag("PAGEFOLD_PIN_HOLD", &mut c.pin_hold);
         flag("PAGEFOLD_RECYCLE_JOIN", &mut c.recycle_join);
         flag("PAGEFOLD_EVICT", &mut c.evict);
+        flag("PAGEFOLD_EVICT_UNTESTED", &mut c.evict_untested);
         flag("PAGEFOLD_TIER", &mut c.tier);
         flag("PAGEFOLD_TIER_PATCH", &mut c.tier_patch);
         flag("PAGEFOLD_TIER_COMPRESS", &mut c.tier_compress);

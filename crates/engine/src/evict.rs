@@ -12,10 +12,13 @@
 //! 2. register the chunk and write-protect it: writers sleep, so nothing
 //!    written after the page is read can be lost;
 //! 3. refresh divergence and ask mincore which pages hold content;
-//! 4. read each eligible, resident, non-zero page and, if patching is
-//!    allowed and a similar page serves as reference, keep it as a patch
-//!    (patching.rs); else, if compression is allowed, `put` it in the store,
-//!    which may refuse (incompressible, full): that page stays;
+//! 4. read each eligible, resident, non-zero page that is still
+//!    write-protected (a page the scan remapped in this chunk, frozen or a
+//!    merge partner, is on a fresh mapping the protection does not cover)
+//!    and, if patching is allowed and a similar page serves as reference,
+//!    keep it as a patch (patching.rs); else, if compression is allowed,
+//!    `put` it in the store, which may refuse (incompressible, full): that
+//!    page stays;
 //! 5. give writes through pages the kernel pinned earlier (O_DIRECT) the pin
 //!    grace to land, and keep only the pages that still equal what was stored;
 //! 6. register each run MISSING|WP, free its memory (MADV_DONTNEED for
@@ -32,6 +35,14 @@
 //! - shared pages whose frame has no other user, and diverged pages whose
 //!   frame no other page maps and is a hole (restored as diverged: the
 //!   kernel makes a private copy for UFFDIO_COPY into a private mapping).
+//!
+//! Pins. Anonymous pages leave through the pin guard's test (UFFDIO_MOVE
+//! refuses a page the kernel may have pinned). The others live in mappings
+//! of the frames' memfd, which UFFDIO_MOVE cannot move, and have no pin
+//! test: they wait the pin grace and are compared again (step 5), which
+//! narrows the race with a write through a pin taken earlier but does not
+//! close it. With `evict_untested` off they are not evicted at all, nor are
+//! anonymous pages when the pin guard is unavailable.
 //!
 //! Not: shared frames with several users (evicting one user frees nothing),
 //! frames of retired (pre-fork) pools, which the other process may map,
@@ -256,6 +267,8 @@ impl State {
         };
         let mut taken = Vec::new();
         let mut buf = [0u8; PAGE];
+        let protected = self.write_protected(base, &chunk);
+        let guard = self.pin_guard();
         for &(k, allow) in pages {
             if !allow.patch && !allow.compress {
                 rep.not_allowed += 1;
@@ -265,6 +278,15 @@ impl State {
                 rep.not_eligible += 1;
                 continue;
             };
+            let tested = guard && kind == Restores::Anon;
+            if !(tested || self.cfg.evict_untested) {
+                rep.untested += 1;
+                continue;
+            }
+            if !protected[k - chunk.start] {
+                rep.unprotected += 1;
+                continue;
+            }
             let page = self.blocks[&base].page_addr(k);
             if sys::is_zero(page) {
                 rep.zero += 1;
@@ -321,6 +343,26 @@ impl State {
             copies.extend_from_slice(&buf);
         }
         taken
+    }
+
+    /// Which pages of the protected `chunk` are write-protected now
+    /// (pagemap's uffd-wp bit, set on present pages and on the markers of
+    /// absent ones). A page remapped while a scan works on the chunk (frozen
+    /// onto its frame, or a merge partner) sits on a fresh mapping that the
+    /// chunk's protection does not cover: a write between its read and the
+    /// release of its memory would be lost, or, for a frame mapped
+    /// privately, stay behind as a private copy the engine does not know.
+    /// If pagemap cannot be read, no page counts as protected.
+    fn write_protected(&self, base: usize, chunk: &Range<usize>) -> Vec<bool> {
+        let mut entries = vec![0u64; chunk.len()];
+        let read = self.pagemap.as_ref().is_some_and(|pm| {
+            pm.read(self.blocks[&base].page_addr(chunk.start), &mut entries)
+                .is_ok()
+        });
+        entries
+            .iter()
+            .map(|&e| read && e & sys::PM_UFFD_WP != 0)
+            .collect()
     }
 
     /// Puts the bytes of page `k` in the store; None: it stays in memory.
@@ -607,7 +649,7 @@ impl State {
         let mut rep = EvictReport::default();
         self.evict_pages(base, chunk, chosen, &mut rep);
         pass.counts.evicted += rep.evicted;
-        pass.counts.not_eligible += rep.not_eligible;
+        pass.counts.not_eligible += rep.not_eligible + rep.unprotected + rep.untested;
         pass.counts.refused += rep.refused;
         // Only a patch was allowed and none applied (or nothing was allowed).
         pass.counts.not_allowed += rep.not_allowed + rep.unpatched;

@@ -161,16 +161,11 @@ impl State {
                 };
                 let addr = self.blocks[&base].page_addr(a);
                 let fd = self.pools[first.pool()].fd;
-                if sys::map_uninjected(
-                    addr,
-                    (b - a) * crate::sys::PAGE,
-                    Some(fd),
-                    first.slot(),
-                    false,
-                    true,
-                )
-                .is_err()
-                {
+                let len = (b - a) * crate::sys::PAGE;
+                let mapped = self.changing_mapping(addr as usize, len, |_| {
+                    sys::map_uninjected(addr, len, Some(fd), first.slot(), false, true).is_ok()
+                });
+                if !mapped {
                     self.stats.fallbacks.mmap += 1;
                     continue;
                 }

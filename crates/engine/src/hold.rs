@@ -28,10 +28,13 @@
 //!
 //! Invariant: a page in the table's `Held` has been write-protected without a
 //! break since the time stored with it. Everything that protects, unprotects,
-//! unregisters or replaces a range first drops the holds in it
-//! (`drop_holds`), and while a scan works on a chunk (`scanning`) the fault
-//! thread leaves that chunk's holds alone: the scan decides which go on, and
-//! wakes the writers of those that do, which then fault again.
+//! unregisters, replaces or unmaps a range first drops the holds in it
+//! (`drop_holds`; a change of mapping through `changing_mapping`, so that
+//! the fault thread, ending the holds of a run around a written page, never
+//! meets a hold whose mapping is gone), and while a scan works on a chunk
+//! (`scanning`) the fault thread leaves that chunk's holds alone: the scan
+//! decides which go on, and wakes the writers of those that do, which then
+//! fault again.
 //!
 //! Cost: a run of held pages stays registered, which splits the mapping
 //! around it, so each run counts two mappings against the budget; at most

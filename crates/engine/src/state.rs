@@ -404,8 +404,10 @@ impl State {
 
     /// Unmaps a block and lets go of its frames.
     pub(crate) fn release_block(&mut self, block: Block) {
-        sys::unmap(block.base, block.len());
-        self.drop_holds(block.base as usize, block.len());
+        self.changing_mapping(block.base as usize, block.len(), |_| {
+            sys::unmap(block.base, block.len());
+            true
+        });
         self.forget_evicted(&block, 0, block.pages.len());
         self.vmas -= block.vmas;
         self.drop_pages(&block.pages);
@@ -498,7 +500,10 @@ impl State {
             Some(f) => (Some(self.pools[f.pool()].fd), f.slot()),
             None => (None, 0),
         };
-        if sys::map(addr, n * PAGE, fd, slot, false, true).is_err() {
+        let mapped = self.changing_mapping(addr as usize, n * PAGE, |_| {
+            sys::map(addr, n * PAGE, fd, slot, false, true).is_ok()
+        });
+        if !mapped {
             self.stats.fallbacks.mmap += 1;
             return false;
         }
@@ -535,7 +540,6 @@ impl State {
         self.forget_evicted(&self.blocks[&base], i, n);
         self.drop_pages(&old);
         let addr = self.blocks[&base].page_addr(i);
-        self.drop_holds(addr as usize, n * PAGE);
         // A fresh mapping is not registered: inside a scan it must be, or
         // unprotecting its chunk would stop at it.
         if self.scanning {
@@ -745,6 +749,33 @@ impl State {
         if let Some(p) = &self.protector {
             p.wake(addr as *const u8, len);
         }
+    }
+
+    /// Runs `change`, which unmaps or replaces the mapping of
+    /// `[addr, addr+len)` and says whether it did, with the holds there
+    /// ended first: a hold the fault thread still knew once the mapping is
+    /// gone would have it unprotect a range that is not registered (or is
+    /// another block's by then). Should the change fail, the pages that were
+    /// held, still registered and write-protected, are unprotected; either
+    /// way their writers are woken, to fault again on what is there now.
+    pub fn changing_mapping(
+        &mut self,
+        addr: usize,
+        len: usize,
+        change: impl FnOnce(&mut State) -> bool,
+    ) -> bool {
+        let held = self.holds.within(addr, len);
+        self.drop_holds(addr, len);
+        let changed = change(self);
+        if let (Some(p), false) = (&self.protector, held.is_empty()) {
+            if !changed {
+                for (a, _) in &held {
+                    let _ = p.unprotect(*a as *const u8, PAGE);
+                }
+            }
+            p.wake(addr as *const u8, len);
+        }
+        changed
     }
 
     /// The page at `addr` is held.

@@ -230,6 +230,12 @@ pub struct EvictReport {
     pub not_allowed: u64,
     /// Pages that changed during the pin grace.
     pub changed: u64,
+    /// Pages without a pin test, left because `evict_untested` is off.
+    pub untested: u64,
+    /// Pages the chunk's write protection did not cover (remapped while a
+    /// scan worked on the chunk: frozen, or a merge partner), left for a
+    /// later pass.
+    pub unprotected: u64,
     /// Pages left because the VMA budget was spent.
     pub skipped_vma: u64,
     /// Nothing was done: no userfaultfd MISSING mode or no fault thread (counted in fallbacks.evict).

@@ -876,3 +876,54 @@ fn laying_recycled_blocks_side_by_side_refused_part_way() {
         common::assert_all_given_back(&e, &ctx);
     }
 }
+
+/// Holds end before a mapping changes; should the change fail (here an
+/// injected mmap failure as a discard remaps held diverged pages onto fresh
+/// frames), the pages that were held are still write-protected with no hold
+/// left to end: they are unprotected, or the discard's fallback (zeroing
+/// them in place, under the engine lock) would wait for good.
+#[test]
+fn a_failed_remap_over_held_pages_unprotects_them() {
+    let _s = serial();
+    let e = Arc::new(Engine::new(Config {
+        pin_age: std::time::Duration::from_millis(500),
+        ..Config::default()
+    }));
+    let src = e.alloc(16 * PAGE, Hint::None);
+    let dst = e.alloc(16 * PAGE, Hint::None);
+    // SAFETY: both blocks are live, 16 pages long and distinct; the copy and
+    // the writes stay inside them.
+    unsafe {
+        std::ptr::write_bytes(src, 0x5a, 16 * PAGE);
+        e.copy(dst, src, 16 * PAGE);
+        // Diverged: zeros, then the content they had (to be folded and merged).
+        std::ptr::write_bytes(dst, 0, 8 * PAGE);
+        std::ptr::write_bytes(dst.add(8 * PAGE), 0x5a, 8 * PAGE);
+    }
+    for _ in 0..3 {
+        e.scan();
+    }
+    assert!(e.stats().pin_held >= 16, "not held: {:?}", e.stats());
+    // A fresh engine sets the process-wide allowance: every mmap fails now.
+    drop(Engine::new(Config {
+        inject: Inject {
+            fail_mmap_after: Some(0),
+            ..Default::default()
+        },
+        ..Config::default()
+    }));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (e2, at) = (e.clone(), dst as usize);
+    std::thread::spawn(move || {
+        e2.discard(at as *mut u8, 8 * PAGE);
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the discard waited for good on a page left write-protected");
+    let s = e.stats();
+    assert!(s.fallbacks.mmap >= 1, "the remap did not fail: {s:?}");
+    assert!(bytes(dst, 8 * PAGE).iter().all(|&b| b == 0));
+    assert!(bytes(dst, 16 * PAGE)[8 * PAGE..].iter().all(|&b| b == 0x5a));
+    // SAFETY: both blocks were allocated above and are freed once.
+    unsafe { assert!(e.free(src) && e.free(dst)) };
+}

@@ -17,7 +17,15 @@ const IORING_REGISTER_BUFFERS: libc::c_uint = 0;
 const IORING_UNREGISTER_BUFFERS: libc::c_uint = 1;
 
 /// An io_uring whose registered buffers pin pages until it unregisters them.
-struct Ring(i32);
+struct Ring {
+    fd: i32,
+    /// `struct io_uring_params` as io_uring_setup filled it in (ring offsets).
+    params: [u8; 120],
+}
+
+const IORING_OP_READ_FIXED: u8 = 4;
+const IORING_ENTER_GETEVENTS: libc::c_uint = 1;
+const IORING_OFF_SQES: libc::off_t = 0x1000_0000;
 
 impl Ring {
     fn new() -> Ring {
@@ -30,7 +38,85 @@ impl Ring {
             "io_uring_setup: {}",
             std::io::Error::last_os_error()
         );
-        Ring(fd as i32)
+        Ring {
+            fd: fd as i32,
+            params,
+        }
+    }
+
+    /// The u32 at byte `at` of the setup parameters.
+    fn param(&self, at: usize) -> usize {
+        u32::from_ne_bytes(self.params[at..at + 4].try_into().unwrap()) as usize
+    }
+
+    /// Reads `PAGE` bytes of `file` into registered buffer `index` (at
+    /// `page`) with IORING_OP_READ_FIXED: the kernel writes them through the
+    /// pin it took at registration, not through the page table.
+    fn read_fixed(&self, file: i32, page: *mut u8, index: u16) {
+        // struct io_uring_params: the SQ ring's offsets from byte 40, the CQ ring's from byte 80.
+        let (sq_tail, sq_mask, sq_array) = (self.param(44), self.param(48), self.param(64));
+        let (cq_head, cq_tail, cq_mask, cqes) = (
+            self.param(80),
+            self.param(84),
+            self.param(88),
+            self.param(100),
+        );
+        let (sq_entries, cq_entries) = (self.param(0), self.param(4));
+        let ring_len = (sq_array + 4 * sq_entries).max(cqes + 16 * cq_entries);
+        let map = |len: usize, off: libc::off_t| {
+            // SAFETY: maps the ring's own memory (the kernel's offsets), shared, for this call only.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_POPULATE,
+                    self.fd,
+                    off,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+            p as *mut u8
+        };
+        let (ring, sqes) = (map(ring_len, 0), map(64 * sq_entries, IORING_OFF_SQES));
+        // SAFETY: every offset below is the kernel's, inside the mappings just made; the
+        // ring's head and tail are read and written with atomics as the kernel does.
+        let res = unsafe {
+            let at32 = |off: usize| &*(ring.add(off) as *const std::sync::atomic::AtomicU32);
+            let tail = at32(sq_tail).load(std::sync::atomic::Ordering::Acquire);
+            let slot = (tail as usize) & (*(ring.add(sq_mask) as *const u32) as usize);
+            std::ptr::write_bytes(sqes.add(64 * slot), 0, 64);
+            let sqe = sqes.add(64 * slot);
+            *sqe = IORING_OP_READ_FIXED;
+            *(sqe.add(4) as *mut i32) = file;
+            *(sqe.add(16) as *mut u64) = page as u64;
+            *(sqe.add(24) as *mut u32) = PAGE as u32;
+            *(sqe.add(40) as *mut u16) = index;
+            *(ring.add(sq_array + 4 * slot) as *mut u32) = slot as u32;
+            at32(sq_tail).store(tail + 1, std::sync::atomic::Ordering::Release);
+            let r = libc::syscall(
+                libc::SYS_io_uring_enter,
+                self.fd,
+                1,
+                1,
+                IORING_ENTER_GETEVENTS,
+                std::ptr::null::<u8>(),
+                0,
+            );
+            assert_eq!(r, 1, "io_uring_enter: {}", std::io::Error::last_os_error());
+            let head = at32(cq_head).load(std::sync::atomic::Ordering::Acquire);
+            assert_ne!(
+                head,
+                at32(cq_tail).load(std::sync::atomic::Ordering::Acquire)
+            );
+            let cq_slot = (head as usize) & (*(ring.add(cq_mask) as *const u32) as usize);
+            let res = *(ring.add(cqes + 16 * cq_slot + 8) as *const i32);
+            at32(cq_head).store(head + 1, std::sync::atomic::Ordering::Release);
+            libc::munmap(ring.cast(), ring_len);
+            libc::munmap(sqes.cast(), 64 * sq_entries);
+            res
+        };
+        assert_eq!(res, PAGE as i32, "READ_FIXED: {res}");
     }
 
     /// Pins each page (one registered buffer per page).
@@ -46,7 +132,7 @@ impl Ring {
         let r = unsafe {
             libc::syscall(
                 libc::SYS_io_uring_register,
-                self.0,
+                self.fd,
                 IORING_REGISTER_BUFFERS,
                 iov.as_ptr(),
                 iov.len() as libc::c_uint,
@@ -65,7 +151,7 @@ impl Ring {
         let r = unsafe {
             libc::syscall(
                 libc::SYS_io_uring_register,
-                self.0,
+                self.fd,
                 IORING_UNREGISTER_BUFFERS,
                 std::ptr::null::<u8>(),
                 0,
@@ -83,7 +169,7 @@ impl Ring {
 impl Drop for Ring {
     fn drop(&mut self) {
         // SAFETY: the ring's descriptor is ours to close.
-        unsafe { libc::close(self.0) };
+        unsafe { libc::close(self.fd) };
     }
 }
 
@@ -418,6 +504,36 @@ fn a_write_pin_on_a_held_owned_zero_page_ends_the_hold() {
     assert!(unsafe { e.free(p) });
 }
 
+/// Cutting a block's tail ends the holds there: were the cut pages still
+/// held, a write ending the hold of a page before the cut would end theirs
+/// too, and unprotect whatever is mapped there by then (another block's
+/// pages, not registered: `unprotect_gaps`).
+#[test]
+fn shrinking_a_block_ends_the_holds_in_its_cut_tail() {
+    let age = Duration::from_millis(200);
+    let e = Engine::new(Config {
+        fresh: Fresh::Frames,
+        pin_age: age,
+        ..Config::default()
+    });
+    let p = block(&e);
+    scan_for(&e, 2, |_, _| false);
+    assert!(e.stats().pin_held >= 8, "{:?}", e.stats());
+    // Pages 0..8 are held zero pages; the cut takes 4..16.
+    assert!(e.shrink(p, 4 * PAGE));
+    let data = vec![0x44u8; PAGE];
+    vm_write(p, &data);
+    let s = e.stats();
+    assert_eq!(s.pin_hold_broken, 4, "the cut pages were still held: {s:?}");
+    assert_eq!(s.unprotect_gaps, 0, "{s:?}");
+    assert_eq!(content(p, 0), data);
+    for k in 1..4 {
+        assert!(content(p, k).iter().all(|&b| b == 0), "page {k}");
+    }
+    // SAFETY: p is the block allocated above, freed once.
+    assert!(unsafe { e.free(p) });
+}
+
 /// Eviction of anonymous pages goes through the pin guard too: a pinned
 /// page stays in memory, the others leave and come back when touched.
 #[test]
@@ -480,6 +596,152 @@ fn a_pinned_source_page_is_not_adopted_by_a_copy() {
     ring.unpin();
     for p in [src, dst] {
         // SAFETY: p is a block allocated above, freed once.
+        assert!(unsafe { e.free(p) });
+    }
+}
+
+/// A memfd holding one page of `byte`, for the kernel to read from.
+fn file_of(byte: u8) -> i32 {
+    // SAFETY: the name is a NUL-terminated C string literal.
+    let fd = unsafe { libc::memfd_create(c"pagefold-pins".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0);
+    let page = vec![byte; PAGE];
+    // SAFETY: page is a live buffer of PAGE bytes.
+    let n = unsafe { libc::write(fd, page.as_ptr().cast(), PAGE) };
+    assert_eq!(n, PAGE as isize);
+    fd
+}
+
+/// Four pages of content `0x10 + k` (distinct, so no scan merges them).
+fn written(e: &Engine) -> *mut u8 {
+    let p = e.alloc(4 * PAGE, Hint::None);
+    for k in 0..4 {
+        // SAFETY: page k lies inside the live 4-page block just allocated.
+        unsafe { std::ptr::write_bytes(p.add(k * PAGE), 0x10 + k as u8, PAGE) };
+    }
+    p
+}
+
+/// Owned pages: a block on frames, written.
+fn owned(e: &Engine) -> *mut u8 {
+    written(e)
+}
+
+/// Sole-shared pages: the source of a virtual copy whose destination is freed.
+fn sole_shared(e: &Engine) -> *mut u8 {
+    let src = written(e);
+    let dst = e.alloc(4 * PAGE, Hint::None);
+    // SAFETY: two live, distinct 4-page blocks; dst is freed once, here.
+    unsafe {
+        e.copy(dst, src, 4 * PAGE);
+        assert!(e.free(dst));
+    }
+    src
+}
+
+/// Diverged pages: a virtual copy, written after its source was freed (the
+/// copy's frames then hold nothing anyone needs).
+fn diverged(e: &Engine) -> *mut u8 {
+    let src = written(e);
+    let dst = e.alloc(4 * PAGE, Hint::None);
+    // SAFETY: two live, distinct 4-page blocks; src is freed once, here; the
+    // writes stay inside dst.
+    unsafe {
+        e.copy(dst, src, 4 * PAGE);
+        assert!(e.free(src));
+        for k in 0..4 {
+            std::ptr::write_bytes(dst.add(k * PAGE), 0x20 + k as u8, PAGE);
+        }
+    }
+    dst
+}
+
+type Kind = fn(&Engine) -> *mut u8;
+
+/// By default (`evict_untested`) each kind's pages are evicted, behind the
+/// pin grace: what the forcing tests below keep in memory is evictable.
+#[test]
+fn owned_sole_shared_and_diverged_pages_are_evicted_by_default() {
+    for (name, kind) in [
+        ("owned", owned as Kind),
+        ("sole-shared", sole_shared),
+        ("diverged", diverged),
+    ] {
+        let e = Engine::new(Config::default());
+        let p = kind(&e);
+        let want: Vec<Vec<u8>> = (0..4).map(|k| content(p, k)).collect();
+        let r = e.evict(p, 4 * PAGE);
+        assert_eq!(r.evicted, 4, "{name}: {r:?} {:?}", e.stats());
+        assert!((0..4).all(|k| !resident(p, k)), "{name}");
+        for (k, w) in want.iter().enumerate() {
+            assert_eq!(&content(p, k), w, "{name}: page {k}");
+        }
+        // SAFETY: p is the block allocated above, freed once.
+        assert!(unsafe { e.free(p) });
+    }
+}
+
+/// With `evict_untested` off, a page of each kind without a pin test stays
+/// in memory: pinned (an io_uring registered buffer), it then takes a read
+/// through the pin (IORING_OP_READ_FIXED), which the program sees. Evicted
+/// under the pin, the read would land in memory nobody maps any more.
+#[test]
+fn without_untested_eviction_pinned_pages_stay_and_writes_through_the_pin_land() {
+    for (name, kind) in [
+        ("owned", owned as Kind),
+        ("sole-shared", sole_shared),
+        ("diverged", diverged),
+    ] {
+        let e = Engine::new(Config {
+            evict_untested: false,
+            ..Config::default()
+        });
+        let p = kind(&e);
+        // SAFETY: page 1 lies inside the block.
+        let page = unsafe { p.add(PAGE) };
+        let ring = Ring::new();
+        ring.pin(&[page]);
+        let r = e.evict(p, 4 * PAGE);
+        assert_eq!((r.evicted, r.untested), (0, 4), "{name}: {r:?}");
+        assert!((0..4).all(|k| resident(p, k)), "{name}: a page was evicted");
+        let file = file_of(0xC3);
+        ring.read_fixed(file, page, 0);
+        assert_eq!(
+            content(p, 1),
+            vec![0xC3; PAGE],
+            "{name}: the pinned write was lost"
+        );
+        ring.unpin();
+        // SAFETY: file was opened above and is closed once.
+        unsafe { libc::close(file) };
+        // SAFETY: p is the block allocated above, freed once.
+        assert!(unsafe { e.free(p) });
+    }
+}
+
+/// With `evict_untested` off, anonymous pages still leave through the pin
+/// guard; without the guard (UFFDIO_MOVE refused as on a kernel before 6.8)
+/// they have no pin test either, and nothing is evicted.
+#[test]
+fn without_untested_eviction_anonymous_pages_leave_only_through_the_pin_guard() {
+    for (refuse_move, evicted) in [(false, 4), (true, 0)] {
+        let e = Engine::new(anon(Config {
+            evict_untested: false,
+            inject: pagefold_engine::Inject {
+                fail_uffd_move: refuse_move,
+                ..Default::default()
+            },
+            ..Config::default()
+        }));
+        let p = written(&e);
+        let r = e.evict(p, 4 * PAGE);
+        assert_eq!(r.evicted, evicted, "refused move {refuse_move}: {r:?}");
+        assert_eq!(r.untested, 4 - evicted, "{r:?}");
+        assert_eq!(e.stats().fallbacks.pin_guard, refuse_move as u64);
+        for k in 0..4 {
+            assert_eq!(content(p, k), vec![0x10 + k as u8; PAGE], "page {k}");
+        }
+        // SAFETY: p is the block allocated above, freed once.
         assert!(unsafe { e.free(p) });
     }
 }

@@ -1192,9 +1192,6 @@ fn shadow_tier() {
 }
 
 #[test]
-#[ignore = "known defect: with holds, an unprotect meets a mapping that is not registered \
-            (unprotect_gaps > 0 within 1,000,000 operations); docs/MECHANISMS.md, \
-            \"Correctness boundaries\"; run with --ignored"]
 fn shadow_tier_pin_age() {
     // As the preload runs: a pin age, so owned pages are frozen and diverged
     // and owned zero pages held write-protected before they are folded or
@@ -1210,6 +1207,12 @@ fn shadow_tier_pin_age() {
     let (_, s) = run(cfg, Opts::new("tier_pin_age"));
     exercised(&s, "tier_pin_age");
     assert!(s.pin_held > 0, "[tier_pin_age] no page was held: {s:?}");
+    assert_eq!(
+        (s.unprotect_gaps, s.restore_errors),
+        (0, 0),
+        "[tier_pin_age] an unprotect met a mapping not registered, or a restore found \
+         its page present: {s:?}"
+    );
     assert!(
         s.clock.total.evicted > 0 && s.restored > 0,
         "[tier_pin_age] the policy evicted nothing, or nothing was touched: {s:?}"

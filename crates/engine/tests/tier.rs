@@ -236,6 +236,49 @@ fn duplicate_cold_pages_are_merged_not_compressed() {
     }
 }
 
+/// A page a pass freezes (remaps privately onto its own frame, to be shared
+/// later) sits on a fresh mapping that its chunk's write protection no longer
+/// covers: the policy leaves it for a later pass. Evicted in the same pass, a
+/// write between its read and the hole punched in its frame would stay
+/// behind as a private copy the engine does not know of, and its restore
+/// would find the page already present.
+#[test]
+fn a_page_frozen_in_a_pass_is_not_evicted_in_that_pass() {
+    let _s = serial();
+    // C4 after two passes without access; no patching and no sharing cycle
+    // to wait for, so the C4 page is compressed at the pass it is frozen in.
+    // A pin age makes an owned page with a match frozen first; one this
+    // short keeps no frozen frame young (unevictable) through the pass.
+    let e = Engine::new(Config {
+        cold_passes: 2,
+        volatile_check: false,
+        tier_patch: false,
+        pin_age: Duration::from_nanos(1),
+        ..tier_cfg()
+    });
+    let (p, mut want) = filled(&e, 2, 700);
+    scans(&e, 2); // C1 (first looks), then C3: nothing allowed yet
+                  // Page 0 now repeats page 1: at the next pass page 1 meets it in the
+                  // index and is frozen, and is C4.
+    want.copy_within(PAGE..2 * PAGE, 0);
+    // SAFETY: p is a live two-page block of this test; one page is written.
+    unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), p, PAGE) };
+    let rep = e.scan();
+    assert!(rep.frozen >= 1, "page 1 was not frozen: {rep:?}");
+    assert_eq!(
+        resident(p, 2),
+        [true, true],
+        "a page frozen in this pass was evicted in it: {:?} {:?}",
+        rep.clock,
+        e.stats()
+    );
+    assert!(rep.clock.not_eligible >= 1, "{:?}", rep.clock);
+    assert_eq!(bytes(p, 2 * PAGE), &want[..]);
+    assert_eq!(e.stats().restore_errors, 0);
+    // SAFETY: p is the block this test got from alloc, unused after this free.
+    unsafe { e.free(p) };
+}
+
 /// A tier store (no swap file) that records what the policy asked it to spill, and with
 /// `releases` says it released that much (as a store with a disk tier would).
 struct SpyStore {
