@@ -20,9 +20,11 @@
 //! Variants, each in its own forked child so that footprints do not mix:
 //! - plain: vectors are anonymous mmap regions, copies are memcpy;
 //! - engine: vectors are engine blocks (`Engine::alloc`, `copy`, `free`, with
-//!   `Hint::FullWrite` for results), and `Engine::scan` runs after every
-//!   garbage collection, as the R paper folded zero pages after GC. The
-//!   engine's configuration comes from the `PAGEFOLD_*` environment;
+//!   `Hint::FullWrite` for results), and every garbage collection wakes the
+//!   engine's background scanner (the R paper folded zero pages after GC;
+//!   here the scan runs beside the program, within the scanner's CPU cap,
+//!   as under the preload). The engine's configuration comes from the
+//!   `PAGEFOLD_*` environment;
 //! - KSM (root only, unless `--no-ksm`): plain, with the child opted into the
 //!   kernel's KSM by prctl(PR_SET_MEMORY_MERGE) and ksmd running at
 //!   pages_to_scan=1000, sleep_millisecs=20; the knobs are restored afterwards
@@ -48,6 +50,9 @@ const PAGE: usize = 4096;
 const MIB: f64 = 1024.0 * 1024.0;
 /// prctl(PR_SET_MEMORY_MERGE): opt every mapping of the process into KSM (Linux 6.4).
 const PR_SET_MEMORY_MERGE: libc::c_int = 67;
+/// The engine variant's background scan period; a collection wakes the
+/// scanner at once.
+const SCAN_INTERVAL: Duration = Duration::from_secs(1);
 /// The `"schema"` of `pagefold demo --json`.
 const SCHEMA: &str = "pagefold-demo/1";
 
@@ -328,6 +333,9 @@ fn child_main(v: Variant, a: &Args, report_fd: i32, release_fd: i32) -> i32 {
         ),
         Variant::Engine => {
             let engine = Engine::new(Config::from_env());
+            // The scan after a collection runs on the engine's scanner
+            // thread, beside the program, as the preload's does.
+            engine.start_background(SCAN_INTERVAL);
             let mut backend = EngineMem { engine };
             let mut r = run_workload(&mut backend, a);
             r.engine = serde_json::to_value(backend.engine.stats()).ok();
@@ -455,7 +463,7 @@ impl Mem for EngineMem {
         unsafe { self.engine.free(p) };
     }
     fn after_gc(&mut self) {
-        self.engine.scan();
+        self.engine.request_scan();
     }
 }
 
