@@ -19,11 +19,12 @@ pub struct Config {
     /// often copied (default): plain memory answers reads of never-written
     /// pages with the kernel's zero page, where a frame would allocate one.
     pub fresh_zeroed: crate::fresh::Fresh,
-    /// An allocation smaller than this whose size class would start on
-    /// anonymous memory (fresh.rs) is not the engine's: `Engine::take`
-    /// declines it and the caller's own allocator serves it, as it would
-    /// without the engine (glibc reuses its heap below its largest mmap
-    /// threshold, 32 MiB). 0 (default): the engine takes every allocation.
+    /// With `Fresh::Adaptive`, an allocation smaller than this, of a size
+    /// class seldom copied from (fresh.rs, `worth_taking`), is not the
+    /// engine's: `Engine::take` declines it and the caller's own allocator
+    /// serves it, as it would without the engine (glibc reuses its heap
+    /// below its largest mmap threshold, 32 MiB). 0 (default): the engine
+    /// takes every allocation.
     pub plain_below: usize,
     /// A copy from anonymous source pages writes them into fresh frames and
     /// maps the destination there, so copies of the copy are virtual. Off by
