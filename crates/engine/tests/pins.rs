@@ -474,12 +474,9 @@ fn without_missing_mode_diverged_pages_fall_back_to_the_grace() {
     unsafe { assert!(e.free(src) && e.free(dst)) };
 }
 
-/// An owned zero page is held, not frozen: a write pin on it ends its hold
-/// (and those of the held pages around it), the write lands, and the other
-/// zero pages, held again, fold once the age has passed.
-#[test]
-fn a_write_pin_on_a_held_owned_zero_page_ends_the_hold() {
-    let age = Duration::from_millis(200);
+/// An engine with pin age `age` and a block on frames whose zero pages
+/// (0..8) two scans have held.
+fn held_zero_pages(age: Duration) -> (Engine, *mut u8) {
     let e = Engine::new(Config {
         fresh: Fresh::Frames,
         pin_age: age,
@@ -488,6 +485,16 @@ fn a_write_pin_on_a_held_owned_zero_page_ends_the_hold() {
     let p = block(&e);
     scan_for(&e, 2, |_, _| false);
     assert!(e.stats().pin_held >= 8, "{:?}", e.stats());
+    (e, p)
+}
+
+/// An owned zero page is held, not frozen: a write pin on it ends its hold
+/// (and those of the held pages around it), the write lands, and the other
+/// zero pages, held again, fold once the age has passed.
+#[test]
+fn a_write_pin_on_a_held_owned_zero_page_ends_the_hold() {
+    let age = Duration::from_millis(200);
+    let (e, p) = held_zero_pages(age);
     assert!(uffd_wp(p), "a held owned page is not write-protected");
     let data = vec![0x33u8; PAGE];
     vm_write(p, &data);
@@ -511,14 +518,7 @@ fn a_write_pin_on_a_held_owned_zero_page_ends_the_hold() {
 #[test]
 fn shrinking_a_block_ends_the_holds_in_its_cut_tail() {
     let age = Duration::from_millis(200);
-    let e = Engine::new(Config {
-        fresh: Fresh::Frames,
-        pin_age: age,
-        ..Config::default()
-    });
-    let p = block(&e);
-    scan_for(&e, 2, |_, _| false);
-    assert!(e.stats().pin_held >= 8, "{:?}", e.stats());
+    let (e, p) = held_zero_pages(age);
     // Pages 0..8 are held zero pages; the cut takes 4..16.
     assert!(e.shrink(p, 4 * PAGE));
     let data = vec![0x44u8; PAGE];
