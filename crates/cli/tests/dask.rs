@@ -13,41 +13,19 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
-use common::{pagefold, scratch, stats};
-use serde_json::Value;
+use common::{scratch, stats};
 
 #[test]
 fn quick_dask_suite_runs_plain_and_pagefold_and_tabulates_what_the_job_reports() {
-    let bin = pagefold();
     let out = scratch("dask-suite");
     let bench = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench");
-    let run = Command::new(&bin)
-        .args([
-            "bench",
-            "--quick",
-            "--suite",
-            "dask",
-            "--only",
-            "frame_copies",
-        ])
-        .arg("--workloads")
-        .arg(&bench)
-        .arg("--out")
-        .arg(&out)
-        .current_dir(&out)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        run.status.success(),
-        "pagefold bench failed ({}):\n{stderr}",
-        run.status
+    let workloads = bench.to_str().unwrap();
+    let (suite, stderr) = common::bench(
+        "dask",
+        &out,
+        &["--only", "frame_copies", "--workloads", workloads],
     );
-    let suite: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results/dask.json")).unwrap())
-            .unwrap();
     assert_eq!(suite["configs"], serde_json::json!(["plain", "pagefold"]));
     assert_eq!(suite["all_identical"], true, "{stderr}");
     for c in ["plain", "pagefold"] {

@@ -22,34 +22,19 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{average_ratio, counter, pagefold, scratch, stats};
+use common::{average_ratio, counter, scratch, stats};
 use serde_json::Value;
 
 const CONFIGS: [&str; 3] = ["plain", "de-share", "de-all"];
 const WORKLOADS: [&str; 2] = ["de-zero", "de-identical"];
 
-/// Runs `pagefold bench --quick --suite de` with `args` in `out`; the
-/// suite's JSON result.
+/// Runs `pagefold bench --quick --suite de` with `args` in `out` (the
+/// results document there too); the suite's JSON result.
 fn bench(out: &std::path::Path, args: &[&str]) -> Value {
-    let run = Command::new(pagefold())
-        .args(["bench", "--quick", "--suite", "de"])
-        .args(args)
-        .arg("--out")
-        .arg(out)
-        .arg("--results-doc")
-        .arg(out.join("RESULTS.md"))
-        .current_dir(out)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        run.status.success(),
-        "pagefold bench failed ({}):\n{stderr}",
-        run.status
-    );
-    serde_json::from_str(&std::fs::read_to_string(out.join("results/de.json")).unwrap()).unwrap()
+    let doc = out.join("RESULTS.md");
+    let mut all = args.to_vec();
+    all.extend(["--results-doc", doc.to_str().unwrap()]);
+    common::bench("de", out, &all).0
 }
 
 /// Every configuration of every workload ran without failing and printed

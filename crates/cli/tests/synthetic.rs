@@ -15,40 +15,15 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{average_ratio, counter, pagefold, scratch, stats};
+use common::{average_ratio, counter, scratch, stats};
 use serde_json::Value;
 
 const CONFIGS: [&str; 5] = ["plain", "pagefold", "copy", "zero", "merge"];
 
 #[test]
 fn quick_synthetic_suite_runs_every_config_and_each_mechanism_saves_where_it_applies() {
-    let bin = pagefold();
     let out = scratch("synthetic");
-    let run = Command::new(&bin)
-        .args([
-            "bench",
-            "--quick",
-            "--suite",
-            "synthetic",
-            "--configs",
-            &CONFIGS.join(","),
-        ])
-        .arg("--out")
-        .arg(&out)
-        .current_dir(&out)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        run.status.success(),
-        "pagefold bench failed ({}):\n{stderr}",
-        run.status
-    );
-    let suite: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results/synthetic.json")).unwrap())
-            .unwrap();
+    let (suite, stderr) = common::bench("synthetic", &out, &["--configs", &CONFIGS.join(",")]);
     let summary = report(&suite);
     eprintln!("{summary}");
 

@@ -1,8 +1,9 @@
-//! What the end-to-end tests of pagefold-synth's bench suites (synthetic,
-//! de) share: the binaries, a scratch directory, and reading the suite's
+//! What the end-to-end tests of the bench suites (synthetic, de, dask)
+//! share: the binaries, a scratch directory, running a suite and reading its
 //! JSON result.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use serde_json::Value;
 
@@ -17,6 +18,29 @@ pub fn pagefold() -> PathBuf {
         &["libpagefold_preload.so", "pagefold-synth"],
     );
     bin
+}
+
+/// Runs `pagefold bench --quick --suite SUITE ARGS --out OUT` in `out`,
+/// which must succeed; the suite's JSON result and what the bench printed
+/// on stderr.
+pub fn bench(suite: &str, out: &Path, args: &[&str]) -> (Value, String) {
+    let run = Command::new(pagefold())
+        .args(["bench", "--quick", "--suite", suite])
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .current_dir(out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(
+        run.status.success(),
+        "pagefold bench failed ({}):\n{stderr}",
+        run.status
+    );
+    let json = out.join(format!("results/{suite}.json"));
+    let result = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    (result, stderr)
 }
 
 /// An empty directory of its own for the test called `name`.
