@@ -610,7 +610,10 @@ fn adaptive_placement_and_scan_share_keep_every_output() {
 
 /// Under the preload's defaults, a size the program allocates again and
 /// again without copying from it is left to glibc after a few allocations
-/// (its heap reuses the memory), whether asked zeroed or not; same output.
+/// (its heap reuses the memory), whether asked zeroed (`bytes(n)` is a
+/// calloc) or not (`bytearray(n)` is a malloc and a memset); same output.
+/// No buffer is built by copying (as `bytearray(b'x') * n` would, doubling
+/// within itself), so no size is ever copied from.
 #[test]
 fn sizes_never_copied_from_are_left_to_glibc() {
     if !python() {
@@ -619,8 +622,11 @@ fn sizes_never_copied_from_are_left_to_glibc() {
     let script = "import hashlib\n\
                   h = hashlib.sha256()\n\
                   for i in range(40):\n\
-                  \x20   b = bytearray(3 << 20) if i % 2 else bytearray(b'x') * (3 << 20)\n\
-                  \x20   b[::4096] = bytes([i % 251]) * len(b[::4096])\n\
+                  \x20   if i % 2:\n\
+                  \x20       b = bytes(3 << 20)\n\
+                  \x20   else:\n\
+                  \x20       b = bytearray(3 << 20)\n\
+                  \x20       b[::4096] = bytes([i % 251]) * len(b[::4096])\n\
                   \x20   h.update(b)\n\
                   print(h.hexdigest())\n";
     let cmd = ["python3", "-c", script];
