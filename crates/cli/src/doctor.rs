@@ -100,7 +100,7 @@ pub fn examine(cfg: &Config) -> Report {
     checks.push(pfn_check(inject));
     checks.push(thp_check());
     checks.push(ksm_check(cfg));
-    checks.push(cgroup_check());
+    checks.push(cgroup_check(cfg));
     checks.push(max_map_check(cfg));
     let mechanisms = MECHANISMS
         .iter()
@@ -135,7 +135,7 @@ pub fn degraded_warning(cfg: &Config) -> Option<String> {
         (ZERO, cfg.zero),
         (MERGE, cfg.merge),
         (PIN_GUARD, cfg.pin_guard),
-        (EVICT, cfg.tier),
+        (EVICT, cfg.tier != pagefold_engine::Tier::Off),
         (KSM, cfg.ksm_handoff),
     ]
     .into_iter()
@@ -487,32 +487,19 @@ fn ksm_check(cfg: &Config) -> Check {
     row.missing(&[KSM], "echo 1 | sudo tee /sys/kernel/mm/ksm/run")
 }
 
-/// The memory limit of this process's cgroup (v2), if any.
-fn cgroup_check() -> Check {
-    let path = std::fs::read_to_string("/proc/self/cgroup")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find_map(|l| l.strip_prefix("0::").map(String::from))
-        });
-    let limit = path.as_ref().and_then(|p| {
-        std::fs::read_to_string(format!(
-            "/sys/fs/cgroup{}/memory.max",
-            p.trim_end_matches('/')
-        ))
-        .ok()
-    });
-    let state = match (path, limit) {
-        (Some(p), None) if p.trim() == "/" => "no memory limit (the root cgroup)".into(),
-        (Some(p), Some(l)) if l.trim() == "max" => format!("no memory limit ({p})"),
-        (Some(p), Some(l)) => match l.trim().parse::<u64>() {
-            Ok(b) => format!("{:.0} MiB ({p})", b as f64 / (1 << 20) as f64),
-            Err(_) => format!("{} ({p})", l.trim()),
-        },
-        (Some(p), None) => format!("{p}: memory.max not readable"),
-        (None, _) => "no cgroup v2 membership found".into(),
-    };
-    check("cgroup memory limit", true, state)
+/// The memory limit of this process's cgroup (v1 or v2), if any, which
+/// pressure-driven tiering works against (pagefold_engine::memlimit).
+fn cgroup_check(cfg: &Config) -> Check {
+    use pagefold_engine::memlimit;
+    let sources = memlimit::Sources::default();
+    let group = (!cfg.inject.hide_cgroup)
+        .then(|| memlimit::live_group(&sources))
+        .flatten();
+    let mut state = memlimit::describe(group.as_ref());
+    if let Some(b) = cfg.memory_limit {
+        state += &format!("; PAGEFOLD_MEMORY {:.0} MiB", b as f64 / (1 << 20) as f64);
+    }
+    check("memory limit", true, state)
 }
 
 fn max_map_check(cfg: &Config) -> Check {

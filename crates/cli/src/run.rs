@@ -17,6 +17,7 @@ use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use pagefold_bench::cgroup::MemoryCgroup;
 use pagefold_bench::ksm::KsmGuard;
 use pagefold_bench::program::{self, engine_total, Config, Invocation, Outcome};
 use serde::Serialize;
@@ -58,6 +59,12 @@ pub struct Args {
     /// equal pages of other processes, see docs/MECHANISMS.md).
     #[arg(long)]
     pub ksm: bool,
+    /// The memory the program may use (`4G`, `512M`; K/M/G/T are powers of
+    /// 1024): sets PAGEFOLD_MEMORY, which pressure-driven tiering keeps
+    /// under, and as root with a cgroup v1 memory controller runs the
+    /// program in a fresh memory cgroup limited to it.
+    #[arg(long, value_name = "BYTES")]
+    pub memory: Option<String>,
     /// The command and its arguments.
     #[arg(
         trailing_var_arg = true,
@@ -96,6 +103,7 @@ fn run_checked(a: &Args) -> Result<i32, String> {
     if a.ksm {
         std::env::set_var("PAGEFOLD_KSM", "1");
     }
+    let memory = memory_limit(a)?;
     let preload = program::find_preload(a.preload.as_deref())?;
     let exe =
         program::resolve(&a.cmd[0]).ok_or_else(|| format!("{}: command not found", a.cmd[0]))?;
@@ -122,11 +130,21 @@ fn run_checked(a: &Args) -> Result<i32, String> {
         interval,
         timeout: None,
     };
+    let grouped = a.memory.is_some() && memory.is_some_and(cgroup_possible);
+    let in_group = |inv: &Invocation, c: &Config| {
+        if !grouped {
+            return program::run(inv, c, None);
+        }
+        // A fresh group for each run: its usage is that run's alone.
+        let g = MemoryCgroup::create(memory).map_err(|e| format!("--memory: {e}"))?;
+        let r = program::run_in(inv, c, None, Some(&g));
+        g.remove()?;
+        r
+    };
     if !a.compare {
-        let r = program::run(
+        let r = in_group(
             &inv,
             &config(if use_preload { "pagefold" } else { "plain" }),
-            None,
         )?;
         emit(a, &[r.summary_ref()], None)?;
         plot(a, std::slice::from_ref(&r))?;
@@ -134,9 +152,9 @@ fn run_checked(a: &Args) -> Result<i32, String> {
     }
     let input = read_stdin_if_piped();
     inv.input = Some(&input);
-    let mut results = vec![program::run(&inv, &config("plain"), None)?];
+    let mut results = vec![in_group(&inv, &config("plain"))?];
     if use_preload {
-        results.push(program::run(&inv, &config("pagefold"), None)?);
+        results.push(in_group(&inv, &config("pagefold"))?);
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
@@ -166,6 +184,32 @@ fn run_checked(a: &Args) -> Result<i32, String> {
         return Ok(3);
     }
     Ok(last.exit_code)
+}
+
+/// The limit of `--memory`, or of PAGEFOLD_MEMORY if it is set, checked
+/// (one line on what is wrong) and handed to the program as PAGEFOLD_MEMORY.
+fn memory_limit(a: &Args) -> Result<Option<u64>, String> {
+    let (what, text) = match (&a.memory, std::env::var("PAGEFOLD_MEMORY")) {
+        (Some(m), _) => ("--memory", m.clone()),
+        (None, Ok(m)) => ("PAGEFOLD_MEMORY", m),
+        (None, Err(_)) => return Ok(None),
+    };
+    let bytes = pagefold_engine::memlimit::parse_bytes(&text).map_err(|e| format!("{what}: {e}"))?;
+    std::env::set_var("PAGEFOLD_MEMORY", bytes.to_string());
+    Ok(Some(bytes))
+}
+
+/// Whether runs under `bytes` can get a memory cgroup of their own; where
+/// none can be made, the limit is the engine's alone (said in one line).
+fn cgroup_possible(bytes: u64) -> bool {
+    let why = pagefold_bench::cgroup::check_available().err();
+    if let Some(why) = &why {
+        eprintln!(
+            "pagefold run: no memory cgroup of {} MiB ({why}): the engine keeps to it alone",
+            bytes >> 20
+        );
+    }
+    why.is_none()
 }
 
 fn plot(a: &Args, runs: &[Outcome]) -> Result<(), String> {

@@ -5,7 +5,7 @@
 //!
 //! `cargo run --release -p pagefold-engine --example clock_pass_cost`
 
-use pagefold_engine::{Config, Engine, Hint, PAGE};
+use pagefold_engine::{Config, Engine, Hint, Tier, PAGE};
 use std::time::Duration;
 
 const PAGES: usize = 65536;
@@ -32,7 +32,7 @@ fn fill(p: *mut u8, random: bool) {
 }
 
 fn main() {
-    for tier in [false, true] {
+    for tier in [Tier::Off, Tier::On] {
         for random in [true, false] {
             let e = Engine::new(Config {
                 tier,
@@ -45,7 +45,7 @@ fn main() {
             let s = e.stats();
             let what = if random { "random" } else { "compressible" };
             println!(
-                "tier={tier} {what}: scan CPU ms {cpu_ms:?}; evicted {}, refused {}",
+                "tier={tier:?} {what}: scan CPU ms {cpu_ms:?}; evicted {}, refused {}",
                 s.evicted, s.evict_refused
             );
             // SAFETY: p came from e.alloc above and is not used after this.

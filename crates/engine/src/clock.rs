@@ -219,6 +219,9 @@ pub struct ClockStats {
     pub spilled: u64,
     /// The engine's footprint as the last pass saw it at its start (bytes).
     pub footprint: u64,
+    /// With pressure-driven tiering: looks at memory (pressure.rs), and the last.
+    pub pressure_reads: u64,
+    pub pressure: crate::pressure::Reading,
     /// The last pass.
     pub last: PassCounts,
     /// Summed over all passes.

@@ -126,8 +126,18 @@ pub struct Config {
     /// if there is one, else stay in memory.
     pub evict_store_bytes: u64,
     /// Tiering (clock.rs): scans classify pages by access (Difference
-    /// Engine's C1-C4) and evict cold ones by the policy below. Off by default.
-    pub tier: bool,
+    /// Engine's C1-C4) and evict cold ones by the policy below: always, only
+    /// while memory is short (default, pressure.rs), or never.
+    pub tier: Tier,
+    /// The memory the program may use, in bytes, besides its cgroup's limit
+    /// (`PAGEFOLD_MEMORY`, `pagefold run --memory`); None: the cgroup's alone.
+    pub memory_limit: Option<u64>,
+    /// With `Tier::Pressure`, memory is short above this percentage of the
+    /// limit, until the usage is below `pressure_low` percent (pressure.rs).
+    pub pressure_high: u32,
+    pub pressure_low: u32,
+    /// ... or while the group's PSI `some avg10` is above this (percent).
+    pub pressure_psi: f64,
     /// Least time between two clock passes (full scans that classify every
     /// page); the background scanner wakes at least this often with `tier`.
     pub clock_interval: Duration,
@@ -202,6 +212,10 @@ pub struct Inject {
     /// The kernel refuses MADV_MERGEABLE: a block taken out of the engine's
     /// hands for KSM stays plain anonymous memory, unmerged.
     pub ksm_refuse: bool,
+    /// No memory cgroup is readable: the limit is `memory_limit`, else the machine's.
+    pub hide_cgroup: bool,
+    /// No PSI file is readable: pressure is read from usage alone.
+    pub hide_psi: bool,
     /// Pauses of up to this many microseconds at the points where eviction,
     /// restoring and reconciling race (race.rs).
     pub race_pause_us: u64,
@@ -240,7 +254,11 @@ impl Default for Config {
             evict: true,
             evict_untested: true,
             evict_store_bytes: u64::MAX,
-            tier: false,
+            tier: Tier::Pressure,
+            memory_limit: None,
+            pressure_high: 80,
+            pressure_low: 70,
+            pressure_psi: 1.0,
             clock_interval: Duration::from_millis(500),
             cold_passes: 2,
             tier_patch: true,
@@ -254,6 +272,28 @@ impl Default for Config {
             patch_candidates: 1 << 14,
             banks: None,
             inject: Inject::default(),
+        }
+    }
+}
+
+/// When tiering's clock runs (clock.rs, pressure.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// Never: no clock passes.
+    Off,
+    /// Only while memory is short (the default): no passes with room to spare.
+    Pressure,
+    /// Always, at every clock interval.
+    On,
+}
+
+impl Tier {
+    /// `PAGEFOLD_TIER`: 0/off/false/no, pressure/auto, anything else on.
+    pub fn parse(text: &str) -> Tier {
+        match text.trim() {
+            "0" | "off" | "false" | "no" => Tier::Off,
+            "pressure" | "auto" => Tier::Pressure,
+            _ => Tier::On,
         }
     }
 }
@@ -279,7 +319,9 @@ impl Config {
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction), `PAGEFOLD_SCAN_SHARE` (fraction of the program's CPU; 0 = off),
     /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_PIN_AGE_MS`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT`, `PAGEFOLD_EVICT_UNTESTED` (0/1),
     /// `PAGEFOLD_EVICT_STORE_MB`, `PAGEFOLD_SWAP_FILE` (path prefix), `PAGEFOLD_SWAP_MB`;
-    /// tiering: `PAGEFOLD_TIER`, `PAGEFOLD_TIER_PATCH`, `PAGEFOLD_TIER_COMPRESS` (0/1),
+    /// tiering: `PAGEFOLD_TIER` (0, pressure, 1), `PAGEFOLD_MEMORY` (bytes, K/M/G/T),
+    /// `PAGEFOLD_PRESSURE_HIGH`, `PAGEFOLD_PRESSURE_LOW` (percent), `PAGEFOLD_PRESSURE_PSI`,
+    /// `PAGEFOLD_TIER_PATCH`, `PAGEFOLD_TIER_COMPRESS` (0/1),
     /// `PAGEFOLD_CLOCK_MS`, `PAGEFOLD_COLD_PASSES`, `PAGEFOLD_HIGH_MB`, `PAGEFOLD_LOW_MB`
     /// (0 = no watermark); patching: `PAGEFOLD_PATCH_BLOCKS`, `PAGEFOLD_PATCH_BLOCK_BYTES`,
     /// `PAGEFOLD_PATCH_CANDIDATES`; page colouring: `PAGEFOLD_BANKS` (a bank set, `0-7,12`)
@@ -288,7 +330,8 @@ impl Config {
     /// `PAGEFOLD_INJECT_FAIL_UFFD`, `PAGEFOLD_INJECT_FAIL_UFFD_MISSING`, `PAGEFOLD_INJECT_FAIL_UFFD_SYSCALL`,
     /// `PAGEFOLD_INJECT_FAIL_UFFD_DEVICE`, `PAGEFOLD_INJECT_FAIL_UFFD_WP`, `PAGEFOLD_INJECT_FAIL_UFFD_WP_UNPOPULATED`,
     /// `PAGEFOLD_INJECT_FAIL_UFFD_POISON`, `PAGEFOLD_INJECT_FAIL_UFFD_MOVE`, `PAGEFOLD_INJECT_FAIL_PATCH` (0/1),
-    /// `PAGEFOLD_INJECT_MMAP_AFTER`, `PAGEFOLD_INJECT_MAX_MAP_COUNT`, `PAGEFOLD_INJECT_HIDE_PFNS`.
+    /// `PAGEFOLD_INJECT_MMAP_AFTER`, `PAGEFOLD_INJECT_MAX_MAP_COUNT`, `PAGEFOLD_INJECT_HIDE_PFNS`,
+    /// `PAGEFOLD_INJECT_NO_CGROUP`, `PAGEFOLD_INJECT_NO_PSI`.
     /// Unparsable values keep the default; the preload cannot report errors.
     pub fn from_env() -> Config {
         let mut c = Config::default();
@@ -324,7 +367,15 @@ impl Config {
         flag("PAGEFOLD_RECYCLE_JOIN", &mut c.recycle_join);
         flag("PAGEFOLD_EVICT", &mut c.evict);
         flag("PAGEFOLD_EVICT_UNTESTED", &mut c.evict_untested);
-        flag("PAGEFOLD_TIER", &mut c.tier);
+        if let Some(t) = std::env::var("PAGEFOLD_TIER").ok().map(|s| Tier::parse(&s)) {
+            c.tier = t;
+        }
+        if let Some(b) = std::env::var("PAGEFOLD_MEMORY")
+            .ok()
+            .and_then(|s| crate::memlimit::parse_bytes(&s).ok())
+        {
+            c.memory_limit = Some(b);
+        }
         flag("PAGEFOLD_TIER_PATCH", &mut c.tier_patch);
         flag("PAGEFOLD_TIER_COMPRESS", &mut c.tier_compress);
         let num = |name: &str| {
@@ -393,6 +444,20 @@ impl Config {
         if let Some(v) = mb("PAGEFOLD_LOW_MB") {
             c.low_water = v;
         }
+        if let Some(v) = num("PAGEFOLD_PRESSURE_HIGH").filter(|v| (1..=100).contains(v)) {
+            c.pressure_high = v as u32;
+        }
+        if let Some(v) = num("PAGEFOLD_PRESSURE_LOW").filter(|v| (1..=100).contains(v)) {
+            c.pressure_low = v as u32;
+        }
+        c.pressure_low = c.pressure_low.min(c.pressure_high);
+        if let Some(f) = std::env::var("PAGEFOLD_PRESSURE_PSI")
+            .ok()
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .filter(|f| (0.0..=100.0).contains(f))
+        {
+            c.pressure_psi = f;
+        }
         c.inject = Inject::from_env();
         if let Ok(set) = std::env::var("PAGEFOLD_BANKS") {
             let functions = std::env::var("PAGEFOLD_BANK_FUNCTIONS").ok();
@@ -447,6 +512,8 @@ impl Inject {
             hide_pfns: on("PAGEFOLD_INJECT_HIDE_PFNS"),
             ksm_off: on("PAGEFOLD_INJECT_KSM_OFF"),
             ksm_refuse: on("PAGEFOLD_INJECT_KSM_REFUSE"),
+            hide_cgroup: on("PAGEFOLD_INJECT_NO_CGROUP"),
+            hide_psi: on("PAGEFOLD_INJECT_NO_PSI"),
             race_pause_us: num("PAGEFOLD_INJECT_RACE_US").unwrap_or(0),
         }
     }

@@ -117,9 +117,11 @@ mod hold;
 mod idle;
 mod index;
 mod ksm;
+pub mod memlimit;
 mod pass;
 mod patches;
 mod patching;
+mod pressure;
 #[doc(hidden)]
 pub mod protect;
 mod race;
@@ -137,7 +139,8 @@ mod threads;
 mod tier_store;
 
 pub use clock::{Allow, ClockStats, PassCounts};
-pub use config::{Config, Inject};
+pub use config::{Config, Inject, Tier};
+pub use pressure::Reading as PressureReading;
 pub use engine::Engine;
 pub use fresh::Fresh;
 pub use state::Hint;

@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::clock::{allow, tick, Allow, Class, PassCounts};
+use crate::config::Tier;
+use crate::pressure::Reading;
 use crate::seen::{age, ACCESSED, NO_REFERENCE, REFUSED};
 use crate::space::Page;
 use crate::state::State;
@@ -50,12 +52,21 @@ impl Pass {
 }
 
 impl State {
-    /// Starts a clock pass if tiering is on and the last one is at least
-    /// `clock_interval` old; `tier` takes the pages its policy chooses.
-    pub(crate) fn begin_pass(&mut self, tier: Tiering) -> Option<Pass> {
-        if !self.cfg.tier {
-            return None;
-        }
+    /// Starts a clock pass if tiering is on (with `Tier::Pressure`: while
+    /// `reading` says memory is short, pressure.rs) and the last one is at
+    /// least `clock_interval` old; `tier` takes the pages its policy chooses.
+    pub(crate) fn begin_pass(&mut self, tier: Tiering, reading: Option<Reading>) -> Option<Pass> {
+        let reading = match self.cfg.tier {
+            Tier::Off => return None,
+            Tier::On => None,
+            Tier::Pressure => {
+                let r = reading?;
+                if !self.note_pressure(r) {
+                    return None;
+                }
+                Some(r)
+            }
+        };
         let now = Instant::now();
         if self
             .clock
@@ -71,7 +82,10 @@ impl State {
         }
         let footprint = self.footprint();
         self.clock.stats.footprint = footprint;
-        let shed = self.excess(footprint);
+        let shed = match reading {
+            Some(r) => r.shed(footprint, &self.cfg),
+            None => self.excess(footprint),
+        };
         let mut spill = None;
         if shed > 0 {
             self.clock.stats.pressure_passes += 1;
@@ -90,6 +104,16 @@ impl State {
             spill,
             tier,
         })
+    }
+
+    /// Records a look at memory; whether it is short (pressure.rs), which
+    /// lasts until the usage is back under the low mark.
+    pub(crate) fn note_pressure(&mut self, reading: Reading) -> bool {
+        let short = reading.short(self.clock.pressure, &self.cfg);
+        self.clock.pressure = short;
+        self.clock.stats.pressure_reads += 1;
+        self.clock.stats.pressure = reading;
+        short
     }
 
     /// Bytes above the low watermark, if under pressure (see the module comment).
@@ -135,7 +159,9 @@ impl State {
         let cold_passes = self.cfg.cold_passes;
         let (mut chosen, mut references) = (Vec::new(), Vec::new());
         // Pages taken for pressure alone: no more than the excess, in pages.
+        // Driven by pressure, every page compressed counts against it.
         let mut pressure_pages = pass.shed.div_ceil(PAGE as u64);
+        let budgeted = self.cfg.tier == Tier::Pressure;
         let block = self
             .blocks
             .get_mut(&base)
@@ -159,8 +185,12 @@ impl State {
                     allowed = None;
                 }
             }
+            if budgeted && pressure_pages == 0 {
+                allowed = allowed.map(|a| Allow { compress: false, ..a }).filter(|a| a.patch);
+            }
             if let Some(a) = allowed {
-                pressure_pages -= (pressing && a.compress) as u64;
+                let counted = if budgeted { a.compress } else { pressing && a.compress };
+                pressure_pages -= counted as u64;
                 chosen.push((k, a));
             } else if class == Class::C2 && self.cfg.tier_patch {
                 // Read but not written: DE's reference pages (patching.rs).

@@ -57,6 +57,7 @@ use crate::chunk::{ChunkHolds, ChunkWork, Protected};
 use crate::frames::FrameId;
 use crate::idle;
 use crate::index::{page_eq, sample_hash, ContentIndex};
+use crate::config::Tier;
 use crate::pass::{Pass, Tiering};
 use crate::space::{runs, Page};
 use crate::state::{Inner, State};
@@ -118,6 +119,7 @@ pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
         return rep;
     }
     let mut unstable = Unstable::default();
+    let reading = inner.read_pressure();
     let (bases, mut pass) = {
         let mut st = inner.lock();
         st.expire_recycled();
@@ -130,7 +132,7 @@ pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
         }
         (
             st.blocks.keys().copied().collect::<Vec<usize>>(),
-            st.begin_pass(tier),
+            st.begin_pass(tier, reading),
         )
     };
     let spilled = pass.as_mut().map_or(0, |p| p.spill_now());
@@ -178,25 +180,29 @@ pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
     rep
 }
 
-/// The background scanner: scans every `interval` (with tiering, at least
-/// every clock interval), or earlier when woken (`Engine::request_scan`),
-/// but after a scan that took CPU time c it waits at least
-/// c * (1/budget - 1), so it averages at most `budget` of one core. With a
-/// scan share configured it also keeps to the account in budget.rs: scans
-/// only while the program's CPU time, its fresh memory and the pages saved
-/// pay for them, and backs off while scans find nothing.
+/// The background scanner: scans every `interval` (with tiering always on,
+/// at least every clock interval), or earlier when woken
+/// (`Engine::request_scan`), but after a scan that took CPU time c it waits
+/// at least c * (1/budget - 1), so it averages at most `budget` of one core.
+/// With a scan share configured it also keeps to the account in budget.rs:
+/// scans only while the program's CPU time, its fresh memory and the pages
+/// saved pay for them, and backs off while scans find nothing. With tiering
+/// driven by pressure it also looks at memory about every clock interval
+/// (pressure.rs); while memory is short it scans at that pace, outside the
+/// account and under at least `PRESSURE_CPU` of a core.
 pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64, tier: Tiering) {
     // Process signals go to the program's threads, never to the scanner.
     let _ = sys::block_signals();
-    let (interval, share, pin_age) = match weak.upgrade() {
-        Some(inner) if inner.cfg.tier => (
-            interval.min(inner.cfg.clock_interval.max(Duration::from_millis(10))),
-            inner.cfg.scan_share,
-            inner.cfg.pin_age,
-        ),
-        Some(inner) => (interval, inner.cfg.scan_share, inner.cfg.pin_age),
-        None => return,
+    let Some(inner) = weak.upgrade() else { return };
+    let clock = inner.cfg.clock_interval.max(Duration::from_millis(10));
+    let interval = match inner.cfg.tier {
+        Tier::On => interval.min(clock),
+        _ => interval,
     };
+    // A little over the clock interval, so a pass is due when memory is looked at.
+    let poll = (inner.cfg.tier == Tier::Pressure).then_some(clock + clock / 16);
+    let (share, pin_age) = (inner.cfg.scan_share, inner.cfg.pin_age);
+    drop(inner);
     crate::threads::ENGINE_THREAD.with(|t| t.set(true));
     let mut account = share.map(Budget::new);
     let mut earliest = Instant::now();
@@ -204,9 +210,10 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64, tier: Tier
     loop {
         let wait = account.as_ref().map_or(interval, |a| a.interval(interval));
         let wait = next_early.take().map_or(wait, |early| wait.min(early));
-        let parked = Instant::now();
-        std::thread::park_timeout(wait);
-        if parked.elapsed() < wait {
+        let Some((woken, short)) = nap(&weak, Instant::now() + wait, poll) else {
+            return;
+        };
+        if woken {
             if let Some(a) = account.as_mut() {
                 a.woken();
             }
@@ -219,7 +226,7 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64, tier: Tier
         if inner.bg_stop.load(Ordering::SeqCst) {
             return;
         }
-        if let Some(a) = &account {
+        if let Some(a) = account.as_ref().filter(|_| !short) {
             let fresh = inner.lock().stats.fresh_pages;
             if !a.may_scan(sys::process_cpu_ns(), fresh) {
                 inner.lock().stats.scans_deferred += 1;
@@ -231,9 +238,41 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64, tier: Tier
         if let Some(a) = account.as_mut() {
             a.record(rep.cpu_ns, rep.merged + rep.zero_folded, rep.volatile > 0);
         }
-        earliest = Instant::now() + Duration::from_nanos(rep.cpu_ns).mul_f64(1.0 / budget - 1.0);
+        let share = if rep.pass && short {
+            budget.max(PRESSURE_CPU)
+        } else {
+            budget
+        };
+        earliest = Instant::now() + Duration::from_nanos(rep.cpu_ns).mul_f64(1.0 / share - 1.0);
         // Pages frozen for the pin age are folded by the first scan after it.
         next_early = (rep.frozen > 0).then_some(pin_age);
+    }
+}
+
+/// Fraction of a core the background scanner may use while memory is short.
+pub const PRESSURE_CPU: f64 = 0.25;
+
+/// Sleeps until `due` or a wake-up; with a pressure poll, looks at memory
+/// every `poll` meanwhile and stops early when it is short. Returns (woken,
+/// short); None when the engine is gone or stopping.
+fn nap(weak: &Weak<Inner>, due: Instant, poll: Option<Duration>) -> Option<(bool, bool)> {
+    loop {
+        let parked = Instant::now();
+        let left = due.saturating_duration_since(parked);
+        let nap = poll.map_or(left, |p| left.min(p));
+        std::thread::park_timeout(nap);
+        let woken = parked.elapsed() < nap;
+        let inner = weak.upgrade()?;
+        if inner.bg_stop.load(Ordering::SeqCst) {
+            return None;
+        }
+        let short = match poll.and_then(|_| inner.read_pressure()) {
+            Some(r) => inner.lock().note_pressure(r),
+            None => false,
+        };
+        if woken || short || Instant::now() >= due {
+            return Some((woken, short));
+        }
     }
 }
 
@@ -413,9 +452,13 @@ impl State {
         rep: &mut ScanReport,
     ) -> Vec<usize> {
         let check = self.cfg.volatile_check;
-        if !check && !self.cfg.tier {
+        if !check && self.cfg.tier == Tier::Off {
             return pages;
         }
+        // Driven by pressure, passes wait for memory to run short: until then
+        // a page's write counts until a later look finds it unchanged, so
+        // the first pass under pressure knows which pages are cold.
+        let forget_writes = self.cfg.tier == Tier::Pressure && !self.clock.pressure;
         let block = self
             .blocks
             .get_mut(&base)
@@ -438,6 +481,8 @@ impl State {
                 block.seen[k] = crate::seen::with_look(before, look);
                 if !same {
                     block.seen[k] = crate::seen::written(block.seen[k]);
+                } else if forget_writes {
+                    block.seen[k] &= !crate::seen::WRITTEN;
                 }
                 same || !check
             })

@@ -57,6 +57,8 @@ pub(crate) struct Inner {
     pub state: Mutex<State>,
     pub bg_stop: AtomicBool,
     pub bg: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// What pressure-driven tiering reads (pressure.rs), resolved when first read.
+    gauge: std::sync::OnceLock<crate::pressure::Gauge>,
 }
 
 pub(crate) struct State {
@@ -116,7 +118,17 @@ impl Inner {
             state: Mutex::new(state),
             bg_stop: AtomicBool::new(false),
             bg: Mutex::new(None),
+            gauge: std::sync::OnceLock::new(),
         }
+    }
+
+    /// A look at memory, if tiering is driven by pressure (read without the lock).
+    pub fn read_pressure(&self) -> Option<crate::pressure::Reading> {
+        (self.cfg.tier == crate::config::Tier::Pressure).then(|| {
+            self.gauge
+                .get_or_init(|| crate::pressure::Gauge::new(&self.cfg))
+                .read()
+        })
     }
 
     /// The state, even if a panic poisoned the lock: the state is updated

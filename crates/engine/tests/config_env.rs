@@ -1,7 +1,7 @@
 //! Config::from_env, in a test binary of its own: it sets process-wide
 //! environment variables that would leak into engines other tests start.
 
-use pagefold_engine::Config;
+use pagefold_engine::{Config, Tier};
 
 #[test]
 fn config_reads_fault_injection_from_the_environment() {
@@ -63,7 +63,7 @@ fn config_reads_recycling_from_the_environment() {
 #[test]
 fn config_reads_tiering_from_the_environment() {
     let d = Config::default();
-    assert!(!d.tier && d.tier_patch && d.tier_compress && d.high_water.is_none());
+    assert!(d.tier == Tier::Pressure && d.tier_patch && d.tier_compress && d.high_water.is_none());
     let vars = [
         ("PAGEFOLD_TIER", "1"),
         ("PAGEFOLD_CLOCK_MS", "250"),
@@ -76,7 +76,7 @@ fn config_reads_tiering_from_the_environment() {
     vars.iter().for_each(|(k, v)| std::env::set_var(k, v));
     let c = Config::from_env();
     vars.iter().for_each(|(k, _)| std::env::remove_var(k));
-    assert!(c.tier && !c.tier_patch && !c.tier_compress);
+    assert!(c.tier == Tier::On && !c.tier_patch && !c.tier_compress);
     assert_eq!(c.clock_interval, std::time::Duration::from_millis(250));
     assert_eq!(c.cold_passes, 7, "capped to the age the clock can count");
     assert_eq!(
@@ -84,7 +84,36 @@ fn config_reads_tiering_from_the_environment() {
         (Some(512 << 20), None),
         "0 MiB: no watermark"
     );
-    assert!(!Config::from_env().tier);
+    assert_eq!(Config::from_env().tier, Tier::Pressure);
+}
+
+#[test]
+fn config_reads_the_tiering_mode_the_memory_limit_and_the_pressure_marks() {
+    for (v, t) in [
+        ("0", Tier::Off),
+        ("off", Tier::Off),
+        ("pressure", Tier::Pressure),
+        ("1", Tier::On),
+    ] {
+        assert_eq!(Tier::parse(v), t, "{v}");
+    }
+    let d = Config::default();
+    assert_eq!((d.memory_limit, d.pressure_high, d.pressure_low), (None, 80, 70));
+    let vars = [
+        ("PAGEFOLD_MEMORY", "3G"),
+        ("PAGEFOLD_PRESSURE_HIGH", "70"),
+        ("PAGEFOLD_PRESSURE_LOW", "90"),
+        ("PAGEFOLD_PRESSURE_PSI", "5.5"),
+    ];
+    vars.iter().for_each(|(k, v)| std::env::set_var(k, v));
+    let c = Config::from_env();
+    std::env::set_var("PAGEFOLD_MEMORY", "junk");
+    let junk = Config::from_env();
+    vars.iter().for_each(|(k, _)| std::env::remove_var(k));
+    assert_eq!(c.memory_limit, Some(3 << 30));
+    assert_eq!((c.pressure_high, c.pressure_low), (70, 70), "low at most high");
+    assert_eq!(c.pressure_psi, 5.5);
+    assert_eq!(junk.memory_limit, None, "the preload keeps the default");
 }
 
 #[test]

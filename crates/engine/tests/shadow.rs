@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pagefold_engine::{Config, Engine, Hint, Stats, PAGE};
+use pagefold_engine::{Config, Engine, Hint, Stats, Tier, PAGE};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -1176,7 +1176,7 @@ fn shadow_tier() {
     // Every scan a clock pass, C4 after one quiet pass: the policy evicts
     // pages under the workers' feet, and their touches restore them.
     let cfg = Config {
-        tier: true,
+        tier: Tier::On,
         clock_interval: Duration::ZERO,
         cold_passes: 1,
         ..Config::default()
@@ -1197,7 +1197,7 @@ fn shadow_tier_pin_age() {
     // and owned zero pages held write-protected before they are folded or
     // merged, while the policy evicts under the workers' feet.
     let cfg = Config {
-        tier: true,
+        tier: Tier::On,
         clock_interval: Duration::ZERO,
         cold_passes: 1,
         pin_age: Duration::from_millis(5),

@@ -16,14 +16,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pagefold_engine::{
-    Config, Engine, Handle, Hint, Inject, PageStore, StoreBytes, StoreError, TierConfig, TierStore,
+    Config, Engine, Handle, Hint, Inject, PageStore, StoreBytes, StoreError, Tier, TierConfig,
+    TierStore,
     PAGE,
 };
 
 /// Every explicit scan is a clock pass.
 fn tier_cfg() -> Config {
     Config {
-        tier: true,
+        tier: Tier::On,
         clock_interval: Duration::ZERO,
         pin_grace: Duration::from_micros(100),
         ..Config::default()
@@ -396,7 +397,7 @@ fn above_the_high_watermark_c3_pages_are_compressed_until_below_the_low_one() {
 fn tiering_off_evicts_nothing() {
     let _s = serial();
     let e = Engine::new(Config {
-        tier: false,
+        tier: Tier::Off,
         ..tier_cfg()
     });
     let (p, want) = filled(&e, 32, 700);

@@ -34,7 +34,7 @@ use std::ffi::CStr;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use pagefold_engine::{Config, Engine, Fresh};
+use pagefold_engine::{Config, Engine, Fresh, Tier};
 
 const UNINIT: u8 = 0;
 const STARTING: u8 = 1;
@@ -148,9 +148,11 @@ fn start() -> Option<&'static Engine> {
         }
         // Plain memory stays plain: a block starts anonymous unless its
         // size class is often copied from, and the first copy out of
-        // anonymous memory adopts the source onto frames. With tiering on,
-        // blocks stay on frames: patches need reference pages in frames.
-        if with_env(c"PAGEFOLD_FRESH", |_| ()).is_none() && !cfg.tier {
+        // anonymous memory adopts the source onto frames. Tiering driven by
+        // pressure compresses and evicts anonymous pages as well; with
+        // tiering always on, blocks stay on frames, where patches find
+        // their reference pages.
+        if with_env(c"PAGEFOLD_FRESH", |_| ()).is_none() && cfg.tier != Tier::On {
             cfg.fresh = Fresh::Adaptive;
         }
         // Below glibc's largest mmap threshold, glibc's heap reuses freed
