@@ -102,7 +102,7 @@ fn the_doctor_names_every_check_and_its_json_has_a_schema() {
         "pagemap PFNs",
         "transparent huge pages",
         "kernel KSM",
-        "cgroup memory limit",
+        "memory limit",
         "vm.max_map_count",
     ] {
         let c = check(&doc, name);
