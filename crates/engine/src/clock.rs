@@ -222,6 +222,8 @@ pub struct ClockStats {
     /// With pressure-driven tiering: looks at memory (pressure.rs), and the last.
     pub pressure_reads: u64,
     pub pressure: crate::pressure::Reading,
+    /// Clock intervals the next pass under pressure waits (1 after a pass that paid).
+    pub backoff: u32,
     /// The last pass.
     pub last: PassCounts,
     /// Summed over all passes.
@@ -234,6 +236,8 @@ pub(crate) struct Clock {
     pub last_pass: Option<Instant>,
     /// Under pressure: above the high watermark, not yet below the low one.
     pub pressure: bool,
+    /// Driven by pressure: clock intervals between passes (pass.rs).
+    pub backoff: u32,
     /// Resident anonymous and diverged pages, as the last complete pass counted them.
     pub private_resident: u64,
     pub stats: ClockStats,

@@ -51,10 +51,28 @@ impl Pass {
     }
 }
 
+/// A pass under pressure pays when it evicts at least this many pages ...
+pub const PAID_PAGES: u64 = 256;
+/// ... and finds fewer than half as many restored (touched after eviction)
+/// since the pass before; until one does, each pass waits twice as long as
+/// the last, up to this many clock intervals.
+pub const MAX_BACKOFF: u32 = 16;
+
+/// The wait, in clock intervals, before the next pass under pressure.
+fn backoff_after(backoff: u32, pass: &PassCounts) -> u32 {
+    let paid = pass.evicted >= PAID_PAGES && pass.restored * 2 < pass.evicted;
+    if paid {
+        1
+    } else {
+        (backoff.max(1) * 2).min(MAX_BACKOFF)
+    }
+}
+
 impl State {
     /// Starts a clock pass if tiering is on (with `Tier::Pressure`: while
     /// `reading` says memory is short, pressure.rs) and the last one is at
-    /// least `clock_interval` old; `tier` takes the pages its policy chooses.
+    /// least `clock_interval` old (under pressure, times the back-off);
+    /// `tier` takes the pages its policy chooses.
     pub(crate) fn begin_pass(&mut self, tier: Tiering, reading: Option<Reading>) -> Option<Pass> {
         let reading = match self.cfg.tier {
             Tier::Off => return None,
@@ -68,11 +86,7 @@ impl State {
             }
         };
         let now = Instant::now();
-        if self
-            .clock
-            .last_pass
-            .is_some_and(|t| now.duration_since(t) < self.cfg.clock_interval)
-        {
+        if !self.pass_due(now) {
             return None;
         }
         self.clock.last_pass = Some(now);
@@ -106,6 +120,20 @@ impl State {
         })
     }
 
+    /// Whether the last pass is at least `clock_interval` old, times the
+    /// back-off of passes under pressure that did not pay (`end_pass`).
+    fn pass_due(&self, now: Instant) -> bool {
+        let wait = self.cfg.clock_interval * self.clock.backoff.max(1);
+        self.clock
+            .last_pass
+            .is_none_or(|t| now.duration_since(t) >= wait)
+    }
+
+    /// Records a look at memory; whether it is short and a pass is due.
+    pub(crate) fn pressure_pass_due(&mut self, reading: Reading) -> bool {
+        self.note_pressure(reading) && self.pass_due(Instant::now())
+    }
+
     /// Records a look at memory; whether it is short (pressure.rs), which
     /// lasts until the usage is back under the low mark.
     pub(crate) fn note_pressure(&mut self, reading: Reading) -> bool {
@@ -137,6 +165,10 @@ impl State {
     /// Ends a pass: its counts go to the statistics and to the scan's report.
     pub(crate) fn end_pass(&mut self, pass: Pass, spilled: u64, rep: &mut ScanReport) {
         self.clock.private_resident = pass.private_resident;
+        if self.cfg.tier == Tier::Pressure {
+            self.clock.backoff = backoff_after(self.clock.backoff, &pass.counts);
+            self.clock.stats.backoff = self.clock.backoff;
+        }
         let s = &mut self.clock.stats;
         s.passes += 1;
         s.spilled += spilled;
@@ -204,5 +236,29 @@ impl State {
             .iter()
             .filter(|&&k| matches!(block.pages[k], Page::Anon | Page::Diverged(_)))
             .count() as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passes_that_do_not_pay_back_off() {
+        let paid = PassCounts {
+            evicted: 1000,
+            restored: 100,
+            ..PassCounts::default()
+        };
+        let churn = PassCounts {
+            evicted: 1000,
+            restored: 600,
+            ..PassCounts::default()
+        };
+        let nothing = PassCounts::default();
+        assert_eq!(backoff_after(0, &nothing), 2);
+        assert_eq!(backoff_after(4, &churn), 8, "what it evicts comes back");
+        assert_eq!(backoff_after(16, &nothing), MAX_BACKOFF);
+        assert_eq!(backoff_after(16, &paid), 1);
     }
 }

@@ -253,8 +253,8 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64, tier: Tier
 pub const PRESSURE_CPU: f64 = 0.25;
 
 /// Sleeps until `due` or a wake-up; with a pressure poll, looks at memory
-/// every `poll` meanwhile and stops early when it is short. Returns (woken,
-/// short); None when the engine is gone or stopping.
+/// every `poll` meanwhile and stops early when it is short and a pass is
+/// due. Returns (woken, short); None when the engine is gone or stopping.
 fn nap(weak: &Weak<Inner>, due: Instant, poll: Option<Duration>) -> Option<(bool, bool)> {
     loop {
         let parked = Instant::now();
@@ -267,7 +267,7 @@ fn nap(weak: &Weak<Inner>, due: Instant, poll: Option<Duration>) -> Option<(bool
             return None;
         }
         let short = match poll.and_then(|_| inner.read_pressure()) {
-            Some(r) => inner.lock().note_pressure(r),
+            Some(r) => inner.lock().pressure_pass_due(r),
             None => false,
         };
         if woken || short || Instant::now() >= due {
