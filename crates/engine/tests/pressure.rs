@@ -185,6 +185,21 @@ fn filled(e: &Engine, pages: usize) -> *mut u8 {
     p
 }
 
+/// `filled`, with a scan after every `every` pages written.
+fn filled_scanning(e: &Engine, pages: usize, every: usize) -> *mut u8 {
+    let p = e.alloc(pages * PAGE, Hint::None);
+    assert!(!p.is_null());
+    for k in 0..pages {
+        let page = pattern(k);
+        // SAFETY: page k of the fresh block of `pages` pages, one page long.
+        unsafe { std::ptr::copy_nonoverlapping(page.as_ptr(), p.add(k * PAGE), PAGE) };
+        if (k + 1) % every == 0 {
+            e.scan();
+        }
+    }
+    p
+}
+
 /// Whether every page of the block reads back as `filled` wrote it.
 fn read_back(p: *const u8, pages: usize) -> bool {
     (0..pages).all(|k| {
@@ -337,8 +352,9 @@ fn in_limited_group(test: &str, limit: u64) -> Option<(bool, String)> {
 }
 
 /// In a group limited to 112 MiB, a 88 MiB block of compressible pages
-/// (with the test binary's own memory, above 80% of it): passes compress
-/// cold pages until the usage is below 70% of the limit, and every byte
+/// written 4 MiB at a time with a scan after each (with the test binary's
+/// own memory, above 80% of the limit): passes compress cold pages as the
+/// usage nears the limit, until it is below 70% of it, and every byte
 /// reads back.
 #[test]
 fn under_a_real_cgroup_limit_cold_pages_are_compressed() {
@@ -354,8 +370,12 @@ fn under_a_real_cgroup_limit_cold_pages_are_compressed() {
         assert!(ok && out.contains("1 passed"), "{out}");
         return;
     }
-    let e = Engine::new(pressure_cfg());
-    let p = filled(&e, PAGES);
+    // Anonymous, as the preload places blocks of sizes seldom copied from.
+    let e = Engine::new(Config {
+        fresh: pagefold_engine::Fresh::Anon,
+        ..pressure_cfg()
+    });
+    let p = filled_scanning(&e, PAGES, 1024);
     let start = Instant::now();
     loop {
         e.scan();
