@@ -351,7 +351,7 @@ fn in_limited_group(test: &str, limit: u64) -> Option<(bool, String)> {
     Some((out.status.success(), text))
 }
 
-/// In a group limited to 112 MiB, a 88 MiB block of compressible pages
+/// In a group limited to 128 MiB, a 104 MiB block of compressible pages
 /// written 4 MiB at a time with a scan after each (with the test binary's
 /// own memory, above 80% of the limit): passes compress cold pages as the
 /// usage nears the limit, until it is below 70% of it, and every byte
@@ -359,8 +359,8 @@ fn in_limited_group(test: &str, limit: u64) -> Option<(bool, String)> {
 #[test]
 fn under_a_real_cgroup_limit_cold_pages_are_compressed() {
     const TEST: &str = "under_a_real_cgroup_limit_cold_pages_are_compressed";
-    const LIMIT: u64 = 112 << 20;
-    const PAGES: usize = 22528;
+    const LIMIT: u64 = 128 << 20;
+    const PAGES: usize = 26624;
     if std::env::var_os(CHILD).is_none() {
         // Its fork retires the frame pools of engines alive in this process.
         let _serial = serial();
