@@ -194,7 +194,8 @@ fn memory_limit(a: &Args) -> Result<Option<u64>, String> {
         (None, Ok(m)) => ("PAGEFOLD_MEMORY", m),
         (None, Err(_)) => return Ok(None),
     };
-    let bytes = pagefold_engine::memlimit::parse_bytes(&text).map_err(|e| format!("{what}: {e}"))?;
+    let bytes =
+        pagefold_engine::memlimit::parse_bytes(&text).map_err(|e| format!("{what}: {e}"))?;
     std::env::set_var("PAGEFOLD_MEMORY", bytes.to_string());
     Ok(Some(bytes))
 }

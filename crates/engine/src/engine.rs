@@ -34,8 +34,7 @@ impl Engine {
         // With no mechanism a scan serves (folding, merging, releasing the
         // frames of written copies, tiering), there is nothing to scan for.
         let cfg = &e.inner.cfg;
-        let scans_serve =
-            cfg.zero || cfg.merge || cfg.copy || cfg.tier != crate::config::Tier::Off;
+        let scans_serve = cfg.zero || cfg.merge || cfg.copy || cfg.tier != crate::config::Tier::Off;
         if let Some(iv) = cfg.scan_interval.filter(|_| scans_serve) {
             e.start_background(iv);
         }

@@ -140,9 +140,9 @@ mod tier_store;
 
 pub use clock::{Allow, ClockStats, PassCounts};
 pub use config::{Config, Inject, Tier};
-pub use pressure::Reading as PressureReading;
 pub use engine::Engine;
 pub use fresh::Fresh;
+pub use pressure::Reading as PressureReading;
 pub use state::Hint;
 pub use stats::{EvictReport, Fallbacks, ScanReport, Stats, LIFETIME_BUCKETS, STATS_SCHEMA};
 pub use store::{Handle, PageStore, StoreBytes, StoreError};

@@ -113,9 +113,12 @@ pub fn cgroup_paths(proc_cgroup: &str) -> (Option<String>, Option<String>) {
     (v2, v1)
 }
 
+/// A mount: the path of the hierarchy it shows (its root) and where it is.
+pub type Mount = (String, PathBuf);
+
 /// From /proc/self/mountinfo: where cgroup2 is mounted, and where the v1
-/// hierarchy with the memory controller is (each mount's root and mount point).
-pub fn cgroup_mounts(mountinfo: &str) -> (Option<(String, PathBuf)>, Option<(String, PathBuf)>) {
+/// hierarchy with the memory controller is.
+pub fn cgroup_mounts(mountinfo: &str) -> (Option<Mount>, Option<Mount>) {
     let (mut v2, mut v1) = (None, None);
     for line in mountinfo.lines() {
         // ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER
@@ -381,7 +384,8 @@ mod tests {
     #[test]
     fn hybrid_layout_picks_the_v1_memory_controller() {
         let cgroup = "9:name=systemd:/\n4:memory:/jobs/a\n1:cpu:/\n0::/\n";
-        let mountinfo = "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
+        let mountinfo =
+            "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
                          41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
         let g = find_group(cgroup, mountinfo).unwrap();
         assert_eq!(g.version, Version::V1);

@@ -218,10 +218,19 @@ impl State {
                 }
             }
             if budgeted && pressure_pages == 0 {
-                allowed = allowed.map(|a| Allow { compress: false, ..a }).filter(|a| a.patch);
+                allowed = allowed
+                    .map(|a| Allow {
+                        compress: false,
+                        ..a
+                    })
+                    .filter(|a| a.patch);
             }
             if let Some(a) = allowed {
-                let counted = if budgeted { a.compress } else { pressing && a.compress };
+                let counted = if budgeted {
+                    a.compress
+                } else {
+                    pressing && a.compress
+                };
                 pressure_pages -= counted as u64;
                 chosen.push((k, a));
             } else if class == Class::C2 && self.cfg.tier_patch {

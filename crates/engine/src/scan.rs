@@ -54,10 +54,10 @@ use std::time::{Duration, Instant};
 
 use crate::budget::Budget;
 use crate::chunk::{ChunkHolds, ChunkWork, Protected};
+use crate::config::Tier;
 use crate::frames::FrameId;
 use crate::idle;
 use crate::index::{page_eq, sample_hash, ContentIndex};
-use crate::config::Tier;
 use crate::pass::{Pass, Tiering};
 use crate::space::{runs, Page};
 use crate::state::{Inner, State};

@@ -98,7 +98,10 @@ fn config_reads_the_tiering_mode_the_memory_limit_and_the_pressure_marks() {
         assert_eq!(Tier::parse(v), t, "{v}");
     }
     let d = Config::default();
-    assert_eq!((d.memory_limit, d.pressure_high, d.pressure_low), (None, 80, 70));
+    assert_eq!(
+        (d.memory_limit, d.pressure_high, d.pressure_low),
+        (None, 80, 70)
+    );
     let vars = [
         ("PAGEFOLD_MEMORY", "3G"),
         ("PAGEFOLD_PRESSURE_HIGH", "70"),
@@ -111,7 +114,11 @@ fn config_reads_the_tiering_mode_the_memory_limit_and_the_pressure_marks() {
     let junk = Config::from_env();
     vars.iter().for_each(|(k, _)| std::env::remove_var(k));
     assert_eq!(c.memory_limit, Some(3 << 30));
-    assert_eq!((c.pressure_high, c.pressure_low), (70, 70), "low at most high");
+    assert_eq!(
+        (c.pressure_high, c.pressure_low),
+        (70, 70),
+        "low at most high"
+    );
     assert_eq!(c.pressure_psi, 5.5);
     assert_eq!(junk.memory_limit, None, "the preload keeps the default");
 }

@@ -107,7 +107,11 @@ fn limit_and_working_set_from_cgroup_v2_files() {
     };
     assert_eq!(g.limit(), Some(256 << 20), "an ancestor's memory.max binds");
     write(&dir, "memory.high", "201326592\n");
-    assert_eq!(g.limit(), Some(192 << 20), "memory.high below it binds first");
+    assert_eq!(
+        g.limit(),
+        Some(192 << 20),
+        "memory.high below it binds first"
+    );
     assert_eq!(g.working_set(), Some(110 << 20));
     assert_eq!(g.psi_file(), Some(dir.join("memory.pressure")));
     assert!(memlimit::parse_psi(&psi).is_some(), "{psi}");
@@ -346,8 +350,8 @@ fn in_limited_group(test: &str, limit: u64) -> Option<(bool, String)> {
     }
     let out = cmd.output().unwrap();
     let _ = std::fs::remove_dir(&dir);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     Some((out.status.success(), text))
 }
 
@@ -391,4 +395,3 @@ fn under_a_real_cgroup_limit_cold_pages_are_compressed() {
     assert!(c.pressure.used <= LIMIT / 10 * 7, "{c:?}");
     assert!(read_back(p, PAGES), "every byte back as written");
 }
-

@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use pagefold_engine::{
     Config, Engine, Handle, Hint, Inject, PageStore, StoreBytes, StoreError, Tier, TierConfig,
-    TierStore,
-    PAGE,
+    TierStore, PAGE,
 };
 
 /// Every explicit scan is a clock pass.
