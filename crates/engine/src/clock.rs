@@ -1,7 +1,8 @@
 //! The clock and the tiering policy: which pages are cold, and what happens
 //! to them (Difference Engine §4.2, in user space).
 //!
-//! With `Config::tier`, some scans are *clock passes*: scans at least
+//! With tiering on (`Config::tier`: always, or by default only while memory
+//! is short, pressure.rs and pass.rs), some scans are *clock passes*: scans at least
 //! `clock_interval` apart that look at every resident page (the smart scan's
 //! skipping is off for them, idle.rs; but see incompressible pages below).
 //! Each pass sorts every page it looks at into one of DE's four classes:
