@@ -107,7 +107,7 @@ fn a_job_over_its_cgroup_limit_runs_compressed_and_reads_back_right() {
     let out = run(
         &dir,
         &[
-            "--json", "--memory", "160M", "--", "python3", "fill.py", "5", "34", "1.0",
+            "--json", "--memory", "160M", "--", "python3", "fill.py", "5", "34", "1.5",
         ],
         &[("PAGEFOLD_CLOCK_MS", "200")],
     );
