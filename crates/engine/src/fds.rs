@@ -1,7 +1,10 @@
 //! The engine's file descriptors, kept out of the program's way.
 //!
 //! A program under the preload never opened the engine's descriptors (memfd
-//! pools, the userfaultfd, /proc/self/pagemap and maps, the swap file) and
+//! pools, the userfaultfd, /proc/self/pagemap and maps, ksmd's run file, the
+//! swap file, and the files pressure-driven tiering reads: the memory
+//! cgroup's usage, limit, stat and memory.pressure files, /proc/self/statm,
+//! /proc/meminfo, /proc/pressure/memory) and
 //! must never meet them: not in a list of its open descriptors, not as the
 //! number its next `open` returns, not as the target of its `dup2`. And the engine must never act on
 //! a file of the program's that came to sit on one of its numbers: a punch,
@@ -44,7 +47,8 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Descriptors the engine can hold at once (pools, their duplicates for
-/// patches, the userfaultfd, pagemap, maps, swap files).
+/// patches, the userfaultfd, pagemap, maps, ksmd's run file, swap files, and
+/// the pressure gauge's files: at most `pressure::MAX_FILES` an engine).
 const SLOTS: usize = 256;
 /// The most numbers `numbers_in` can report.
 pub const MAX_HELD: usize = SLOTS;
@@ -303,6 +307,30 @@ impl Fd {
     /// high number (never for a moment at a low one the program could see).
     pub fn duplicate(self) -> io::Result<Fd> {
         self.with(adopt_number)
+    }
+
+    /// In a child right after fork, while no other thread exists: makes this
+    /// slot hold `n` (just opened by the engine) in place of its descriptor,
+    /// which is closed. For files of the process's own /proc entry, which
+    /// name the parent in the child; holders keep their `Fd`. `n` is closed in
+    /// every case; on an error the slot keeps its descriptor.
+    pub fn replace_in_child(self, n: i32) -> io::Result<()> {
+        let r = fstat(n).and_then(|id| Ok((id, dup_high(n)?)));
+        close_raw(n);
+        let ((dev, ino), high) = r?;
+        let s = &TABLE[self.0 as usize];
+        let _using = Using::enter();
+        let old = s.num.load(Ordering::Acquire);
+        if fstat(old)
+            .is_ok_and(|id| id == (s.dev.load(Ordering::Relaxed), s.ino.load(Ordering::Relaxed)))
+        {
+            close_raw(old);
+        }
+        s.dev.store(dev, Ordering::Relaxed);
+        s.ino.store(ino, Ordering::Relaxed);
+        s.num.store(high, Ordering::Release);
+        LOWEST.fetch_min(high, Ordering::AcqRel);
+        Ok(())
     }
 
     /// Closes the descriptor and frees its slot.

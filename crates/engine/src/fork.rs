@@ -130,6 +130,7 @@ fn release_locks(in_child: bool) {
         st.retire_pools(in_child);
         if in_child {
             st.reopen_process_handles();
+            inner.after_fork_in_child();
             // The scanner thread does not exist here: forget its handle, never join it.
             if let Ok(mut bg) = inner.bg.try_lock() {
                 std::mem::forget(bg.take());

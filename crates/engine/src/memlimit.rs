@@ -24,7 +24,10 @@
 //!
 //! Everything here reads text and parses it with pure functions, so the
 //! tests feed them real files copied into a temporary directory as well as
-//! the live ones.
+//! the live ones. The functions that read take the reader as an argument
+//! (`Read`): `pagefold doctor` opens each file as it reads it, while the
+//! engine's gauge reads descriptors it opened once at engine start
+//! (pressure.rs), as its background thread must never open a file.
 
 use std::path::{Path, PathBuf};
 
@@ -212,38 +215,75 @@ pub fn stat_value(text: &str, key: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-fn read(dir: &Path, file: &str) -> Option<String> {
-    std::fs::read_to_string(dir.join(file)).ok()
+/// How a look at memory gets a file's text: `read_path` opens the file
+/// (`pagefold doctor`, tests); the pressure gauge reads descriptors it
+/// opened once (pressure.rs).
+pub type Read<'a> = &'a dyn Fn(&Path) -> Option<String>;
+
+/// Reads the file at `path` now.
+pub fn read_path(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
 }
 
 impl Group {
-    /// The limit that binds the group (see the module comment), if any.
-    pub fn limit(&self) -> Option<u64> {
+    /// The files `limit_from` reads: the group's own first, then (v2) its
+    /// ancestors' up to the mount.
+    pub fn limit_files(&self) -> Vec<PathBuf> {
         match self.version {
-            Version::V1 => {
-                let stat = read(&self.dir, "memory.stat").unwrap_or_default();
-                stat_value(&stat, "hierarchical_memory_limit")
-                    .filter(|&b| b < UNLIMITED)
-                    .or_else(|| parse_limit(&read(&self.dir, "memory.limit_in_bytes")?))
-            }
+            Version::V1 => ["memory.stat", "memory.limit_in_bytes"]
+                .map(|f| self.dir.join(f))
+                .to_vec(),
             Version::V2 => self
                 .dir
                 .ancestors()
                 .take_while(|d| d.starts_with(&self.mount))
-                .flat_map(|d| ["memory.max", "memory.high"].map(|f| read(d, f)))
-                .filter_map(|t| parse_limit(&t?))
-                .min(),
+                .flat_map(|d| ["memory.max", "memory.high"].map(|f| d.join(f)))
+                .collect(),
+        }
+    }
+
+    /// The files `working_set_from` reads: the usage and memory.stat.
+    pub fn usage_files(&self) -> [PathBuf; 2] {
+        let usage = match self.version {
+            Version::V1 => "memory.usage_in_bytes",
+            Version::V2 => "memory.current",
+        };
+        [self.dir.join(usage), self.dir.join("memory.stat")]
+    }
+
+    /// The limit that binds the group (see the module comment), if any.
+    pub fn limit(&self) -> Option<u64> {
+        self.limit_from(&read_path)
+    }
+
+    /// `limit`, with the files' text from `read`.
+    pub fn limit_from(&self, read: Read) -> Option<u64> {
+        let files = self.limit_files();
+        match self.version {
+            Version::V1 => {
+                let stat = read(&files[0]).unwrap_or_default();
+                stat_value(&stat, "hierarchical_memory_limit")
+                    .filter(|&b| b < UNLIMITED)
+                    .or_else(|| parse_limit(&read(&files[1])?))
+            }
+            Version::V2 => files.iter().filter_map(|f| parse_limit(&read(f)?)).min(),
         }
     }
 
     /// The group's working set: its usage less inactive page cache.
     pub fn working_set(&self) -> Option<u64> {
-        let (usage, inactive) = match self.version {
-            Version::V1 => ("memory.usage_in_bytes", "total_inactive_file"),
-            Version::V2 => ("memory.current", "inactive_file"),
+        self.working_set_from(&read_path)
+    }
+
+    /// `working_set`, with the files' text from `read`.
+    pub fn working_set_from(&self, read: Read) -> Option<u64> {
+        let inactive = match self.version {
+            Version::V1 => "total_inactive_file",
+            Version::V2 => "inactive_file",
         };
-        let used: u64 = read(&self.dir, usage)?.trim().parse().ok()?;
-        let stat = read(&self.dir, "memory.stat").unwrap_or_default();
+        let [usage, stat] = self.usage_files();
+        let used: u64 = read(&usage)?.trim().parse().ok()?;
+        let stat = read(&stat).unwrap_or_default();
         Some(used.saturating_sub(stat_value(&stat, inactive).unwrap_or(0)))
     }
 
@@ -309,16 +349,22 @@ pub struct Binding {
 
 /// The smallest of the cgroup's limit (`group`, unless hidden), the user's
 /// and, failing both, the machine's, each with its usage; a tie goes to the
-/// cgroup, whose usage counts every process of the group.
-pub fn binding(src: &Sources, group: Option<&Group>, user: Option<u64>) -> Option<Binding> {
+/// cgroup, whose usage counts every process of the group. Files are read
+/// with `read`.
+pub fn binding(
+    src: &Sources,
+    group: Option<&Group>,
+    user: Option<u64>,
+    read: Read,
+) -> Option<Binding> {
     let cgroup = group.and_then(|g| {
         Some(Binding {
             source: Source::Cgroup,
-            limit: g.limit()?,
-            used: g.working_set()?,
+            limit: g.limit_from(read)?,
+            used: g.working_set_from(read)?,
         })
     });
-    let own = || parse_statm(&std::fs::read_to_string(&src.statm).ok()?);
+    let own = || parse_statm(&read(&src.statm)?);
     let user = user.and_then(|limit| {
         Some(Binding {
             source: Source::User,
@@ -330,7 +376,7 @@ pub fn binding(src: &Sources, group: Option<&Group>, user: Option<u64>) -> Optio
         (Some(c), Some(u)) => Some(if u.limit < c.limit { u } else { c }),
         (Some(b), None) | (None, Some(b)) => Some(b),
         (None, None) => {
-            let (limit, used) = parse_meminfo(&std::fs::read_to_string(&src.meminfo).ok()?)?;
+            let (limit, used) = parse_meminfo(&read(&src.meminfo)?)?;
             Some(Binding {
                 source: Source::Machine,
                 limit,

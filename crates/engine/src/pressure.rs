@@ -24,23 +24,48 @@
 //! schedule, so a program with room to spare gets no clock pass, no page
 //! classified and no tiering metadata.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
 use crate::config::Config;
 use crate::memlimit::{self, Binding, Group, Sources};
+use crate::sys::KeptFile;
 
 /// PSI's share counted as shed per pass at most (percent of the footprint).
 pub const PSI_SHED_MAX_PERCENT: f64 = 20.0;
 
-/// What the gauge reads from: resolved once, when first needed.
+/// Limit files (`Group::limit_files`, the group's own first) the gauge keeps
+/// open; those of ancestors further up are read once, when it is made.
+pub const MAX_LIMIT_FILES: usize = 16;
+/// Descriptors a gauge holds at most: the limit files, the usage and
+/// memory.stat, a PSI file, /proc/self/statm and /proc/meminfo.
+pub const MAX_FILES: usize = MAX_LIMIT_FILES + 5;
+
+/// A file a reading reads.
+enum Kept {
+    /// Opened when the gauge was made, read afresh at every reading.
+    Open(KeptFile),
+    /// Read once when the gauge was made (an ancestor's limit beyond `MAX_LIMIT_FILES`).
+    Fixed(Option<String>),
+}
+
+/// What the gauge reads from: resolved, and every file it reads opened, when
+/// it is made (at engine start), so that a reading on the background
+/// scanner's thread never opens a file (fds.rs).
 pub struct Gauge {
     sources: Sources,
     group: Option<Group>,
     user_limit: Option<u64>,
     /// The group's own PSI file (true), or the machine's.
     psi: Option<(PathBuf, bool)>,
+    /// The files readings read; a file that could not be opened when the
+    /// gauge was made is not here, and reads as unreadable.
+    files: Vec<(PathBuf, Kept)>,
+    /// Whether the kept /proc/self/statm describes this process: false in a
+    /// child after fork where it could not be opened afresh.
+    statm_live: AtomicBool,
 }
 
 /// One look at memory.
@@ -61,6 +86,8 @@ impl Gauge {
         Gauge::from_sources(Sources::default(), cfg)
     }
 
+    /// Finds the group (reading /proc/self/cgroup and mountinfo once) and
+    /// opens every file readings will read.
     pub fn from_sources(sources: Sources, cfg: &Config) -> Gauge {
         let group = (!cfg.inject.hide_cgroup)
             .then(|| memlimit::live_group(&sources))
@@ -70,18 +97,91 @@ impl Gauge {
             .filter(|f| f.is_file())
             .map(|f| (f, false));
         let psi = (!cfg.inject.hide_psi).then(|| own.or(system)).flatten();
+        let files = Gauge::open_files(&sources, group.as_ref(), cfg.memory_limit, &psi);
         Gauge {
             sources,
             group,
             user_limit: cfg.memory_limit,
             psi,
+            files,
+            statm_live: AtomicBool::new(true),
         }
     }
 
+    fn open_files(
+        sources: &Sources,
+        group: Option<&Group>,
+        user_limit: Option<u64>,
+        psi: &Option<(PathBuf, bool)>,
+    ) -> Vec<(PathBuf, Kept)> {
+        let mut paths = Vec::new();
+        let mut fixed = Vec::new();
+        if let Some(g) = group {
+            let mut limits = g.limit_files();
+            fixed = limits.split_off(limits.len().min(MAX_LIMIT_FILES));
+            paths.extend(limits);
+            paths.extend(g.usage_files());
+        }
+        paths.extend(psi.as_ref().map(|(f, _)| f.clone()));
+        paths.extend(user_limit.map(|_| sources.statm.clone()));
+        paths.push(sources.meminfo.clone());
+        paths.dedup();
+        let open = paths
+            .into_iter()
+            .filter_map(|p| Some((KeptFile::open(&p).ok()?, p)))
+            .map(|(f, p)| (p, Kept::Open(f)));
+        let once = fixed.into_iter().map(|p| {
+            let text = memlimit::read_path(&p);
+            (p, Kept::Fixed(text))
+        });
+        let files: Vec<_> = open.chain(once).collect();
+        debug_assert!(
+            files
+                .iter()
+                .filter(|(_, k)| matches!(k, Kept::Open(_)))
+                .count()
+                <= MAX_FILES
+        );
+        files
+    }
+
+    /// A file's text now, through its kept descriptor; None for a file not
+    /// opened when the gauge was made.
+    fn text(&self, path: &Path) -> Option<String> {
+        if path == self.sources.statm && !self.statm_live.load(Ordering::Acquire) {
+            return None;
+        }
+        match &self.files.iter().find(|(p, _)| p == path)?.1 {
+            Kept::Open(f) => f.text(),
+            Kept::Fixed(text) => text.clone(),
+        }
+    }
+
+    /// In a child right after fork: /proc/self/statm, opened by the parent,
+    /// describes the parent; it is opened afresh. (The group's files, which
+    /// the child shares, and the machine's stay as they are.)
+    pub fn after_fork_in_child(&self) {
+        let statm = self.files.iter().find(|(p, _)| *p == self.sources.statm);
+        if let Some((path, Kept::Open(f))) = statm {
+            let live = f.reopen_in_child(path).is_ok();
+            self.statm_live.store(live, Ordering::Release);
+        }
+    }
+
+    /// How many descriptors the gauge holds.
+    #[cfg(test)]
+    fn descriptors(&self) -> usize {
+        self.files
+            .iter()
+            .filter(|(_, k)| matches!(k, Kept::Open(_)))
+            .count()
+    }
+
     pub fn read(&self) -> Reading {
-        let binding = memlimit::binding(&self.sources, self.group.as_ref(), self.user_limit);
+        let read = |p: &Path| self.text(p);
+        let binding = memlimit::binding(&self.sources, self.group.as_ref(), self.user_limit, &read);
         let psi = self.psi.as_ref().and_then(|(f, own)| {
-            let v = memlimit::parse_psi(&std::fs::read_to_string(f).ok()?)?;
+            let v = memlimit::parse_psi(&self.text(f)?)?;
             Some((v, *own))
         });
         let Binding {
@@ -148,6 +248,88 @@ mod tests {
             psi,
             psi_own: own,
         }
+    }
+
+    /// A cgroup v2 hierarchy in a temporary directory, and the /proc files
+    /// that place this process in its group `job` (limit 100 MiB, 50 MiB in
+    /// use); `with_usage` false leaves memory.current out.
+    fn fake_v2(name: &str, with_usage: bool) -> (PathBuf, Sources) {
+        let root =
+            std::env::temp_dir().join(format!("pagefold-gauge-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let job = root.join("job");
+        std::fs::create_dir_all(&job).unwrap();
+        let write = |f: &str, t: &str| std::fs::write(root.join(f), t).unwrap();
+        write("cgroup", "0::/job\n");
+        let mount = format!("29 23 0:26 / {} rw - cgroup2 cgroup2 rw\n", root.display());
+        write("mountinfo", &mount);
+        write("job/memory.max", &format!("{}\n", 100 << 20));
+        write("job/memory.stat", "anon 1\ninactive_file 0\n");
+        if with_usage {
+            write("job/memory.current", &format!("{}\n", 50 << 20));
+        }
+        let sources = Sources {
+            proc_cgroup: root.join("cgroup"),
+            mountinfo: root.join("mountinfo"),
+            ..Sources::default()
+        };
+        (root, sources)
+    }
+
+    #[test]
+    fn a_gauge_reads_through_the_descriptors_it_opened_when_made() {
+        let (root, sources) = fake_v2("kept", true);
+        let g = Gauge::from_sources(sources, &Config::default());
+        let r = g.read();
+        assert_eq!(r.source, Some(memlimit::Source::Cgroup), "{r:?}");
+        assert_eq!((r.limit, r.used), (100 << 20, 50 << 20));
+        // Rewritten in place: the kept descriptor reads the new value.
+        let current = root.join("job/memory.current");
+        std::fs::write(&current, format!("{}\n", 90 << 20)).unwrap();
+        assert_eq!(g.read().used, 90 << 20);
+        // Replaced by a new file at the path: the gauge opens nothing, so it
+        // still reads the file it opened.
+        std::fs::remove_file(&current).unwrap();
+        std::fs::write(&current, format!("{}\n", 10 << 20)).unwrap();
+        assert_eq!(g.read().used, 90 << 20);
+        assert!(g.descriptors() <= MAX_FILES);
+        // Every descriptor sits in the engine's range.
+        for (_, k) in &g.files {
+            if let Kept::Open(f) = k {
+                assert!(crate::fds::is_engine(f.number()));
+            }
+        }
+        drop(g);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_opened_when_the_gauge_is_made_falls_back() {
+        // No memory.current at start: the cgroup gives no binding, and the
+        // machine's memory binds, even once the file appears.
+        let (root, sources) = fake_v2("missing", false);
+        let g = Gauge::from_sources(sources.clone(), &Config::default());
+        assert_eq!(g.read().source, Some(memlimit::Source::Machine));
+        std::fs::write(root.join("job/memory.current"), "1\n").unwrap();
+        assert_eq!(g.read().source, Some(memlimit::Source::Machine));
+        // No statm at start: the user's limit has no usage, the machine binds.
+        let cfg = Config {
+            memory_limit: Some(1 << 30),
+            inject: crate::config::Inject {
+                hide_cgroup: true,
+                ..Default::default()
+            },
+            ..Config::default()
+        };
+        let no_statm = Sources {
+            statm: root.join("no-statm"),
+            ..sources
+        };
+        let g = Gauge::from_sources(no_statm, &cfg);
+        assert_eq!(g.read().source, Some(memlimit::Source::Machine));
+        let g = Gauge::from_sources(Sources::default(), &cfg);
+        assert_eq!(g.read().source, Some(memlimit::Source::User));
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -57,8 +57,9 @@ pub(crate) struct Inner {
     pub state: Mutex<State>,
     pub bg_stop: AtomicBool,
     pub bg: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// What pressure-driven tiering reads (pressure.rs), resolved when first read.
-    gauge: std::sync::OnceLock<crate::pressure::Gauge>,
+    /// What pressure-driven tiering reads (pressure.rs): made, and its files
+    /// opened, here at engine start, when tiering is driven by pressure.
+    gauge: Option<crate::pressure::Gauge>,
 }
 
 pub(crate) struct State {
@@ -114,21 +115,25 @@ impl Inner {
     pub fn new(cfg: Config) -> Inner {
         let state = State::new(cfg.clone());
         Inner {
-            cfg,
             state: Mutex::new(state),
             bg_stop: AtomicBool::new(false),
             bg: Mutex::new(None),
-            gauge: std::sync::OnceLock::new(),
+            gauge: (cfg.tier == crate::config::Tier::Pressure)
+                .then(|| crate::pressure::Gauge::new(&cfg)),
+            cfg,
         }
     }
 
     /// A look at memory, if tiering is driven by pressure (read without the lock).
     pub fn read_pressure(&self) -> Option<crate::pressure::Reading> {
-        (self.cfg.tier == crate::config::Tier::Pressure).then(|| {
-            self.gauge
-                .get_or_init(|| crate::pressure::Gauge::new(&self.cfg))
-                .read()
-        })
+        self.gauge.as_ref().map(crate::pressure::Gauge::read)
+    }
+
+    /// In a child right after fork: the gauge's /proc/self files name the parent.
+    pub fn after_fork_in_child(&self) {
+        if let Some(g) = &self.gauge {
+            g.after_fork_in_child();
+        }
     }
 
     /// The state, even if a panic poisoned the lock: the state is updated

@@ -318,27 +318,101 @@ pub fn max_map_count() -> usize {
         .unwrap_or(65_530)
 }
 
-/// Opens a file of this process's own /proc entry read-only and moves the
-/// descriptor into the engine's range. Only ever called at engine start or in a
-/// child right after fork: every later read goes through the kept descriptor,
-/// so the engine's background threads never hold a descriptor at a number the
-/// program could see.
+/// Opens a file read-only and moves the descriptor into the engine's range.
+/// Only ever called at engine start or in a child right after fork: every
+/// later read goes through the kept descriptor, so the engine's background
+/// threads never hold a descriptor at a number the program could see.
 fn open_own(path: &std::ffi::CStr) -> io::Result<crate::fds::Fd> {
     // SAFETY: path is a NUL-terminated C string that outlives the call.
     let fd = check(unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })?;
     crate::fds::adopt(fd)
 }
 
+fn c_path(path: &std::path::Path) -> io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// A file the engine reads again and again (a /proc or cgroup file) through
+/// one descriptor in the engine's range (`open_own`), opened once: each read
+/// from offset 0 asks the kernel afresh, and no read opens a file.
+pub struct KeptFile {
+    fd: crate::fds::Fd,
+}
+
+impl KeptFile {
+    /// Opens `path` (at engine start, or in a child right after fork).
+    pub fn open(path: &std::path::Path) -> io::Result<KeptFile> {
+        Ok(KeptFile {
+            fd: open_own(&c_path(path)?)?,
+        })
+    }
+
+    /// The descriptor's number (for tests).
+    #[cfg(test)]
+    pub fn number(&self) -> i32 {
+        self.fd.number()
+    }
+
+    /// pread(2) of the kept descriptor into `buf` at `off`; the bytes read.
+    pub fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        self.fd.with(|fd| loop {
+            // SAFETY: buf is a live, exclusively borrowed buffer of buf.len() bytes.
+            let r =
+                unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), off as libc::off_t) };
+            if r >= 0 {
+                return Ok(r as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        })
+    }
+
+    /// The whole file as text, as the kernel writes it now.
+    pub fn text(&self) -> Option<String> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = self.read_at(&mut buf, out.len() as u64).ok()?;
+            if n == 0 {
+                return String::from_utf8(out).ok();
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    /// In a child right after fork, while no other thread exists: points the
+    /// kept descriptor at `path` opened afresh (a /proc/self file opened by
+    /// the parent still describes the parent). On an error the descriptor
+    /// stays as it was and the caller stops reading it.
+    pub fn reopen_in_child(&self, path: &std::path::Path) -> io::Result<()> {
+        let c = c_path(path)?;
+        // SAFETY: c is a NUL-terminated C string that outlives the call.
+        let n = check(unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })?;
+        self.fd.replace_in_child(n)
+    }
+}
+
+impl Drop for KeptFile {
+    fn drop(&mut self) {
+        // Opened in KeptFile::open and owned by this KeptFile only: closed once, here.
+        self.fd.close();
+    }
+}
+
 /// Counts the process's mappings (lines of /proc/self/maps) through one
 /// descriptor kept for the engine's life.
 pub struct ProcMaps {
-    fd: crate::fds::Fd,
+    file: KeptFile,
 }
 
 impl ProcMaps {
     pub fn open() -> io::Result<ProcMaps> {
         Ok(ProcMaps {
-            fd: open_own(c"/proc/self/maps")?,
+            file: KeptFile::open(std::path::Path::new("/proc/self/maps"))?,
         })
     }
 
@@ -347,28 +421,15 @@ impl ProcMaps {
     /// out of the mappings malloc would need.
     pub fn count(&self) -> usize {
         let mut buf = [0u8; 4096];
-        self.fd
-            .with(|fd| {
-                let mut lines = 0;
-                let mut off: libc::off_t = 0;
-                loop {
-                    // SAFETY: buf is a live, exclusively borrowed buffer of buf.len() bytes.
-                    let r = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), off) };
-                    if r <= 0 {
-                        return Ok(lines);
-                    }
-                    lines += buf[..r as usize].iter().filter(|&&b| b == b'\n').count();
-                    off += r as libc::off_t;
-                }
-            })
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for ProcMaps {
-    fn drop(&mut self) {
-        // Opened in ProcMaps::open and owned by this ProcMaps only: closed once, here.
-        self.fd.close();
+        let (mut lines, mut off) = (0, 0u64);
+        while let Ok(n) = self.file.read_at(&mut buf, off) {
+            if n == 0 {
+                break;
+            }
+            lines += buf[..n].iter().filter(|&&b| b == b'\n').count();
+            off += n as u64;
+        }
+        lines
     }
 }
 
@@ -377,33 +438,22 @@ impl Drop for ProcMaps {
 /// kernel afresh, and no scan opens a file (a descriptor opened at the
 /// moment a program forks would show in its child).
 pub struct KsmRun {
-    fd: crate::fds::Fd,
+    file: KeptFile,
 }
 
 impl KsmRun {
     pub fn open() -> io::Result<KsmRun> {
         Ok(KsmRun {
-            fd: open_own(c"/sys/kernel/mm/ksm/run")?,
+            file: KeptFile::open(std::path::Path::new("/sys/kernel/mm/ksm/run"))?,
         })
     }
 
     /// Whether ksmd merges now; false if the file cannot be read.
     pub fn running(&self) -> bool {
         let mut buf = [0u8; 8];
-        self.fd
-            .with(|fd| {
-                // SAFETY: buf is a live, exclusively borrowed buffer of buf.len() bytes.
-                let r = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-                Ok(r > 0 && buf[0] == b'1' && (r == 1 || buf[1] == b'\n'))
-            })
-            .unwrap_or(false)
-    }
-}
-
-impl Drop for KsmRun {
-    fn drop(&mut self) {
-        // Opened in KsmRun::open and owned by this KsmRun only: closed once, here.
-        self.fd.close();
+        self.file
+            .read_at(&mut buf, 0)
+            .is_ok_and(|r| r > 0 && buf[0] == b'1' && (r == 1 || buf[1] == b'\n'))
     }
 }
 
