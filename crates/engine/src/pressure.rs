@@ -168,6 +168,15 @@ impl Gauge {
         }
     }
 
+    /// The kept file read for `path` (for tests).
+    #[cfg(test)]
+    fn text_file(&self, path: &Path) -> Option<&KeptFile> {
+        match &self.files.iter().find(|(p, _)| p == path)?.1 {
+            Kept::Open(f) => Some(f),
+            Kept::Fixed(_) => None,
+        }
+    }
+
     /// How many descriptors the gauge holds.
     #[cfg(test)]
     fn descriptors(&self) -> usize {
@@ -330,6 +339,58 @@ mod tests {
         let g = Gauge::from_sources(Sources::default(), &cfg);
         assert_eq!(g.read().source, Some(memlimit::Source::User));
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// (st_dev, st_ino) of a descriptor.
+    fn identity(n: i32) -> (u64, u64) {
+        // SAFETY: an all-zero stat is a valid value of the plain C struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: st is a live local for fstat to fill; a bad number is an error.
+        assert_eq!(unsafe { libc::fstat(n, &mut st) }, 0);
+        (st.st_dev, st.st_ino)
+    }
+
+    #[test]
+    fn in_a_child_after_fork_statm_is_opened_afresh() {
+        let cfg = Config {
+            memory_limit: Some(1 << 30),
+            inject: crate::config::Inject {
+                hide_cgroup: true,
+                ..Default::default()
+            },
+            ..Config::default()
+        };
+        let g = Gauge::from_sources(Sources::default(), &cfg);
+        let statm = |g: &Gauge| match &g.text_file(&g.sources.statm) {
+            Some(f) => identity(f.number()),
+            None => (0, 0),
+        };
+        let own = || {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata("/proc/self/statm").unwrap();
+            (m.dev(), m.ino())
+        };
+        assert_eq!(statm(&g), own());
+        // SAFETY: the child only reads files, allocates (glibc's allocator
+        // is reset in a child) and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            crate::fds::after_fork_child();
+            let inherited = statm(&g) != own();
+            g.after_fork_in_child();
+            let fresh = statm(&g) == own();
+            let read = g.read().source == Some(memlimit::Source::User);
+            // SAFETY: ends the child without running the parent's handlers.
+            unsafe { libc::_exit(if inherited && fresh && read { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: status is a live local; pid is the child just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status}"
+        );
+        assert_eq!(statm(&g), own(), "the parent's stays");
     }
 
     #[test]
