@@ -35,6 +35,14 @@
 //!   already mapped keep their contents: mappings hold the file, not the
 //!   number).
 //!
+//! Opening a file puts it for a moment at the lowest free number, where the
+//! program may see it (a child forked at that moment inherits it). So the
+//! engine opens files only at engine start or in a child right after fork,
+//! and files it reads again and again (/proc/self/maps, ksmd's run file,
+//! the pressure gauge's files) stay open and are read with pread through
+//! the kept descriptor (sys.rs `KeptFile`): a background thread never opens
+//! a file.
+//!
 //! Holders keep an `Fd` (a slot of a fixed table), not the number: `relocate`
 //! can move a descriptor to a new number when the program itself takes the old
 //! one (the preload's `dup2`/`dup3` do that first). Every use reads the number

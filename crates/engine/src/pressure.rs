@@ -17,9 +17,20 @@
 //! threshold, `min(avg10, 20)` percent of the engine's footprint, so
 //! passes shed faster the more the program stalls.
 //!
-//! Reading costs a few small files (0.3-0.5 ms on a cgroup v1 machine,
-//! where each read of memory.stat takes about 0.1 ms), about 0.1% of a
-//! core at two looks a second; the background scanner
+//! The gauge reads on the background scanner's thread, while the program
+//! runs, so it never opens a file there (fds.rs): every file a reading
+//! reads (the group's limit, usage, memory.stat and memory.pressure files,
+//! /proc/self/statm with a user's limit, /proc/meminfo, the machine's PSI
+//! file) is opened once when the gauge is made at engine start, adopted
+//! into the engine's descriptor range, and read with pread from offset 0,
+//! which makes the kernel write the file afresh. A file that cannot be
+//! opened then reads as unreadable for the engine's life (the fallbacks
+//! below take over). In a child after fork /proc/self/statm is opened
+//! again (the parent's names the parent); the group is the parent's too.
+//!
+//! Reading costs a few small files (at most 0.5 ms a look on a cgroup v1
+//! machine, where a read of a large memory.stat takes about 0.1 ms), about
+//! 0.1% of a core at two looks a second; the background scanner
 //! reads once a clock interval (pressure polls) and otherwise keeps its
 //! schedule, so a program with room to spare gets no clock pass, no page
 //! classified and no tiering metadata.
