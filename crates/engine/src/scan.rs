@@ -11,7 +11,7 @@
 //!    nothing registered. Otherwise go on, reading them again under
 //!    protection. Most chunks of a program with little to share end here,
 //!    and protecting, unprotecting and unregistering a chunk cost more than
-//!    reading it (on pandas work, 85% of the scanner's time);
+//!    reading it (on pandas work, 70% of the scanner's time);
 //! 1. register it with userfaultfd and write-protect it, by the protocol
 //!    eviction follows too (chunk.rs): writers sleep until step 6;
 //! 2. refresh divergence from pagemap (frames of pages that were written
