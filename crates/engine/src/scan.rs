@@ -281,12 +281,7 @@ impl State {
         let guard = self.pin_guard();
         let mut keep = Vec::new();
         if let Some(resident) = &chunk.resident {
-            let looked: Vec<usize> = due
-                .iter()
-                .copied()
-                .filter(|&k| resident[k - i] & 1 != 0 && !self.blocks[&base].pages[k].is_evicted())
-                .filter(|&k| !self.already_indexed(base, k))
-                .collect();
+            let looked = self.looked_pages(base, i, &due, resident);
             // Under the pin guard only pages it can take off safely are candidates.
             let (zero, nonzero): (Vec<usize>, Vec<usize>) = looked
                 .iter()
@@ -398,12 +393,7 @@ impl State {
         if sys::mincore(addr, c * PAGE, &mut resident).is_err() {
             return true;
         }
-        let looked: Vec<usize> = due
-            .iter()
-            .copied()
-            .filter(|&k| resident[k - i] & 1 != 0 && !self.blocks[&base].pages[k].is_evicted())
-            .filter(|&k| !self.already_indexed(base, k))
-            .collect();
+        let looked = self.looked_pages(base, i, due, &resident);
         let guard = self.pin_guard();
         let candidates: Vec<usize> = looked
             .iter()
@@ -425,6 +415,17 @@ impl State {
         }
         self.record_looks(base, &looked, &[], &HashMap::new(), &[]);
         false
+    }
+
+    /// The pages of `due` (in the chunk starting at page `i`) a look reads:
+    /// holding content by mincore's `resident`, not evicted (reading one
+    /// would restore it), and not shared pages whose frame is indexed.
+    fn looked_pages(&self, base: usize, i: usize, due: &[usize], resident: &[u8]) -> Vec<usize> {
+        due.iter()
+            .copied()
+            .filter(|&k| resident[k - i] & 1 != 0 && !self.blocks[&base].pages[k].is_evicted())
+            .filter(|&k| !self.already_indexed(base, k))
+            .collect()
     }
 
     /// Whether one of `pages` (of block `base`) may be folded or merged by
