@@ -114,7 +114,8 @@ pub struct Args {
     /// ksm-100, ksm-1000, ksm-10000 (KSM ones need root; its knobs are restored afterwards),
     /// pagefold+ksm-10000 (pagefold handing blocks it cannot merge to KSM at that rate),
     /// de-share, de-patch, de-compress, de-all (Difference Engine's mechanisms, see docs/BENCHMARKS.md),
-    /// and pagefold:KEY=V:... (pagefold with PAGEFOLD_KEY=V, see docs/CONFIG.md). Default:
+    /// and pagefold:KEY=V:... (pagefold with PAGEFOLD_KEY=V, for a variable docs/CONFIG.md
+    /// lists; KEY with or without its PAGEFOLD_ prefix). Default:
     /// plain,pagefold,copy,zero,merge,ksm-100,ksm-1000,ksm-10000; for the de suite
     /// plain,de-share,de-patch,de-compress,de-all; for the dask suite plain,pagefold.
     #[arg(long, value_delimiter = ',')]

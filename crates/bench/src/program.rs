@@ -199,24 +199,53 @@ pub fn parse_config(name: &str) -> Result<Config, String> {
     })
 }
 
-/// `KEY=V:KEY=V` as `PAGEFOLD_KEY=V` variables.
+/// `KEY=V:KEY=V` as `PAGEFOLD_KEY=V` variables. A key may also be written
+/// with its `PAGEFOLD_` prefix (`PAGEFOLD_DISABLE=1` is `DISABLE=1`); a key
+/// that names no variable docs/CONFIG.md documents is refused, since the
+/// preload would ignore it and the configuration would silently run as
+/// plain `pagefold`.
 fn parse_settings(settings: &str) -> Result<Vec<(String, String)>, String> {
     settings
         .split(':')
-        .map(|kv| match kv.split_once('=') {
-            Some((k, v))
-                if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
-            {
-                Ok((
-                    format!("PAGEFOLD_{}", k.to_ascii_uppercase()),
-                    v.to_string(),
-                ))
+        .map(|kv| {
+            let not_kv = || format!("'{kv}' in configuration 'pagefold:{settings}' is not KEY=VALUE");
+            let (key, value) = kv.split_once('=').ok_or_else(not_kv)?;
+            if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(not_kv());
             }
-            _ => Err(format!(
-                "'{kv}' in configuration 'pagefold:{settings}' is not KEY=VALUE"
-            )),
+            let upper = key.to_ascii_uppercase();
+            let name = match upper.strip_prefix(VARIABLE_PREFIX) {
+                Some(_) => upper,
+                None => format!("{VARIABLE_PREFIX}{upper}"),
+            };
+            if !is_documented_variable(&name) {
+                return Err(format!(
+                    "'{key}' in configuration 'pagefold:{settings}': {name} is not a pagefold variable (docs/CONFIG.md lists them)"
+                ));
+            }
+            Ok((name, value.to_string()))
         })
         .collect()
+}
+
+const VARIABLE_PREFIX: &str = "PAGEFOLD_";
+
+/// docs/CONFIG.md, which names every `PAGEFOLD_*` variable the sources read
+/// (crates/testkit/tests/config_doc.rs holds it to that).
+const CONFIG_DOC: &str = include_str!("../../../docs/CONFIG.md");
+
+/// Whether docs/CONFIG.md names `name` as a variable (its `PAGEFOLD_KEY`
+/// row stands for the `pagefold:KEY=V` form itself, and a name ending in
+/// `_` for a family such as `PAGEFOLD_INJECT_*`: neither is a variable).
+fn is_documented_variable(name: &str) -> bool {
+    name != "PAGEFOLD_KEY"
+        && !name.ends_with('_')
+        && CONFIG_DOC.match_indices(name).any(|(at, _)| {
+            let after = CONFIG_DOC[at + name.len()..].bytes().next();
+            let before = CONFIG_DOC[..at].bytes().next_back();
+            let is_name_byte = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+            !after.is_some_and(is_name_byte) && !before.is_some_and(is_name_byte)
+        })
 }
 
 /// What to run and how to watch it.
@@ -749,6 +778,33 @@ mod tests {
             .unwrap_err()
             .contains("not KEY=VALUE"));
         assert!(parse_config("pagefold:A B=1").is_err());
+    }
+
+    #[test]
+    fn a_setting_may_carry_its_prefix_and_must_name_a_documented_variable() {
+        let env = |name: &str| match parse_config(name).unwrap().setup {
+            Setup::Pagefold { env } => env,
+            other => panic!("{name}: {other:?}"),
+        };
+        let disabled = vec![("PAGEFOLD_DISABLE".to_string(), "1".to_string())];
+        assert_eq!(env("pagefold:DISABLE=1"), disabled);
+        assert_eq!(env("pagefold:PAGEFOLD_DISABLE=1"), disabled);
+        assert_eq!(env("pagefold:pagefold_disable=1"), disabled);
+        for unknown in [
+            "pagefold:DISABLED=1",
+            "pagefold:KEY=1",
+            "pagefold:PAGEFOLD_=1",
+            "pagefold:INJECT_=1",
+        ] {
+            let err = parse_config(unknown).unwrap_err();
+            assert!(
+                err.contains("is not a pagefold variable"),
+                "{unknown}: {err}"
+            );
+        }
+        // A name inside a longer documented one is not a variable.
+        assert!(parse_config("pagefold:SCAN=1").is_err());
+        assert!(parse_config("pagefold:COPY=0:ZERO=0:MERGE=0").is_ok());
     }
 
     fn sh(script: &str) -> Vec<String> {

@@ -3,13 +3,14 @@
 //! change meanwhile. For pages `[i, i+c)` of a block:
 //!
 //! 1. pages the fault thread restored are reconciled (restore.rs);
-//! 2. this thread's signals are blocked until the end: a signal handler of
+//! 2. the work looks first (`ChunkWork::before`) and may find nothing to
+//!    do: then the chunk is neither registered nor protected, and no writer
+//!    is stopped;
+//! 3. this thread's signals are blocked until the end: a signal handler of
 //!    this thread writing into the protected chunk would wait for this very
 //!    thread;
-//! 3. the chunk is registered with userfaultfd, and unregistered at the end
+//! 4. the chunk is registered with userfaultfd, and unregistered at the end
 //!    but for its evicted and held pages (`State::with_registered`);
-//! 4. the work looks first (`ChunkWork::before`) and may find nothing to
-//!    do: then no writer is stopped;
 //! 5. the holds in the chunk (hold.rs) are taken for the work to decide on
 //!    (the scan), or ended (eviction);
 //! 6. the chunk is write-protected: writers sleep in the kernel. Should the
@@ -57,8 +58,8 @@ pub(crate) struct Protected {
 pub(crate) trait ChunkWork {
     const HOLDS: ChunkHolds;
 
-    /// Before protection, the chunk registered: false if there is nothing
-    /// to do (no writer is stopped then).
+    /// Before the chunk is registered and protected: false if there is
+    /// nothing to do (no writer is stopped then).
     fn before(&mut self, _st: &mut State, _base: usize, _i: usize, _c: usize) -> bool {
         true
     }
@@ -86,16 +87,16 @@ impl State {
         w: &mut W,
     ) {
         self.reconcile(base, i, c);
+        if !w.before(self, base, i, c) {
+            return;
+        }
         let mask = sys::block_signals();
         self.with_registered(base, i, c, |st| st.protected(base, i, c, w));
         sys::restore_signals(&mask);
     }
 
-    /// Steps 4-9 of the protocol, the chunk registered.
+    /// Steps 5-9 of the protocol, the chunk registered.
     fn protected<W: ChunkWork>(&mut self, base: usize, i: usize, c: usize, w: &mut W) {
-        if !w.before(self, base, i, c) {
-            return;
-        }
         let addr = self.blocks[&base].page_addr(i);
         let Some(protector) = self.protector.clone() else {
             return;

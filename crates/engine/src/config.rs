@@ -74,6 +74,11 @@ pub struct Config {
     /// found nothing to fold or merge, until a look finds something
     /// (sample.rs).
     pub sample_scan: bool,
+    /// Look at a chunk's pages before protecting it, and protect it only if
+    /// a page may be folded or merged (as kernel KSM reads and hashes pages
+    /// without write-protecting them, and protects only the page it merges).
+    /// Off: every chunk with a page due is protected for its look.
+    pub look_first: bool,
     /// Wait before folding or merging pages of a chunk, for writes through
     /// pages the kernel pinned before the chunk was protected (O_DIRECT),
     /// where the pin guard is off or the kernel lacks it.
@@ -243,6 +248,7 @@ impl Default for Config {
             volatile_check: true,
             smart_scan: true,
             sample_scan: true,
+            look_first: true,
             pin_grace: Duration::from_micros(1000),
             pin_guard: true,
             pin_hold: true,
@@ -362,6 +368,7 @@ impl Config {
         flag("PAGEFOLD_VOLATILE_CHECK", &mut c.volatile_check);
         flag("PAGEFOLD_SMART_SCAN", &mut c.smart_scan);
         flag("PAGEFOLD_SAMPLE_SCAN", &mut c.sample_scan);
+        flag("PAGEFOLD_LOOK_FIRST", &mut c.look_first);
         flag("PAGEFOLD_PIN_GUARD", &mut c.pin_guard);
         flag("PAGEFOLD_PIN_HOLD", &mut c.pin_hold);
         flag("PAGEFOLD_RECYCLE_JOIN", &mut c.recycle_join);

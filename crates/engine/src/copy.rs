@@ -97,11 +97,14 @@ impl State {
                 }
             }
         }
+        let shared = plain.iter().filter(|p| !**p).count();
+        if let Some(b) = self.blocks.get_mut(&db) {
+            b.copy_shared += shared;
+        }
+        if shared > 0 && sb != db {
+            self.note_copy_out(sb, db);
+        }
         if self.cfg.copy_learn {
-            let shared = plain.iter().filter(|p| !**p).count();
-            if let Some(b) = self.blocks.get_mut(&db) {
-                b.copy_shared += shared;
-            }
             self.placement.shared_by_copy(dst_block_pages, shared);
         }
         for (k, _) in plain.iter().enumerate().filter(|(_, p)| **p) {

@@ -17,7 +17,11 @@
 //! `SAMPLE_EVERY` pages or more always covers a sampled page; the first
 //! scan that acts on any page of the block ends the sampling (a page another
 //! block's page merged with counts: its neighbours are likely duplicates of
-//! that block's too), and from then on the whole block is looked at again. What sampling can miss: zero or
+//! that block's too), and from then on the whole block is looked at again.
+//! A scan that finds pages turned all-zero since their previous look counts
+//! as fruitful too: their neighbours in the run have just been looked at
+//! once, and the volatility check folds them only at the next look, which
+//! must not be sampled away. What sampling can miss: zero or
 //! duplicate pages in runs shorter than `SAMPLE_EVERY` in a block where
 //! nothing else is found; tiering's clock passes look at every page anyway.
 
@@ -33,6 +37,9 @@ pub struct Yield {
     fruitless: u8,
     /// Pages acted on in the scan under way.
     acted: usize,
+    /// Pages that turned all-zero since their previous look, in the scan
+    /// under way: the next look folds them, so it must not be sampled.
+    turned_zero: usize,
 }
 
 impl Yield {
@@ -53,14 +60,21 @@ impl Yield {
         self.acted += n;
     }
 
+    /// The scan found `n` of the block's pages all-zero where the previous
+    /// look saw other content.
+    pub fn turned_zero(&mut self, n: usize) {
+        self.turned_zero += n;
+    }
+
     /// The scan is done with the block.
     pub fn scan_done(&mut self) {
-        self.fruitless = if self.acted > 0 {
+        self.fruitless = if self.acted > 0 || self.turned_zero > 0 {
             0
         } else {
             self.fruitless.saturating_add(1)
         };
         self.acted = 0;
+        self.turned_zero = 0;
     }
 }
 
@@ -83,5 +97,10 @@ mod tests {
         y.scan_done();
         assert!(!y.sampling(), "a scan that acted ends the sampling");
         assert!((0..40).all(|k| y.due(k)));
+        for _ in 0..SAMPLE_AFTER {
+            y.turned_zero(1);
+            y.scan_done();
+        }
+        assert!(!y.sampling(), "pages turning zero keep the whole block due");
     }
 }

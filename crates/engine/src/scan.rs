@@ -3,6 +3,15 @@
 //! Blocks are walked in chunks of `scan_chunk_pages`, under the engine lock
 //! one chunk at a time. For each chunk:
 //!
+//! 0. outside clock passes, look first (`look_unprotected`): read and hash
+//!    the pages due a look (step 3's rules) without protecting anything. If
+//!    none is zero or has a duplicate (a frame of the stable index, a page
+//!    earlier in this scan or in the chunk), record the looks and put the
+//!    pages in the unstable index, and leave the chunk: no writer stopped,
+//!    nothing registered. Otherwise go on, reading them again under
+//!    protection. Most chunks of a program with little to share end here,
+//!    and protecting, unprotecting and unregistering a chunk cost more than
+//!    reading it (on pandas work, 70% of the scanner's time);
 //! 1. register it with userfaultfd and write-protect it, by the protocol
 //!    eviction follows too (chunk.rs): writers sleep until step 6;
 //! 2. refresh divergence from pagemap (frames of pages that were written
@@ -81,11 +90,25 @@ impl ChunkWork for ScanChunk<'_> {
 
     /// Divergence first (frames of pages written since they were shared
     /// are released even where nothing is due), then the pages due a look:
-    /// with none, nothing is read and no writer need be stopped.
+    /// with none, nothing is read and no writer need be stopped; with
+    /// `look_first`, neither while none of them may be folded or merged
+    /// (`look_unprotected`).
     fn before(&mut self, st: &mut State, base: usize, i: usize, c: usize) -> bool {
         self.rep.diverged_released += st.refresh_divergence(base, i, c);
         self.due = st.due_pages(base, i, c, self.pass.is_some(), self.rep);
-        !self.due.is_empty()
+        if self.due.is_empty() {
+            return false;
+        }
+        // A clock pass classifies every page under protection.
+        let protect = self.pass.is_some()
+            || !st.cfg.look_first
+            || st.look_unprotected(base, i, c, &self.due, self.unstable, self.rep);
+        if protect {
+            self.rep.chunks_protected += 1;
+        } else {
+            self.rep.chunks_unprotected += 1;
+        }
+        protect
     }
 
     fn work(
@@ -177,6 +200,8 @@ pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
     st.stats.scans += 1;
     st.stats.scan_cpu_ns += rep.cpu_ns;
     st.stats.scan_skipped_idle += rep.skipped_idle;
+    st.stats.scan_chunks_protected += rep.chunks_protected;
+    st.stats.scan_chunks_unprotected += rep.chunks_unprotected;
     rep
 }
 
@@ -295,12 +320,7 @@ impl State {
         let guard = self.pin_guard();
         let mut keep = Vec::new();
         if let Some(resident) = &chunk.resident {
-            let looked: Vec<usize> = due
-                .iter()
-                .copied()
-                .filter(|&k| resident[k - i] & 1 != 0 && !self.blocks[&base].pages[k].is_evicted())
-                .filter(|&k| !self.already_indexed(base, k))
-                .collect();
+            let looked = self.looked_pages(base, i, &due, resident);
             // Under the pin guard only pages it can take off safely are candidates.
             let (zero, nonzero): (Vec<usize>, Vec<usize>) = looked
                 .iter()
@@ -383,6 +403,107 @@ impl State {
             }
         }
         keep
+    }
+
+    /// The look at the pages `due` of chunk `[i, i+c)` without protecting
+    /// it, outside clock passes. Reading a page a writer may be changing is
+    /// harmless here: nothing is acted on. If a page may be folded or merged
+    /// (`may_act`), or the chunk has holds, or merging is off or out of
+    /// mappings, returns true and records nothing: the protected look
+    /// (`scan_chunk`) decides, reading every page again. Otherwise records
+    /// what that look would have: each page's look (`settled`,
+    /// `record_looks`) and the settled pages in the scan's unstable index,
+    /// where a later duplicate finds them (and `promote` protects and
+    /// compares them before anything is shared); returns false.
+    fn look_unprotected(
+        &mut self,
+        base: usize,
+        i: usize,
+        c: usize,
+        due: &[usize],
+        unstable: &mut Unstable,
+        rep: &mut ScanReport,
+    ) -> bool {
+        let addr = self.blocks[&base].page_addr(i);
+        if !(self.cfg.merge && self.vma_room(4)) || self.holds.any_within(addr as usize, c * PAGE) {
+            return true;
+        }
+        let mut resident = vec![0u8; c];
+        if sys::mincore(addr, c * PAGE, &mut resident).is_err() {
+            return true;
+        }
+        let looked = self.looked_pages(base, i, due, &resident);
+        let guard = self.pin_guard();
+        let candidates: Vec<usize> = looked
+            .iter()
+            .copied()
+            .filter(|&k| !guard || self.guarded(base, k))
+            .collect();
+        if self.may_act(base, &candidates, unstable) {
+            return true;
+        }
+        rep.pages_scanned += looked.len() as u64;
+        // Zero pages here changed since their last look: recorded as zero.
+        let (zero, nonzero): (Vec<usize>, Vec<usize>) = candidates
+            .into_iter()
+            .partition(|&k| sys::is_zero(self.fold_content(base, k)));
+        self.settled(base, zero, true, rep);
+        for k in self.settled(base, nonzero, false, rep) {
+            let ptr = self.blocks[&base].page_addr(k);
+            unstable.insert(ptr, (base, k), |(qb, qi)| self.unstable_content(qb, qi));
+        }
+        self.record_looks(base, &looked, &[], &HashMap::new(), &[]);
+        false
+    }
+
+    /// The pages of `due` (in the chunk starting at page `i`) a look reads:
+    /// holding content by mincore's `resident`, not evicted (reading one
+    /// would restore it), and not shared pages whose frame is indexed.
+    fn looked_pages(&self, base: usize, i: usize, due: &[usize], resident: &[u8]) -> Vec<usize> {
+        due.iter()
+            .copied()
+            .filter(|&k| resident[k - i] & 1 != 0 && !self.blocks[&base].pages[k].is_evicted())
+            .filter(|&k| !self.already_indexed(base, k))
+            .collect()
+    }
+
+    /// Whether one of `pages` (of block `base`) may be folded or merged by
+    /// a protected look: it is a shared page whose frame is not indexed yet,
+    /// or it looks as at its previous look and is zero or a duplicate (of a
+    /// frame in the stable index, of a page earlier in this scan, or of
+    /// another page of `pages`). Changes nothing but the indexes' entries
+    /// found stale.
+    fn may_act(&mut self, base: usize, pages: &[usize], unstable: &mut Unstable) -> bool {
+        let mut samples = std::collections::HashSet::with_capacity(pages.len());
+        let mut stable = std::mem::take(&mut self.stable);
+        let found = pages.iter().any(|&k| {
+            let ptr = self.blocks[&base].page_addr(k);
+            let own = self.blocks[&base].pages[k];
+            if matches!(own, Page::Shared(_)) {
+                return true;
+            }
+            let zero = sys::is_zero(self.fold_content(base, k));
+            if !self.looks_as_before(base, k, zero) {
+                return false;
+            }
+            zero || !samples.insert(sample_hash(ptr))
+                || stable
+                    .find(ptr, |f| self.stable_content(f))
+                    .is_some_and(|f| own.frame() != Some(f))
+                || unstable
+                    .find(ptr, |(qb, qi)| self.unstable_content(qb, qi))
+                    .is_some_and(|q| q != (base, k))
+        });
+        self.stable = stable;
+        found
+    }
+
+    /// Whether `settled` would keep page `k` (not shared) of block `base`,
+    /// without recording the look.
+    fn looks_as_before(&self, base: usize, k: usize, zero: bool) -> bool {
+        let block = &self.blocks[&base];
+        !self.cfg.volatile_check
+            || block.seen[k] & crate::seen::LOOK_MASK == look(block.page_addr(k), zero)
     }
 
     /// Moves the owned pages of `zero` to `to_freeze`: under the guard, an
@@ -470,17 +591,13 @@ impl State {
                 if matches!(block.pages[k], Page::Shared(_)) {
                     return true;
                 }
-                // 1 marks "zero"; other contents by sampled hash, never 0 or 1.
-                let look = if zero {
-                    1
-                } else {
-                    (sample_hash(block.page_addr(k)) as u32 & crate::seen::LOOK_MASK) | 2
-                };
+                let look = look(block.page_addr(k), zero);
                 let before = block.seen[k];
                 let same = before & crate::seen::LOOK_MASK == look;
                 block.seen[k] = crate::seen::with_look(before, look);
                 if !same {
                     block.seen[k] = crate::seen::written(block.seen[k]);
+                    block.found.turned_zero(zero as usize);
                 } else if forget_writes {
                     block.seen[k] &= !crate::seen::WRITTEN;
                 }
@@ -1088,5 +1205,15 @@ fn same_run(a: Page, b: Page) -> bool {
         | (Page::Shared(x), Page::Shared(y))
         | (Page::Diverged(x), Page::Diverged(y)) => x.pool() == y.pool() && y.0 == x.0 + 1,
         _ => false,
+    }
+}
+
+/// What a look at `page` records: 1 marks "zero"; other contents are
+/// marked by their sampled hash, never 0 or 1.
+fn look(page: *const u8, zero: bool) -> u32 {
+    if zero {
+        1
+    } else {
+        (sample_hash(page) as u32 & crate::seen::LOOK_MASK) | 2
     }
 }

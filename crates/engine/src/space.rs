@@ -108,6 +108,9 @@ pub struct Block {
     pub evicted: usize,
     /// Pages a copy shared into this block and not yet found written (fresh.rs learns from them).
     pub copy_shared: usize,
+    /// Blocks a copy shared this block's frames into (a few, most recent
+    /// last): when this block is freed, their divergence is read at once.
+    pub copies_out: Vec<usize>,
     /// Pages whose merge the mapping budget refused since the last look at
     /// handing the block to kernel KSM (ksm.rs).
     pub merges_refused: usize,
@@ -132,6 +135,7 @@ impl Block {
             exempt: false,
             evicted,
             copy_shared: 0,
+            copies_out: Vec::new(),
             merges_refused: 0,
             found: Default::default(),
         };

@@ -412,11 +412,47 @@ impl State {
             let n = self.blocks[&(ptr as usize)].pages.len();
             self.refresh_divergence(ptr as usize, 0, n);
         }
-        let Some(block) = self.blocks.remove(&(ptr as usize)) else {
+        let Some(mut block) = self.blocks.remove(&(ptr as usize)) else {
             return false;
         };
+        let copies = std::mem::take(&mut block.copies_out);
         self.free_block(block);
+        self.refresh_copies(&copies);
         true
+    }
+
+    /// Most copies a block remembers having shared its frames into.
+    const COPIES_REMEMBERED: usize = 8;
+
+    /// A copy out of block `src` shared its frames into block `dst`.
+    pub(crate) fn note_copy_out(&mut self, src: usize, dst: usize) {
+        let Some(b) = self.blocks.get_mut(&src) else {
+            return;
+        };
+        b.copies_out.retain(|&d| d != dst);
+        if b.copies_out.len() == Self::COPIES_REMEMBERED {
+            b.copies_out.remove(0);
+        }
+        b.copies_out.push(dst);
+    }
+
+    /// A freed block's frames may now be needed only by copies of it that
+    /// the program has since written over: their divergence is read now, so
+    /// that such frames are punched at once rather than at the next scan
+    /// (an R vector copied, the copy rewritten in full, the original freed:
+    /// without this, both stay in memory until the scan, seconds later).
+    fn refresh_copies(&mut self, copies: &[usize]) {
+        for &base in copies {
+            let Some(n) = self
+                .blocks
+                .get(&base)
+                .filter(|b| b.copy_shared > 0)
+                .map(|b| b.pages.len())
+            else {
+                continue;
+            };
+            self.refresh_divergence(base, 0, n);
+        }
     }
 
     /// Unmaps a block and lets go of its frames.

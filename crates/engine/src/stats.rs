@@ -124,6 +124,11 @@ pub struct Stats {
     pub scan_cpu_ns: u64,
     /// Page looks the scans saved: pages skipped because earlier looks found nothing to do.
     pub scan_skipped_idle: u64,
+    /// Chunks the scans write-protected for their look, and chunks they
+    /// looked at without protection, none of whose pages could be folded
+    /// or merged (`Config::look_first`).
+    pub scan_chunks_protected: u64,
+    pub scan_chunks_unprotected: u64,
     pub fallbacks: Fallbacks,
     /// Mappings the engine's blocks use now.
     pub vmas_used: u64,
@@ -197,6 +202,10 @@ pub struct ScanReport {
     pub volatile: u64,
     /// Pages not looked at: earlier looks found nothing to do (smart scan).
     pub skipped_idle: u64,
+    /// Chunks write-protected for their look, and chunks looked at without
+    /// protection because none of their pages could be folded or merged.
+    pub chunks_protected: u64,
+    pub chunks_unprotected: u64,
     /// Owned pages frozen, and diverged and owned zero pages held (hold.rs),
     /// to be folded or merged once the pin age has passed.
     pub frozen: u64,

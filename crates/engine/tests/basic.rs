@@ -80,6 +80,45 @@ fn virtual_copy_is_independent() {
     assert_eq!(e.stats().frames_in_use, 0);
 }
 
+/// A copy the program then writes over in full, its source then freed (an
+/// interpreter's copy-on-modify): the frames the two shared are punched at
+/// the free, with no scan, and the copy keeps what was written. A copy
+/// written over in part keeps the frames its unwritten pages still map.
+#[test]
+fn frames_of_a_copy_written_over_go_when_its_source_is_freed() {
+    let e = Engine::new(Config::default());
+    let n = 64;
+    let a = e.alloc(n * PAGE, Hint::None);
+    let b = e.alloc(n * PAGE, Hint::None);
+    let c = e.alloc(n * PAGE, Hint::None);
+    fill(a, n * PAGE, 5);
+    // SAFETY: live blocks of this test, each at least the length copied.
+    unsafe {
+        e.copy(b, a, n * PAGE);
+        e.copy(c, a, n * PAGE);
+    }
+    assert_eq!(e.stats().frames_resident, n as u64);
+    fill(b, n * PAGE, 6);
+    let want_b = bytes(b, n * PAGE).to_vec();
+    // c: its first half written, the second still the source's frames.
+    fill(c, n / 2 * PAGE, 7);
+    let mut want_c = bytes(a, n * PAGE).to_vec();
+    want_c[..n / 2 * PAGE].copy_from_slice(bytes(c, n / 2 * PAGE));
+    // SAFETY: a block this test got from the engine's alloc, not used after.
+    unsafe { e.free(a) };
+    let s = e.stats();
+    assert_eq!(s.scans, 0);
+    assert_eq!(s.frames_resident, n as u64 / 2, "{s:?}");
+    assert_eq!(bytes(b, n * PAGE), &want_b[..]);
+    assert_eq!(bytes(c, n * PAGE), &want_c[..]);
+    // SAFETY: blocks this test got from the engine's alloc, not used after.
+    unsafe {
+        e.free(b);
+        e.free(c);
+    }
+    assert_eq!(e.stats().frames_resident, 0);
+}
+
 #[test]
 fn scan_folds_zero_and_merges_duplicates() {
     let e = Engine::new(Config::default());

@@ -228,3 +228,73 @@ fn two_sampled_blocks_that_become_duplicates_merge_in_full() {
         e.free(b);
     }
 }
+
+/// A chunk none of whose pages can be folded or merged is looked at without
+/// write protection (`look_first`): unique pages are never protected, however
+/// often they are scanned. A plainly written duplicate of a block and a zeroed
+/// run in another are then folded and merged as when every chunk is protected
+/// for its look (`look_first` off, which protects every chunk with a page due),
+/// and every byte reads back as written. The zeroed run lies in a sampled
+/// block: the pages that turned zero keep the whole block due (sample.rs),
+/// so all 64 fold, not only the sampled ones.
+#[test]
+fn chunks_with_nothing_to_fold_or_merge_are_looked_at_unprotected() {
+    let pages = 2048;
+    for look_first in [true, false] {
+        let e = Engine::new(Config {
+            look_first,
+            ..Config::default()
+        });
+        let a = e.alloc(pages * PAGE, Hint::None);
+        let quiet = e.alloc(pages * PAGE, Hint::None);
+        fill_unique(a, pages, 21);
+        fill_unique(quiet, pages, 22);
+        for _ in 0..4 {
+            e.scan();
+        }
+        let s = e.stats();
+        if look_first {
+            assert_eq!(s.scan_chunks_protected, 0, "{s:?}");
+            assert!(s.scan_chunks_unprotected >= 2 * 4, "{s:?}");
+        } else {
+            assert_eq!(s.scan_chunks_unprotected, 0, "{s:?}");
+            assert!(s.scan_chunks_protected >= 2 * 4, "{s:?}");
+        }
+        let b = e.alloc(pages * PAGE, Hint::None);
+        // SAFETY: live, distinct blocks of `pages` pages each; the zeroed run
+        // lies inside `quiet`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(a, b, pages * PAGE);
+            std::ptr::write_bytes(quiet.add(100 * PAGE), 0, 64 * PAGE);
+        }
+        let mut want = vec![0u8; pages * PAGE];
+        fill_unique(want.as_mut_ptr(), pages, 22);
+        want[100 * PAGE..164 * PAGE].fill(0);
+        let mut scans = 0;
+        while (e.stats().merged < pages as u64 || e.stats().zero_folded < 64) && scans < 16 {
+            e.scan();
+            scans += 1;
+        }
+        let s = e.stats();
+        assert_eq!(
+            (s.merged, s.zero_folded),
+            (pages as u64, 64),
+            "look_first {look_first}, after {scans} scans: {s:?}"
+        );
+        // SAFETY: the blocks this test allocated, read while live.
+        let (got_a, got_b, got_quiet) = unsafe {
+            (
+                std::slice::from_raw_parts(a, pages * PAGE).to_vec(),
+                std::slice::from_raw_parts(b, pages * PAGE),
+                std::slice::from_raw_parts(quiet, pages * PAGE),
+            )
+        };
+        assert!(got_a == got_b && got_quiet == &want[..]);
+        // SAFETY: the blocks this test allocated, freed once each.
+        unsafe {
+            e.free(a);
+            e.free(b);
+            e.free(quiet);
+        }
+    }
+}
