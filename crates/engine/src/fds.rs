@@ -24,7 +24,9 @@
 //!   the call is forbidden) the number is the highest free one below it, and a
 //!   walk up to the limit sees it. Below a limit under `FLOOR` it takes none:
 //!   every number may be one the program needs, so the engine declines the
-//!   descriptor (and runs without it, as when memfd is unavailable). Above a
+//!   descriptor (and runs without it, as when memfd is unavailable); a
+//!   descriptor it can do without (`adopt_spare`: the pressure gauge's files)
+//!   it declines below `SPARE_FLOOR`. Above a
 //!   limit over `CEILING` it sits at `CEILING`, inside the limit: the kernel's
 //!   descriptor table grows with the highest number in use (8 bytes a slot).
 //! - It is close-on-exec, so no program the process executes inherits it.
@@ -64,6 +66,9 @@ pub const MAX_HELD: usize = SLOTS;
 pub const CEILING: i32 = 1 << 16;
 /// The lowest number they take above a soft limit below this.
 pub const FLOOR: i32 = 1024;
+/// Below a soft limit under this a descriptor the engine can do without
+/// (`adopt_spare`) takes none of the program's numbers.
+pub const SPARE_FLOOR: i32 = 4096;
 const FREE: i32 = -1;
 
 struct Slot {
@@ -143,8 +148,10 @@ fn dup_at_least(n: i32, min: i32) -> io::Result<i32> {
 }
 
 /// A close-on-exec duplicate of `n` out of the program's range (see the
-/// module comment); `n` itself stays open.
-fn dup_high(n: i32) -> io::Result<i32> {
+/// module comment); `n` itself stays open. With `inside` false, where the
+/// number could only sit below a soft limit under `SPARE_FLOOR` it is
+/// refused (EMFILE) instead.
+fn dup_high(n: i32, inside: bool) -> io::Result<i32> {
     let Some(lim) = nofile() else {
         return dup_at_least(n, 0);
     };
@@ -188,7 +195,7 @@ fn dup_high(n: i32) -> io::Result<i32> {
     // Below the limit only where the program has numbers to spare: with a
     // small limit every number may be one it needs, and the engine declines
     // (it then runs without frames, as when memfd is unavailable).
-    if soft < FLOOR {
+    if soft < FLOOR || !inside && soft < SPARE_FLOOR {
         return Err(io::Error::from_raw_os_error(libc::EMFILE));
     }
     // The highest free number in the top SLOTS below the limit.
@@ -205,14 +212,23 @@ fn dup_high(n: i32) -> io::Result<i32> {
 /// Takes `n` (just opened by the engine): moves it out of the program's way,
 /// records its identity and returns its slot. `n` is closed in every case.
 pub fn adopt(n: i32) -> io::Result<Fd> {
-    let r = adopt_number(n);
+    let r = adopt_number(n, true);
     close_raw(n);
     r
 }
 
-fn adopt_number(n: i32) -> io::Result<Fd> {
+/// As `adopt`, for a descriptor the engine can do without (a file it only
+/// reads now and then): refused (EMFILE) where it would take one of the
+/// numbers below a soft limit under `SPARE_FLOOR`. `n` is closed in every case.
+pub fn adopt_spare(n: i32) -> io::Result<Fd> {
+    let r = adopt_number(n, false);
+    close_raw(n);
+    r
+}
+
+fn adopt_number(n: i32, inside: bool) -> io::Result<Fd> {
     let (dev, ino) = fstat(n)?;
-    let high = dup_high(n)?;
+    let high = dup_high(n, inside)?;
     for (i, s) in TABLE.iter().enumerate() {
         if s.num
             .compare_exchange(FREE, high, Ordering::AcqRel, Ordering::Relaxed)
@@ -314,7 +330,7 @@ impl Fd {
     /// A second adopted descriptor of the same file, made directly at its
     /// high number (never for a moment at a low one the program could see).
     pub fn duplicate(self) -> io::Result<Fd> {
-        self.with(adopt_number)
+        self.with(|n| adopt_number(n, true))
     }
 
     /// In a child right after fork, while no other thread exists: makes this
@@ -323,7 +339,7 @@ impl Fd {
     /// name the parent in the child; holders keep their `Fd`. `n` is closed in
     /// every case; on an error the slot keeps its descriptor.
     pub fn replace_in_child(self, n: i32) -> io::Result<()> {
-        let r = fstat(n).and_then(|id| Ok((id, dup_high(n)?)));
+        let r = fstat(n).and_then(|id| Ok((id, dup_high(n, true)?)));
         close_raw(n);
         let ((dev, ino), high) = r?;
         let s = &TABLE[self.0 as usize];
@@ -388,7 +404,7 @@ pub fn relocate(n: i32) -> bool {
     }
     let mut moved = true;
     for s in TABLE.iter().filter(|s| s.num.load(Ordering::Acquire) == n) {
-        match dup_high(n) {
+        match dup_high(n, true) {
             Ok(high) => {
                 s.num.store(high, Ordering::Release);
                 LOWEST.fetch_min(high, Ordering::AcqRel);

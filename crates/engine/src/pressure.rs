@@ -74,6 +74,8 @@ pub struct Gauge {
     /// The files readings read; a file that could not be opened when the
     /// gauge was made is not here, and reads as unreadable.
     files: Vec<(PathBuf, Kept)>,
+    /// Files refused a descriptor (`open_files`).
+    refused: u64,
     /// Whether the kept /proc/self/statm describes this process: false in a
     /// child after fork where it could not be opened afresh.
     statm_live: AtomicBool,
@@ -108,23 +110,28 @@ impl Gauge {
             .filter(|f| f.is_file())
             .map(|f| (f, false));
         let psi = (!cfg.inject.hide_psi).then(|| own.or(system)).flatten();
-        let files = Gauge::open_files(&sources, group.as_ref(), cfg.memory_limit, &psi);
+        let (files, refused) = Gauge::open_files(&sources, group.as_ref(), cfg.memory_limit, &psi);
         Gauge {
             sources,
             group,
             user_limit: cfg.memory_limit,
             psi,
             files,
+            refused,
             statm_live: AtomicBool::new(true),
         }
     }
 
+    /// The files readings read, opened; and how many were refused a
+    /// descriptor. A gauge missing some of its files would misread memory,
+    /// so one refusal gives every file back: the gauge then reads nothing
+    /// and memory never counts as short.
     fn open_files(
         sources: &Sources,
         group: Option<&Group>,
         user_limit: Option<u64>,
         psi: &Option<(PathBuf, bool)>,
-    ) -> Vec<(PathBuf, Kept)> {
+    ) -> (Vec<(PathBuf, Kept)>, u64) {
         let mut paths = Vec::new();
         let mut fixed = Vec::new();
         if let Some(g) = group {
@@ -136,24 +143,32 @@ impl Gauge {
         paths.extend(psi.as_ref().map(|(f, _)| f.clone()));
         paths.extend(user_limit.map(|_| sources.statm.clone()));
         paths.push(sources.meminfo.clone());
-        paths.dedup();
-        let open = paths
-            .into_iter()
-            .filter_map(|p| Some((KeptFile::open(&p).ok()?, p)))
-            .map(|(f, p)| (p, Kept::Open(f)));
-        let once = fixed.into_iter().map(|p| {
+        let mut seen = std::collections::HashSet::new();
+        paths.retain(|p| seen.insert(p.clone()));
+        let mut refused = 0;
+        let mut files = Vec::new();
+        for p in paths {
+            match KeptFile::open_spare(&p) {
+                Ok(f) => files.push((p, Kept::Open(f))),
+                Err(e) if e.raw_os_error() == Some(libc::EMFILE) => refused += 1,
+                Err(_) => {}
+            }
+        }
+        if refused > 0 {
+            return (Vec::new(), refused);
+        }
+        debug_assert!(files.len() <= MAX_FILES);
+        files.extend(fixed.into_iter().map(|p| {
             let text = memlimit::read_path(&p);
             (p, Kept::Fixed(text))
-        });
-        let files: Vec<_> = open.chain(once).collect();
-        debug_assert!(
-            files
-                .iter()
-                .filter(|(_, k)| matches!(k, Kept::Open(_)))
-                .count()
-                <= MAX_FILES
-        );
-        files
+        }));
+        (files, 0)
+    }
+
+    /// Files refused a descriptor when the gauge was made (every file is
+    /// then given back, and memory reads as never short).
+    pub fn refused(&self) -> u64 {
+        self.refused
     }
 
     /// A file's text now, through its kept descriptor; None for a file not

@@ -113,13 +113,15 @@ pub(crate) struct State {
 
 impl Inner {
     pub fn new(cfg: Config) -> Inner {
-        let state = State::new(cfg.clone());
+        let mut state = State::new(cfg.clone());
+        let gauge =
+            (cfg.tier == crate::config::Tier::Pressure).then(|| crate::pressure::Gauge::new(&cfg));
+        state.stats.fallbacks.pressure = gauge.as_ref().map_or(0, |g| g.refused());
         Inner {
             state: Mutex::new(state),
             bg_stop: AtomicBool::new(false),
             bg: Mutex::new(None),
-            gauge: (cfg.tier == crate::config::Tier::Pressure)
-                .then(|| crate::pressure::Gauge::new(&cfg)),
+            gauge,
             cfg,
         }
     }

@@ -36,6 +36,11 @@ pub struct Fallbacks {
     /// Blocks in which the mapping budget refused merges while kernel KSM,
     /// which could take them, was not running; counted at each scan (ksm.rs).
     pub ksm: u64,
+    /// Files the pressure gauge could not keep open: their descriptors would
+    /// have taken numbers below the program's own descriptor limit. Without
+    /// them memory reads as never short and tiering driven by pressure stays
+    /// idle (pressure.rs).
+    pub pressure: u64,
 }
 
 /// A snapshot of the engine's state and history.

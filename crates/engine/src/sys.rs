@@ -322,10 +322,16 @@ pub fn max_map_count() -> usize {
 /// Only ever called at engine start or in a child right after fork: every
 /// later read goes through the kept descriptor, so the engine's background
 /// threads never hold a descriptor at a number the program could see.
-fn open_own(path: &std::ffi::CStr) -> io::Result<crate::fds::Fd> {
+/// A descriptor the engine can do without (`spare`) is not kept where it
+/// would take one of the program's numbers (`fds::adopt_spare`).
+fn open_own(path: &std::ffi::CStr, spare: bool) -> io::Result<crate::fds::Fd> {
     // SAFETY: path is a NUL-terminated C string that outlives the call.
     let fd = check(unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })?;
-    crate::fds::adopt(fd)
+    if spare {
+        crate::fds::adopt_spare(fd)
+    } else {
+        crate::fds::adopt(fd)
+    }
 }
 
 fn c_path(path: &std::path::Path) -> io::Result<std::ffi::CString> {
@@ -345,7 +351,15 @@ impl KeptFile {
     /// Opens `path` (at engine start, or in a child right after fork).
     pub fn open(path: &std::path::Path) -> io::Result<KeptFile> {
         Ok(KeptFile {
-            fd: open_own(&c_path(path)?)?,
+            fd: open_own(&c_path(path)?, false)?,
+        })
+    }
+
+    /// As `open`, for a file the engine can do without: refused (EMFILE)
+    /// where its descriptor would take one of the program's numbers.
+    pub fn open_spare(path: &std::path::Path) -> io::Result<KeptFile> {
+        Ok(KeptFile {
+            fd: open_own(&c_path(path)?, true)?,
         })
     }
 
@@ -490,7 +504,7 @@ pub const PM_FILE: u64 = 1 << 61;
 impl Pagemap {
     pub fn open() -> io::Result<Pagemap> {
         Ok(Pagemap {
-            fd: open_own(c"/proc/self/pagemap")?,
+            fd: open_own(c"/proc/self/pagemap", false)?,
         })
     }
 

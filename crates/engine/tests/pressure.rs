@@ -395,3 +395,76 @@ fn under_a_real_cgroup_limit_cold_pages_are_compressed() {
     assert!(c.pressure.used <= LIMIT / 10 * 7, "{c:?}");
     assert!(read_back(p, PAGES), "every byte back as written");
 }
+
+/// Drops CAP_SYS_RESOURCE from this thread's effective set (a no-op for a
+/// process without it), so no descriptor limit can be raised above the hard one.
+fn drop_sys_resource() -> bool {
+    const CAP_SYS_RESOURCE: u32 = 24;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut h = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let mut d = [Data::default(); 2];
+    // SAFETY: h and d are live locals of the layout capget and capset take.
+    unsafe {
+        if libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()) != 0 {
+            return false;
+        }
+        d[0].effective &= !(1 << CAP_SYS_RESOURCE);
+        libc::syscall(libc::SYS_capset, &mut h, d.as_ptr()) == 0
+    }
+}
+
+/// A program that set equal descriptor limits below 4096 itself, without the
+/// capability to raise them: the gauge's files would take numbers of the
+/// program's, so it keeps none (`fallbacks.pressure`), memory reads as never
+/// short even under a user's limit far below the usage, and no pass runs.
+#[test]
+fn without_room_for_its_descriptors_the_gauge_keeps_none_and_stays_idle() {
+    const TEST: &str = "without_room_for_its_descriptors_the_gauge_keeps_none_and_stays_idle";
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([TEST, "--exact", "--test-threads=1", "--nocapture"])
+            .env(CHILD, TEST)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+        return;
+    }
+    assert!(drop_sys_resource());
+    let r = libc::rlimit {
+        rlim_cur: 1500,
+        rlim_max: 1500,
+    };
+    // SAFETY: r is a live, initialized rlimit; setrlimit only reads it.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) }, 0);
+    let e = Engine::new(Config {
+        memory_limit: Some(1 << 20),
+        ..pressure_cfg()
+    });
+    let p = filled(&e, 256);
+    e.scan();
+    let s = e.stats();
+    assert!(s.fallbacks.pressure >= 3, "{:?}", s.fallbacks);
+    assert_eq!(
+        (s.clock.pressure.limit, s.clock.pressure_passes),
+        (0, 0),
+        "{:?}",
+        s.clock
+    );
+    assert!(read_back(p, 256));
+}
