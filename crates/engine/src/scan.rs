@@ -629,7 +629,7 @@ impl State {
         zero.retain(|&k| sys::is_zero(self.fold_content(base, k)));
         plan.retain(|&k, f| {
             let pool = &self.pools[f.pool()];
-            page_eq(self.blocks[&base].page_addr(k), pool.frame_ptr(f.slot()))
+            page_eq(self.fold_content(base, k), pool.frame_ptr(f.slot()))
         });
         rep.changed_while_planned += (before - zero.len() - plan.len()) as u64;
     }
@@ -731,7 +731,11 @@ impl State {
         while idx < pages.len() {
             let k = pages[idx];
             idx += 1;
-            let ptr = self.blocks[&base].page_addr(k);
+            // A shared page is read through the frame window: a read through
+            // the block's own mapping would map the frame there, and a
+            // later write to the page would then fault twice (read-only
+            // mapping, then copy-on-write) where it faults once.
+            let ptr = self.fold_content(base, k);
             let own = self.blocks[&base].pages[k];
             let frame_content = |f: FrameId| self.stable_content(f);
             // Under the guard an owned page with a match is frozen for now.

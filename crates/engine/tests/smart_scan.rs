@@ -298,3 +298,48 @@ fn chunks_with_nothing_to_fold_or_merge_are_looked_at_unprotected() {
         }
     }
 }
+
+/// Whether the page at `p` is in this process's page tables (/proc/self/pagemap bit 63).
+fn mapped(p: *const u8) -> bool {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open("/proc/self/pagemap").unwrap();
+    let mut b = [0u8; 8];
+    f.read_exact_at(&mut b, (p as u64 / PAGE as u64) * 8)
+        .unwrap();
+    u64::from_le_bytes(b) >> 63 == 1
+}
+
+/// A scan reads a copy's shared pages through the frame window: the copy's
+/// own mapping stays unpopulated, so the program's first write to a page of
+/// it is one copy-on-write fault, not a read-only mapping and then a fault.
+#[test]
+fn scans_read_shared_pages_without_mapping_them_into_the_copy() {
+    let pages = 64;
+    let e = engine(true);
+    let a = e.alloc(pages * PAGE, Hint::None);
+    let b = e.alloc(pages * PAGE, Hint::None);
+    fill_unique(a, pages, 31);
+    let want = common_bytes(a, pages * PAGE);
+    // SAFETY: a and b are live blocks of pages * PAGE bytes; a is freed once
+    // and not used after.
+    unsafe {
+        e.copy(b, a, pages * PAGE);
+        e.free(a);
+    }
+    assert!(e.stats().pages_shared_by_copy >= pages as u64);
+    let scanned: u64 = (0..3).map(|_| e.scan().pages_scanned).sum();
+    assert!(scanned >= pages as u64, "the copy's pages were looked at");
+    // SAFETY: b is a live block of pages * PAGE bytes.
+    let unmapped = (0..pages)
+        .filter(|&k| !mapped(unsafe { b.add(k * PAGE) }))
+        .count();
+    assert_eq!(unmapped, pages, "pages of the copy mapped by the scan");
+    assert!(common_bytes(b, pages * PAGE) == want);
+    // SAFETY: the block this test allocated, freed once.
+    unsafe { e.free(b) };
+}
+
+fn common_bytes(p: *const u8, len: usize) -> Vec<u8> {
+    // SAFETY: callers pass a live block of len bytes.
+    unsafe { std::slice::from_raw_parts(p, len) }.to_vec()
+}
