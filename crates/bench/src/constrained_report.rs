@@ -2,7 +2,9 @@
 //! device and configuration the medians over the runs that completed
 //! correctly, the runtime as a ratio to plain on the same device (the R
 //! paper's Table 5 compares runtimes under one limit), the footprint the
-//! cgroup saw and the swap traffic. Markdown for stdout and the results
+//! cgroup saw and the swap traffic, and what the engine did (its exit
+//! reports: passes under pressure, evictions and restores, sharing, scanner
+//! CPU). Markdown for stdout and the results
 //! document, JSON with every run, and a bar chart of wall times relative to
 //! plain without a limit.
 //!
@@ -155,6 +157,7 @@ pub fn markdown(r: &LimitResult) -> String {
     out += &runtime_table(r, &cells);
     out += &footprint_table(r, &cells);
     out += &detail_table(&cells);
+    out += &engine_table(r);
     let errors = r
         .workloads
         .iter()
@@ -371,6 +374,54 @@ fn detail_table(cells: &[Vec<Cell>]) -> String {
     }
     out.push('\n');
     out
+}
+
+/// What the engine did in each cell with engine reports: medians over the
+/// runs that completed correctly, summed over the processes of a run.
+fn engine_table(r: &LimitResult) -> String {
+    let mut rows = String::new();
+    for w in &r.workloads {
+        for &device in &r.devices {
+            for config in &r.configs {
+                let totals: Vec<serde_json::Value> = ok(&runs_of(w, device, config))
+                    .iter()
+                    .filter(|x| !x.outcome.engine.is_empty())
+                    .map(|x| crate::program::engine_total(&x.outcome.engine))
+                    .collect();
+                if totals.is_empty() {
+                    continue;
+                }
+                let med = |path: &[&str]| {
+                    let at = |t: &serde_json::Value| {
+                        path.iter().fold(t, |v, k| &v[*k]).as_f64().unwrap_or(0.0)
+                    };
+                    crate::timing::median(&totals.iter().map(at).collect::<Vec<f64>>())
+                };
+                let mib = |pages: f64| pages * pagefold_engine::PAGE as f64 / (1 << 20) as f64;
+                rows += &format!(
+                    "| {} | {} | {} | {:.0} / {:.0} | {:.1} | {:.1} | {:.1} | {:.2} |\n",
+                    w.name,
+                    device.name(),
+                    config,
+                    med(&["clock", "pressure_passes"]),
+                    med(&["clock", "passes"]),
+                    mib(med(&["clock", "total", "evicted"])),
+                    mib(med(&["restored"])),
+                    mib(med(&["pages_shared_by_copy"])),
+                    med(&["scan_cpu_ns"]) / 1e9,
+                );
+            }
+        }
+    }
+    if rows.is_empty() {
+        return rows;
+    }
+    "**What the engine did** (medians over completed runs, summed over the processes of a run)\n\n\
+     | workload | device | configuration | passes under pressure / all | evicted by passes (MiB) | restored on touch (MiB) | shared by copy (MiB) | scanner CPU (s) |\n\
+     |---|---|---|---:|---:|---:|---:|---:|\n"
+        .to_string()
+        + &rows
+        + "\n"
 }
 
 fn seconds(cell: &Cell) -> String {

@@ -422,3 +422,44 @@ fn the_limit_is_a_page_rounded_fraction_of_plains_peak() {
         ["plain", "pagefold", "ksm-100"]
     );
 }
+
+/// Under a limit the report says what the engine did in each cell that ran
+/// it (passes under pressure, evictions, restores, sharing, scanner CPU),
+/// from the exit reports of the runs; plain's cells have no row.
+#[test]
+fn under_a_limit_the_report_says_what_the_engine_did() {
+    if skip() {
+        return;
+    }
+    let preload = pagefold_testkit::build_into(
+        &pagefold_testkit::profile_dir(),
+        &["pagefold-preload"],
+        &["libpagefold_preload.so"],
+    )
+    .join("libpagefold_preload.so");
+    let dir = SwapDir::new("engine");
+    let workloads = [python("touch", TOUCH, 128)];
+    let configs = [
+        parse_config("plain").unwrap(),
+        parse_config("pagefold").unwrap(),
+    ];
+    let devices = [Device::Swapfile];
+    let mut p = plan(&workloads, &devices, 0.5, 600, &dir.0, &configs);
+    p.preload = &preload;
+    let r = constrained::run(&p).unwrap();
+    let run = r.workloads[0]
+        .runs
+        .iter()
+        .find(|x| x.device == Device::Swapfile && x.outcome.config == "pagefold")
+        .unwrap();
+    assert_eq!(run.verdict, Verdict::Ok, "{:?}", run.outcome);
+    assert!(!run.outcome.engine.is_empty(), "the engine reported");
+    let md = pagefold_bench::constrained_report::markdown(&r);
+    let engine = md.split("**What the engine did**").nth(1).unwrap_or("");
+    assert!(
+        engine.contains("| touch | swapfile | pagefold |")
+            && !engine.contains("| touch | swapfile | plain |"),
+        "{md}"
+    );
+    assert_nothing_left(&dir);
+}
