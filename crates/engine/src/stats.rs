@@ -37,7 +37,8 @@ pub struct Fallbacks {
     /// which could take them, was not running; counted at each scan (ksm.rs).
     pub ksm: u64,
     /// Files the pressure gauge could not keep open: their descriptors would
-    /// have taken numbers below the program's own descriptor limit. Without
+    /// have taken numbers of a program whose descriptor limit is under 4096
+    /// (fds.rs `SPARE_FLOOR`). Without
     /// them memory reads as never short and tiering driven by pressure stays
     /// idle (pressure.rs).
     pub pressure: u64,
