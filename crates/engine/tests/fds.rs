@@ -143,37 +143,6 @@ fn with_equal_limits_the_descriptor_takes_the_top_of_the_range_or_none() {
     assert_eq!(code, 0);
 }
 
-/// Drops CAP_SYS_RESOURCE from this process's effective set (a no-op for a
-/// process without it), so no limit can be raised above the hard one.
-fn drop_sys_resource() -> bool {
-    const CAP_SYS_RESOURCE: u32 = 24;
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let mut h = Header {
-        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
-        pid: 0,
-    };
-    let mut d = [Data::default(); 2];
-    // SAFETY: h and d are live locals of the layout capget and capset take.
-    unsafe {
-        if libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()) != 0 {
-            return false;
-        }
-        d[0].effective &= !(1 << CAP_SYS_RESOURCE);
-        libc::syscall(libc::SYS_capset, &mut h, d.as_ptr()) == 0
-    }
-}
-
 /// A descriptor the engine can do without (the pressure gauge's files) is
 /// not kept at one of the numbers of a program with few: with equal limits
 /// below 4096 and no capability to raise them, `adopt` takes the top of the
@@ -185,7 +154,7 @@ fn a_spare_descriptor_is_refused_where_it_would_take_a_program_number() {
         return;
     }
     let code = in_child(|| {
-        if !drop_sys_resource() {
+        if !common::drop_sys_resource() {
             return 10;
         }
         // Hard limits only go down without the capability: the largest first.

@@ -5,6 +5,8 @@
 //! limit, cold pages compressed once usage nears it with every byte read
 //! back as written.
 
+mod common;
+
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -396,37 +398,6 @@ fn under_a_real_cgroup_limit_cold_pages_are_compressed() {
     assert!(read_back(p, PAGES), "every byte back as written");
 }
 
-/// Drops CAP_SYS_RESOURCE from this thread's effective set (a no-op for a
-/// process without it), so no descriptor limit can be raised above the hard one.
-fn drop_sys_resource() -> bool {
-    const CAP_SYS_RESOURCE: u32 = 24;
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let mut h = Header {
-        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
-        pid: 0,
-    };
-    let mut d = [Data::default(); 2];
-    // SAFETY: h and d are live locals of the layout capget and capset take.
-    unsafe {
-        if libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()) != 0 {
-            return false;
-        }
-        d[0].effective &= !(1 << CAP_SYS_RESOURCE);
-        libc::syscall(libc::SYS_capset, &mut h, d.as_ptr()) == 0
-    }
-}
-
 /// A program that set equal descriptor limits below 4096 itself, without the
 /// capability to raise them: the gauge's files would take numbers of the
 /// program's, so it keeps none (`fallbacks.pressure`), memory reads as never
@@ -445,7 +416,7 @@ fn without_room_for_its_descriptors_the_gauge_keeps_none_and_stays_idle() {
         assert!(out.status.success() && text.contains("1 passed"), "{text}");
         return;
     }
-    assert!(drop_sys_resource());
+    assert!(common::drop_sys_resource());
     let r = libc::rlimit {
         rlim_cur: 1500,
         rlim_max: 1500,

@@ -215,3 +215,34 @@ pub fn assert_all_given_back(e: &pagefold_engine::Engine, ctx: &str) {
         "{ctx}: {s:?}"
     );
 }
+
+/// Drops CAP_SYS_RESOURCE from the calling thread's effective set (a no-op
+/// without it), so no descriptor limit can be raised above the hard one.
+pub fn drop_sys_resource() -> bool {
+    const CAP_SYS_RESOURCE: u32 = 24;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut h = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let mut d = [Data::default(); 2];
+    // SAFETY: h and d are live locals of the layout capget and capset take.
+    unsafe {
+        if libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()) != 0 {
+            return false;
+        }
+        d[0].effective &= !(1 << CAP_SYS_RESOURCE);
+        libc::syscall(libc::SYS_capset, &mut h, d.as_ptr()) == 0
+    }
+}
