@@ -77,6 +77,18 @@ struct Slot {
     ino: AtomicU64,
 }
 
+impl Slot {
+    /// Whether number `n` names the file this slot recorded (not one the
+    /// program put at that number behind the engine's back).
+    fn names_ours(&self, n: i32) -> bool {
+        let ours = (
+            self.dev.load(Ordering::Relaxed),
+            self.ino.load(Ordering::Relaxed),
+        );
+        fstat(n).is_ok_and(|id| id == ours)
+    }
+}
+
 #[allow(clippy::declare_interior_mutable_const)] // an initializer for each slot of TABLE
 const EMPTY: Slot = Slot {
     num: AtomicI32::new(FREE),
@@ -306,13 +318,11 @@ impl Fd {
         let _using = Using::enter();
         let s = &TABLE[self.0 as usize];
         let n = s.num.load(Ordering::Acquire);
-        match fstat(n) {
-            Ok(id) if id == (s.dev.load(Ordering::Relaxed), s.ino.load(Ordering::Relaxed)) => f(n),
-            _ => {
-                LOST.store(true, Ordering::Release);
-                Err(io::Error::from_raw_os_error(libc::EBADF))
-            }
+        if s.names_ours(n) {
+            return f(n);
         }
+        LOST.store(true, Ordering::Release);
+        Err(io::Error::from_raw_os_error(libc::EBADF))
     }
 
     /// The number, for calls that cannot harm another file if it was replaced
@@ -345,9 +355,7 @@ impl Fd {
         let s = &TABLE[self.0 as usize];
         let _using = Using::enter();
         let old = s.num.load(Ordering::Acquire);
-        if fstat(old)
-            .is_ok_and(|id| id == (s.dev.load(Ordering::Relaxed), s.ino.load(Ordering::Relaxed)))
-        {
+        if s.names_ours(old) {
             close_raw(old);
         }
         s.dev.store(dev, Ordering::Relaxed);
@@ -363,9 +371,7 @@ impl Fd {
         let _using = Using::enter();
         let n = s.num.load(Ordering::Acquire);
         // Closed only if it is still ours: a replaced number is the program's file.
-        if fstat(n)
-            .is_ok_and(|id| id == (s.dev.load(Ordering::Relaxed), s.ino.load(Ordering::Relaxed)))
-        {
+        if s.names_ours(n) {
             close_raw(n);
         }
         s.num.store(FREE, Ordering::Release);

@@ -348,14 +348,7 @@ mod tests {
         std::fs::write(root.join("job/memory.current"), "1\n").unwrap();
         assert_eq!(g.read().source, Some(memlimit::Source::Machine));
         // No statm at start: the user's limit has no usage, the machine binds.
-        let cfg = Config {
-            memory_limit: Some(1 << 30),
-            inject: crate::config::Inject {
-                hide_cgroup: true,
-                ..Default::default()
-            },
-            ..Config::default()
-        };
+        let cfg = user_limit_alone();
         let no_statm = Sources {
             statm: root.join("no-statm"),
             ..sources
@@ -365,6 +358,18 @@ mod tests {
         let g = Gauge::from_sources(Sources::default(), &cfg);
         assert_eq!(g.read().source, Some(memlimit::Source::User));
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A user's limit of 1 GiB with no cgroup readable.
+    fn user_limit_alone() -> Config {
+        Config {
+            memory_limit: Some(1 << 30),
+            inject: crate::config::Inject {
+                hide_cgroup: true,
+                ..Default::default()
+            },
+            ..Config::default()
+        }
     }
 
     /// (st_dev, st_ino) of a descriptor.
@@ -378,14 +383,7 @@ mod tests {
 
     #[test]
     fn in_a_child_after_fork_statm_is_opened_afresh() {
-        let cfg = Config {
-            memory_limit: Some(1 << 30),
-            inject: crate::config::Inject {
-                hide_cgroup: true,
-                ..Default::default()
-            },
-            ..Config::default()
-        };
+        let cfg = user_limit_alone();
         let g = Gauge::from_sources(Sources::default(), &cfg);
         let statm = |g: &Gauge| match &g.text_file(&g.sources.statm) {
             Some(f) => identity(f.number()),

@@ -352,12 +352,7 @@ fn vm_write(page: *mut u8, data: &[u8]) {
 
 /// The page's userfaultfd write protection, from /proc/self/pagemap (bit 57).
 fn uffd_wp(p: *mut u8) -> bool {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::File::open("/proc/self/pagemap").unwrap();
-    let mut b = [0u8; 8];
-    f.read_exact_at(&mut b, (p as u64 / PAGE as u64) * 8)
-        .unwrap();
-    u64::from_le_bytes(b) >> 57 & 1 == 1
+    common::pagemap_entry(p) >> 57 & 1 == 1
 }
 
 /// Scans until `done` holds or `tries` scans ran; the sum of what they folded and merged.

@@ -5,6 +5,8 @@
 //! 16, yet a zeroed or duplicated run of 16 pages in it is still found, and
 //! then the whole block is looked at again.
 
+mod common;
+
 use pagefold_engine::{Config, Engine, Hint, PAGE};
 
 /// Every page different from every other (and from any other test's pages).
@@ -299,14 +301,9 @@ fn chunks_with_nothing_to_fold_or_merge_are_looked_at_unprotected() {
     }
 }
 
-/// Whether the page at `p` is in this process's page tables (/proc/self/pagemap bit 63).
+/// Whether the page at `p` is in this process's page tables (pagemap bit 63).
 fn mapped(p: *const u8) -> bool {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::File::open("/proc/self/pagemap").unwrap();
-    let mut b = [0u8; 8];
-    f.read_exact_at(&mut b, (p as u64 / PAGE as u64) * 8)
-        .unwrap();
-    u64::from_le_bytes(b) >> 63 == 1
+    common::pagemap_entry(p) >> 63 == 1
 }
 
 /// A scan reads a copy's shared pages through the frame window: the copy's
@@ -319,7 +316,7 @@ fn scans_read_shared_pages_without_mapping_them_into_the_copy() {
     let a = e.alloc(pages * PAGE, Hint::None);
     let b = e.alloc(pages * PAGE, Hint::None);
     fill_unique(a, pages, 31);
-    let want = common_bytes(a, pages * PAGE);
+    let want = common::bytes(a, pages * PAGE).to_vec();
     // SAFETY: a and b are live blocks of pages * PAGE bytes; a is freed once
     // and not used after.
     unsafe {
@@ -334,12 +331,7 @@ fn scans_read_shared_pages_without_mapping_them_into_the_copy() {
         .filter(|&k| !mapped(unsafe { b.add(k * PAGE) }))
         .count();
     assert_eq!(unmapped, pages, "pages of the copy mapped by the scan");
-    assert!(common_bytes(b, pages * PAGE) == want);
+    assert!(common::bytes(b, pages * PAGE) == want);
     // SAFETY: the block this test allocated, freed once.
     unsafe { e.free(b) };
-}
-
-fn common_bytes(p: *const u8, len: usize) -> Vec<u8> {
-    // SAFETY: callers pass a live block of len bytes.
-    unsafe { std::slice::from_raw_parts(p, len) }.to_vec()
 }

@@ -246,3 +246,14 @@ pub fn drop_sys_resource() -> bool {
         libc::syscall(libc::SYS_capset, &mut h, d.as_ptr()) == 0
     }
 }
+
+/// The /proc/self/pagemap entry of the page at `p` (bit 63: present, bit 57:
+/// userfaultfd write protection).
+pub fn pagemap_entry(p: *const u8) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open("/proc/self/pagemap").unwrap();
+    let mut b = [0u8; 8];
+    f.read_exact_at(&mut b, (p as u64 / pagefold_engine::PAGE as u64) * 8)
+        .unwrap();
+    u64::from_le_bytes(b)
+}
