@@ -399,12 +399,13 @@ fn engine_table(r: &LimitResult) -> String {
                 };
                 let mib = |pages: f64| pages * pagefold_engine::PAGE as f64 / (1 << 20) as f64;
                 rows += &format!(
-                    "| {} | {} | {} | {:.0} / {:.0} | {:.1} | {:.1} | {:.1} | {:.2} |\n",
+                    "| {} | {} | {} | {:.0} / {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {:.2} |\n",
                     w.name,
                     device.name(),
                     config,
                     med(&["clock", "pressure_passes"]),
                     med(&["clock", "passes"]),
+                    med(&["clock", "suspensions"]),
                     mib(med(&["clock", "total", "evicted"])),
                     mib(med(&["restored"])),
                     mib(med(&["pages_shared_by_copy"])),
@@ -417,8 +418,8 @@ fn engine_table(r: &LimitResult) -> String {
         return rows;
     }
     "**What the engine did** (medians over completed runs, summed over the processes of a run)\n\n\
-     | workload | device | configuration | passes under pressure / all | evicted by passes (MiB) | restored on touch (MiB) | shared by copy (MiB) | scanner CPU (s) |\n\
-     |---|---|---|---:|---:|---:|---:|---:|\n"
+     | workload | device | configuration | passes under pressure / all | stops for churn | evicted by passes (MiB) | restored on touch (MiB) | shared by copy (MiB) | scanner CPU (s) |\n\
+     |---|---|---|---:|---:|---:|---:|---:|---:|\n"
         .to_string()
         + &rows
         + "\n"

@@ -223,8 +223,12 @@ pub struct ClockStats {
     /// With pressure-driven tiering: looks at memory (pressure.rs), and the last.
     pub pressure_reads: u64,
     pub pressure: crate::pressure::Reading,
-    /// Clock intervals the next pass under pressure waits (1 after a pass that paid).
+    /// Clock intervals the next pass under pressure waits (1 after a pass
+    /// that paid, pass.rs `Governor`).
     pub backoff: u32,
+    /// Passes under pressure after which passes stopped for a while, because
+    /// what passes evict comes back.
+    pub suspensions: u64,
     /// The last pass.
     pub last: PassCounts,
     /// Summed over all passes.
@@ -237,8 +241,8 @@ pub(crate) struct Clock {
     pub last_pass: Option<Instant>,
     /// Under pressure: above the high watermark, not yet below the low one.
     pub pressure: bool,
-    /// Driven by pressure: clock intervals between passes (pass.rs).
-    pub backoff: u32,
+    /// Driven by pressure: whether passes pay, and the wait it sets (pass.rs).
+    pub governor: crate::pass::Governor,
     /// Resident anonymous and diverged pages, as the last complete pass counted them.
     pub private_resident: u64,
     pub stats: ClockStats,

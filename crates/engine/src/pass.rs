@@ -51,20 +51,65 @@ impl Pass {
     }
 }
 
-/// A pass under pressure pays when it evicts at least this many pages ...
+/// A pass under pressure pays when it evicts at least this many pages and
+/// what passes evicted stays out (`Governor`).
 pub const PAID_PAGES: u64 = 256;
-/// ... and finds fewer than half as many restored (touched after eviction)
-/// since the pass before; until one does, each pass waits twice as long as
-/// the last, up to this many clock intervals.
+/// Until a pass pays, each pass under pressure waits twice as long as the
+/// last, up to this many clock intervals ...
 pub const MAX_BACKOFF: u32 = 16;
+/// ... and while what passes evict comes back, they stop for this many
+/// clock intervals (a minute at the default interval) before one probes again.
+pub const SUSPEND: u32 = 120;
+/// The governor's counts are halved when its evictions reach this many pages
+/// (1 GiB), so it follows what the program does now.
+const DECAY_PAGES: u64 = 1 << 18;
 
-/// The wait, in clock intervals, before the next pass under pressure.
-fn backoff_after(backoff: u32, pass: &PassCounts) -> u32 {
-    let paid = pass.evicted >= PAID_PAGES && pass.restored * 2 < pass.evicted;
-    if paid {
-        1
-    } else {
-        (backoff.max(1) * 2).min(MAX_BACKOFF)
+/// Whether passes under pressure pay, and the wait it sets before the next.
+///
+/// A pass pays in pages that stay evicted; it costs a look at every page (a
+/// full scan) and, for every page the program touches again, a fault that
+/// restores it. With no accessed bits the clock cannot see reads (clock.rs),
+/// so on a program whose evicted pages are read back soon, passes evict what
+/// the program needs next and undo it at the next touch, where the kernel's
+/// own reclaim, which sees reads, would have chosen better. The governor
+/// keeps, over the passes of the program's life (halved every `DECAY_PAGES`
+/// evicted), the pages passes evicted and the pages found restored since.
+/// *Churn* is at least `PAID_PAGES` evicted and at least half of them back.
+/// A pass pays when it evicted `PAID_PAGES` and there is no churn: the next
+/// one may come after one clock interval. A pass that evicted too little
+/// doubles the wait (up to `MAX_BACKOFF`); under churn passes stop for
+/// `SUSPEND` intervals, after which one probes, and another `SUSPEND`
+/// follows while the churn lasts.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Governor {
+    evicted: u64,
+    restored: u64,
+    /// Clock intervals before the next pass under pressure.
+    pub wait: u32,
+}
+
+impl Governor {
+    /// Counts a pass under pressure and sets the wait before the next.
+    pub fn judge(&mut self, pass: &PassCounts) {
+        self.restored += pass.restored;
+        let churn = self.evicted >= PAID_PAGES && self.restored * 2 >= self.evicted;
+        self.evicted += pass.evicted;
+        if self.evicted >= DECAY_PAGES {
+            self.evicted /= 2;
+            self.restored /= 2;
+        }
+        self.wait = if churn {
+            SUSPEND
+        } else if pass.evicted >= PAID_PAGES {
+            1
+        } else {
+            (self.wait.max(1) * 2).min(MAX_BACKOFF)
+        };
+    }
+
+    /// Whether passes stop because what they evict comes back.
+    pub fn suspended(&self) -> bool {
+        self.wait >= SUSPEND
     }
 }
 
@@ -121,9 +166,9 @@ impl State {
     }
 
     /// Whether the last pass is at least `clock_interval` old, times the
-    /// back-off of passes under pressure that did not pay (`end_pass`).
+    /// wait the governor set after the last pass under pressure (`Governor`).
     fn pass_due(&self, now: Instant) -> bool {
-        let wait = self.cfg.clock_interval * self.clock.backoff.max(1);
+        let wait = self.cfg.clock_interval * self.clock.governor.wait.max(1);
         self.clock
             .last_pass
             .is_none_or(|t| now.duration_since(t) >= wait)
@@ -166,8 +211,10 @@ impl State {
     pub(crate) fn end_pass(&mut self, pass: Pass, spilled: u64, rep: &mut ScanReport) {
         self.clock.private_resident = pass.private_resident;
         if self.cfg.tier == Tier::Pressure {
-            self.clock.backoff = backoff_after(self.clock.backoff, &pass.counts);
-            self.clock.stats.backoff = self.clock.backoff;
+            let g = &mut self.clock.governor;
+            g.judge(&pass.counts);
+            self.clock.stats.backoff = g.wait;
+            self.clock.stats.suspensions += g.suspended() as u64;
         }
         let s = &mut self.clock.stats;
         s.passes += 1;
@@ -252,22 +299,70 @@ impl State {
 mod tests {
     use super::*;
 
+    fn counts(evicted: u64, restored: u64) -> PassCounts {
+        PassCounts {
+            evicted,
+            restored,
+            ..PassCounts::default()
+        }
+    }
+
     #[test]
-    fn passes_that_do_not_pay_back_off() {
-        let paid = PassCounts {
-            evicted: 1000,
-            restored: 100,
-            ..PassCounts::default()
-        };
-        let churn = PassCounts {
-            evicted: 1000,
-            restored: 600,
-            ..PassCounts::default()
-        };
-        let nothing = PassCounts::default();
-        assert_eq!(backoff_after(0, &nothing), 2);
-        assert_eq!(backoff_after(4, &churn), 8, "what it evicts comes back");
-        assert_eq!(backoff_after(16, &nothing), MAX_BACKOFF);
-        assert_eq!(backoff_after(16, &paid), 1);
+    fn passes_that_evict_too_little_back_off() {
+        let mut g = Governor::default();
+        let waits: Vec<u32> = (0..6)
+            .map(|_| {
+                g.judge(&counts(10, 0));
+                g.wait
+            })
+            .collect();
+        assert_eq!(waits, [2, 4, 8, 16, 16, 16]);
+        g.judge(&counts(1000, 0));
+        assert_eq!(g.wait, 1, "a pass that evicts enough pays");
+        assert!(!g.suspended());
+    }
+
+    #[test]
+    fn passes_stop_while_what_they_evict_comes_back() {
+        let mut g = Governor::default();
+        g.judge(&counts(1000, 0));
+        g.judge(&counts(1000, 100));
+        assert_eq!(g.wait, 1, "a tenth came back: it pays");
+        g.judge(&counts(300, 1200));
+        assert!(g.suspended(), "most of what was evicted came back");
+        assert_eq!(g.wait, SUSPEND);
+        // The probe after the suspension: still churning, another suspension.
+        g.judge(&counts(300, 200));
+        assert_eq!(g.wait, SUSPEND);
+        // Evictions that stay out bring passes back once the share falls under half.
+        let mut passes = 0;
+        while g.suspended() {
+            g.judge(&counts(1000, 0));
+            passes += 1;
+        }
+        assert_eq!(g.wait, 1);
+        assert!(passes <= 3, "{passes}");
+    }
+
+    #[test]
+    fn too_little_evicted_is_no_evidence_of_churn() {
+        let mut g = Governor::default();
+        g.judge(&counts(100, 0));
+        g.judge(&counts(100, 100));
+        assert!(
+            !g.suspended(),
+            "100 pages evicted, 100 back: too few to judge"
+        );
+        assert_eq!(g.wait, 4);
+    }
+
+    #[test]
+    fn the_account_follows_the_present() {
+        let mut g = Governor::default();
+        g.judge(&counts(DECAY_PAGES - 1, 0));
+        g.judge(&counts(1000, DECAY_PAGES / 2));
+        assert!(g.suspended());
+        assert!(g.evicted < DECAY_PAGES, "halved: {}", g.evicted);
+        assert_eq!(g.restored, DECAY_PAGES / 4);
     }
 }

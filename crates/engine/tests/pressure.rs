@@ -1,9 +1,9 @@
 //! Pressure-driven tiering (the default): the memory limit found from cgroup
 //! v1 and v2 files (copies in a temporary directory, and the live
 //! hierarchy), the fallbacks when no cgroup or no PSI file is readable,
-//! no clock pass with room to spare, and, in a real memory cgroup with a
-//! limit, cold pages compressed once usage nears it with every byte read
-//! back as written.
+//! no clock pass with room to spare, passes that stop while what they
+//! evict comes back, and, in a real memory cgroup with a limit, cold pages
+//! compressed once usage nears it with every byte read back as written.
 
 mod common;
 
@@ -314,6 +314,53 @@ fn a_users_limit_below_the_usage_makes_passes_that_compress() {
     assert!(c.passes >= 3 && c.pressure_passes >= 3, "{c:?}");
     assert!(c.total.evicted > 512, "cold pages compressed: {c:?}");
     assert!(read_back(p, 1024), "every byte back as written");
+}
+
+/// Under a user's limit far below the usage, with passes 20 ms apart: a
+/// program that reads back every page after each pass brings back what
+/// passes evict, so they stop (`clock.suspensions`) and no pass runs for
+/// the 120 clock intervals of a suspension; a program that leaves its pages
+/// alone is never suspended (its passes only back off once nothing is left
+/// to evict). Every byte reads back either way.
+#[test]
+fn passes_stop_while_what_they_evict_is_touched_again() {
+    let _serial = serial();
+    let run = |touch: bool| {
+        let e = Engine::new(Config {
+            inject: Inject {
+                hide_cgroup: true,
+                ..Inject::default()
+            },
+            memory_limit: Some(1 << 20),
+            clock_interval: Duration::from_millis(20),
+            ..pressure_cfg()
+        });
+        let p = filled(&e, 1024);
+        let mut passes_by_round = Vec::new();
+        for _ in 0..16 {
+            std::thread::sleep(Duration::from_millis(25));
+            e.scan();
+            if touch {
+                assert!(read_back(p, 1024), "every byte back as written");
+            }
+            passes_by_round.push(e.stats().clock.passes);
+        }
+        assert!(read_back(p, 1024), "every byte back as written");
+        (e.stats().clock, passes_by_round)
+    };
+    let (touched, by_round) = run(true);
+    assert!(touched.suspensions >= 1, "{touched:?}");
+    assert!(touched.total.restored >= 512, "{touched:?}");
+    let stopped_at = by_round.iter().position(|&n| n == touched.passes).unwrap();
+    assert!(stopped_at <= 8, "passes stopped early: {by_round:?}");
+    assert!(touched.passes <= 8, "{by_round:?}");
+    let (left, _) = run(false);
+    assert_eq!(left.suspensions, 0, "{left:?}");
+    assert!(left.total.evicted >= 1000, "{left:?}");
+    assert!(
+        left.backoff <= 16,
+        "only backs off, with nothing left to evict: {left:?}"
+    );
 }
 
 /// Runs this test binary again for `test` inside a fresh v1 memory cgroup
