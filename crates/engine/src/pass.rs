@@ -8,7 +8,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::clock::{allow, tick, Allow, Class, PassCounts};
 use crate::config::Tier;
@@ -63,6 +63,12 @@ pub const SUSPEND: u32 = 120;
 /// The governor's counts are halved when its evictions reach this many pages
 /// (1 GiB), so it follows what the program does now.
 const DECAY_PAGES: u64 = 1 << 18;
+/// Until a pass has paid, and again after a stop, a pass under pressure
+/// sheds at most this many pages: a probe (4 MiB).
+pub const PROBE_PAGES: u64 = 1024;
+/// A page touched within this many clock intervals of its eviction (8 s at
+/// the default interval) was not cold: its restore counts as churn.
+pub const YOUNG_INTERVALS: u32 = 16;
 
 /// Whether passes under pressure pay, and the wait it sets before the next.
 ///
@@ -71,46 +77,83 @@ const DECAY_PAGES: u64 = 1 << 18;
 /// restores it. With no accessed bits the clock cannot see reads (clock.rs),
 /// so on a program whose evicted pages are read back soon, passes evict what
 /// the program needs next and undo it at the next touch, where the kernel's
-/// own reclaim, which sees reads, would have chosen better. The governor
-/// keeps, over the passes of the program's life (halved every `DECAY_PAGES`
-/// evicted), the pages passes evicted and the pages found restored since.
-/// *Churn* is at least `PAID_PAGES` evicted and at least half of them back.
-/// A pass pays when it evicted `PAID_PAGES` and there is no churn: the next
-/// one may come after one clock interval. A pass that evicted too little
-/// doubles the wait (up to `MAX_BACKOFF`); under churn passes stop for
-/// `SUSPEND` intervals, after which one probes, and another `SUSPEND`
-/// follows while the churn lasts.
+/// own reclaim, which sees reads, would have chosen better. A page touched
+/// long after its eviction was cold for that long, and its restore is what
+/// eviction is for (a job that reads its data back once, at the end). So the
+/// governor keeps, over the passes of the program's life (halved every
+/// `DECAY_PAGES` evicted), the pages passes evicted and the pages restored
+/// *young*: within `YOUNG_INTERVALS` clock intervals of their eviction (by
+/// the restore lifetimes the fault thread records, fault.rs, rounded down to
+/// a power of two milliseconds). *Churn* is at least `PAID_PAGES` evicted
+/// and at least half as many restored young. A pass pays when it evicted
+/// `PAID_PAGES` and there is no churn: the next one may come after one clock
+/// interval. A pass that evicted too little doubles the wait (up to
+/// `MAX_BACKOFF`); under churn passes stop for `SUSPEND` intervals, after
+/// which one probes, and another `SUSPEND` follows while the churn lasts.
+/// Until a pass has paid, and after every stop, passes are probes: they
+/// shed at most `PROBE_PAGES`, so a program that reads back what is evicted
+/// pays for a few MiB brought back, not for the whole shortage.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Governor {
     evicted: u64,
-    restored: u64,
+    restored_young: u64,
+    /// Young restores in the lifetime histogram at the last judgment.
+    young_seen: u64,
+    /// A pass has paid since the last stop: passes shed all they are asked.
+    trusted: bool,
     /// Clock intervals before the next pass under pressure.
     pub wait: u32,
 }
 
 impl Governor {
-    /// Counts a pass under pressure and sets the wait before the next.
-    pub fn judge(&mut self, pass: &PassCounts) {
-        self.restored += pass.restored;
-        let churn = self.evicted >= PAID_PAGES && self.restored * 2 >= self.evicted;
-        self.evicted += pass.evicted;
+    /// Counts a pass under pressure that evicted `evicted` pages, given the
+    /// restore lifetimes so far (`fault::Counts`) and the clock interval,
+    /// and sets the wait before the next.
+    pub fn judge(&mut self, evicted: u64, lifetimes: &[u64], interval: Duration) {
+        let young = young_restores(lifetimes, interval * YOUNG_INTERVALS);
+        self.restored_young += young.saturating_sub(self.young_seen);
+        self.young_seen = young;
+        let churn = self.evicted >= PAID_PAGES && self.restored_young * 2 >= self.evicted;
+        self.evicted += evicted;
         if self.evicted >= DECAY_PAGES {
             self.evicted /= 2;
-            self.restored /= 2;
+            self.restored_young /= 2;
         }
+        let paid = !churn && evicted >= PAID_PAGES;
+        self.trusted = paid || (self.trusted && !churn);
         self.wait = if churn {
             SUSPEND
-        } else if pass.evicted >= PAID_PAGES {
+        } else if paid {
             1
         } else {
             (self.wait.max(1) * 2).min(MAX_BACKOFF)
         };
     }
 
+    /// What a pass under pressure may shed of the `bytes` the shortage asks.
+    pub fn allowed_shed(&self, bytes: u64) -> u64 {
+        match self.trusted {
+            true => bytes,
+            false => bytes.min(PROBE_PAGES * PAGE as u64),
+        }
+    }
+
     /// Whether passes stop because what they evict comes back.
     pub fn suspended(&self) -> bool {
         self.wait >= SUSPEND
     }
+}
+
+/// Restores in the lifetime histogram (bucket 0 under 1 ms, bucket b from
+/// 2^(b-1) to 2^b ms) of buckets that end within `young`.
+fn young_restores(lifetimes: &[u64], young: Duration) -> u64 {
+    let ms = young.as_millis() as u64;
+    lifetimes
+        .iter()
+        .enumerate()
+        .take_while(|&(b, _)| ms > 0 && 1u64.checked_shl(b as u32).is_some_and(|end| end <= ms))
+        .map(|(_, n)| n)
+        .sum()
 }
 
 impl State {
@@ -142,7 +185,10 @@ impl State {
         let footprint = self.footprint();
         self.clock.stats.footprint = footprint;
         let shed = match reading {
-            Some(r) => r.shed(footprint, &self.cfg),
+            Some(r) => self
+                .clock
+                .governor
+                .allowed_shed(r.shed(footprint, &self.cfg)),
             None => self.excess(footprint),
         };
         let mut spill = None;
@@ -211,8 +257,14 @@ impl State {
     pub(crate) fn end_pass(&mut self, pass: Pass, spilled: u64, rep: &mut ScanReport) {
         self.clock.private_resident = pass.private_resident;
         if self.cfg.tier == Tier::Pressure {
+            let lifetimes = self
+                .restoring
+                .evictions
+                .as_ref()
+                .map(|ev| ev.lock().counts.lifetime_ms_log2)
+                .unwrap_or_default();
             let g = &mut self.clock.governor;
-            g.judge(&pass.counts);
+            g.judge(pass.counts.evicted, &lifetimes, self.cfg.clock_interval);
             self.clock.stats.backoff = g.wait;
             self.clock.stats.suspensions += g.suspended() as u64;
         }
@@ -298,71 +350,110 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats::LIFETIME_BUCKETS;
 
-    fn counts(evicted: u64, restored: u64) -> PassCounts {
-        PassCounts {
-            evicted,
-            restored,
-            ..PassCounts::default()
+    const INTERVAL: Duration = Duration::from_millis(500);
+
+    /// A governor fed passes, with the restore lifetimes they saw.
+    #[derive(Default)]
+    struct Run {
+        g: Governor,
+        lifetimes: [u64; LIFETIME_BUCKETS],
+    }
+
+    impl Run {
+        /// A pass that evicted `evicted` pages, after `young` restores within
+        /// 2 ms of eviction and `old` after more than a minute.
+        fn pass(&mut self, evicted: u64, young: u64, old: u64) -> u32 {
+            self.lifetimes[1] += young;
+            self.lifetimes[17] += old;
+            self.g.judge(evicted, &self.lifetimes, INTERVAL);
+            self.g.wait
         }
     }
 
     #[test]
     fn passes_that_evict_too_little_back_off() {
-        let mut g = Governor::default();
-        let waits: Vec<u32> = (0..6)
-            .map(|_| {
-                g.judge(&counts(10, 0));
-                g.wait
-            })
-            .collect();
+        let mut r = Run::default();
+        let waits: Vec<u32> = (0..6).map(|_| r.pass(10, 0, 0)).collect();
         assert_eq!(waits, [2, 4, 8, 16, 16, 16]);
-        g.judge(&counts(1000, 0));
-        assert_eq!(g.wait, 1, "a pass that evicts enough pays");
-        assert!(!g.suspended());
+        assert_eq!(r.pass(1000, 0, 0), 1, "a pass that evicts enough pays");
+        assert!(!r.g.suspended());
     }
 
     #[test]
-    fn passes_stop_while_what_they_evict_comes_back() {
-        let mut g = Governor::default();
-        g.judge(&counts(1000, 0));
-        g.judge(&counts(1000, 100));
-        assert_eq!(g.wait, 1, "a tenth came back: it pays");
-        g.judge(&counts(300, 1200));
-        assert!(g.suspended(), "most of what was evicted came back");
-        assert_eq!(g.wait, SUSPEND);
+    fn passes_stop_while_what_they_evict_comes_back_young() {
+        let mut r = Run::default();
+        r.pass(1000, 0, 0);
+        assert_eq!(r.pass(1000, 100, 0), 1, "a tenth came back: it pays");
+        r.pass(300, 1200, 0);
+        assert!(r.g.suspended(), "most of what was evicted came back");
+        assert_eq!(r.g.wait, SUSPEND);
         // The probe after the suspension: still churning, another suspension.
-        g.judge(&counts(300, 200));
-        assert_eq!(g.wait, SUSPEND);
+        assert_eq!(r.pass(300, 200, 0), SUSPEND);
         // Evictions that stay out bring passes back once the share falls under half.
         let mut passes = 0;
-        while g.suspended() {
-            g.judge(&counts(1000, 0));
+        while r.g.suspended() {
+            r.pass(1000, 0, 0);
             passes += 1;
         }
-        assert_eq!(g.wait, 1);
+        assert_eq!(r.g.wait, 1);
         assert!(passes <= 3, "{passes}");
     }
 
     #[test]
+    fn pages_read_back_long_after_eviction_are_no_churn() {
+        let mut r = Run::default();
+        r.pass(1000, 0, 0);
+        assert_eq!(r.pass(1000, 0, 2000), 1, "all back, but after a minute");
+        assert!(!r.g.suspended());
+        assert_eq!(young_restores(&r.lifetimes, INTERVAL * YOUNG_INTERVALS), 0);
+        // 8 s: buckets ending at 1, 2, 4 ... 4096 ms.
+        let mut h = [1u64; LIFETIME_BUCKETS];
+        assert_eq!(young_restores(&h, Duration::from_secs(8)), 13);
+        assert_eq!(young_restores(&h, Duration::ZERO), 0);
+        h[0] = 5;
+        assert_eq!(young_restores(&h, Duration::from_millis(1)), 5);
+    }
+
+    #[test]
+    fn passes_probe_until_one_pays_and_after_every_stop() {
+        let mut r = Run::default();
+        let probe = PROBE_PAGES * PAGE as u64;
+        assert_eq!(r.g.allowed_shed(1 << 30), probe, "nothing paid yet");
+        assert_eq!(r.g.allowed_shed(4096), 4096);
+        r.pass(PROBE_PAGES, 0, 0);
+        assert_eq!(r.g.allowed_shed(1 << 30), 1 << 30, "the probe paid");
+        r.pass(10, 0, 0);
+        assert_eq!(
+            r.g.allowed_shed(1 << 30),
+            1 << 30,
+            "too little evicted: still trusted"
+        );
+        r.pass(10, PROBE_PAGES, 0);
+        assert!(r.g.suspended());
+        assert_eq!(r.g.allowed_shed(1 << 30), probe, "after a stop, a probe");
+    }
+
+    #[test]
     fn too_little_evicted_is_no_evidence_of_churn() {
-        let mut g = Governor::default();
-        g.judge(&counts(100, 0));
-        g.judge(&counts(100, 100));
+        let mut r = Run::default();
+        r.pass(100, 0, 0);
+        r.pass(100, 100, 0);
         assert!(
-            !g.suspended(),
+            !r.g.suspended(),
             "100 pages evicted, 100 back: too few to judge"
         );
-        assert_eq!(g.wait, 4);
+        assert_eq!(r.g.wait, 4);
     }
 
     #[test]
     fn the_account_follows_the_present() {
-        let mut g = Governor::default();
-        g.judge(&counts(DECAY_PAGES - 1, 0));
-        g.judge(&counts(1000, DECAY_PAGES / 2));
-        assert!(g.suspended());
-        assert!(g.evicted < DECAY_PAGES, "halved: {}", g.evicted);
-        assert_eq!(g.restored, DECAY_PAGES / 4);
+        let mut r = Run::default();
+        r.pass(DECAY_PAGES - 1, 0, 0);
+        r.pass(1000, DECAY_PAGES / 2, 0);
+        assert!(r.g.suspended());
+        assert!(r.g.evicted < DECAY_PAGES, "halved: {}", r.g.evicted);
+        assert_eq!(r.g.restored_young, DECAY_PAGES / 4);
     }
 }

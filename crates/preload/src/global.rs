@@ -164,6 +164,15 @@ fn start() -> Option<&'static Engine> {
         if with_env(c"PAGEFOLD_COPY_THROUGH", |_| ()).is_none() {
             cfg.copy_through = true;
         }
+        // Under tiering driven by pressure only pages with a pin test leave
+        // memory (anonymous pages, through the pin guard): a program may
+        // have pinned any page (O_DIRECT, io_uring), and a write through a
+        // pin to an evicted page would be lost. With tiering always on,
+        // blocks stay on frames, which have no pin test, and untested
+        // eviction (behind the pin grace) is what lets tiering evict.
+        if with_env(c"PAGEFOLD_EVICT_UNTESTED", |_| ()).is_none() && cfg.tier != Tier::On {
+            cfg.evict_untested = false;
+        }
         // Copies into a size class the program writes over are made plainly.
         if with_env(c"PAGEFOLD_COPY_LEARN", |_| ()).is_none() {
             cfg.copy_learn = true;

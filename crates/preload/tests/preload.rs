@@ -492,6 +492,53 @@ fn tiering_evicts_cold_python_data_and_syscalls_read_it_back() {
     assert_eq!(stat(&r, "restore_errors"), 0, "{r:?}");
 }
 
+/// Pressure-driven tiering, the default, under a user's limit far below
+/// the usage: only pages with a pin test leave memory. A Python copy's
+/// frames, sole-shared once the original is gone, stay (a write through a
+/// pin to them could be lost); a large anonymous bytearray leaves through
+/// the pin guard. `PAGEFOLD_EVICT_UNTESTED=1` evicts both. Same bytes as plain.
+#[test]
+fn under_pressure_only_pages_with_a_pin_test_are_evicted() {
+    if !python() {
+        return;
+    }
+    let script = "import hashlib, time\n\
+         n = 16_000_000\n\
+         a = bytearray(n)\n\
+         for i in range(0, n, 4096): a[i:i + 8] = (i // 4096 + 1).to_bytes(8, 'little')\n\
+         b = bytearray(a)\n\
+         del a\n\
+         c = bytearray(40_000_000)\n\
+         for i in range(0, len(c), 4096): c[i + 8:i + 16] = (i // 4096 + 7).to_bytes(8, 'little')\n\
+         time.sleep(3)\n\
+         print(hashlib.sha256(b).hexdigest(), hashlib.sha256(c).hexdigest())\n";
+    let cmd = ["python3", "-c", script];
+    let want = plain(&cmd);
+    let pressure = [
+        ("PAGEFOLD_MEMORY", "1M"),
+        ("PAGEFOLD_CLOCK_MS", "20"),
+        ("PAGEFOLD_SCAN_INTERVAL_MS", "20"),
+    ];
+    // The preload's own placement: fresh blocks start anonymous.
+    let (got, tested) = preloaded_as_set(&cmd, &pressure);
+    assert_eq!(want, got);
+    let with_untested = [pressure.as_slice(), &[("PAGEFOLD_EVICT_UNTESTED", "1")]].concat();
+    let (got, untested) = preloaded_as_set(&cmd, &with_untested);
+    assert_eq!(want, got);
+    for r in [&tested, &untested] {
+        assert!(stat(r, "pages_shared_by_copy") >= 3000, "{r:?}");
+        assert_eq!(stat(r, "restore_errors"), 0, "{r:?}");
+    }
+    let evicted = |r: &[Value]| stat(r, "clock.total.evicted");
+    let refused = |r: &[Value]| stat(r, "clock.total.not_eligible");
+    // The copy's 3,906 pages are refused at every pass; the 40 MB
+    // bytearray's 9,766 (above the size left to glibc) leave.
+    assert!(refused(&tested) >= 3906, "{tested:?}");
+    assert!(evicted(&tested) >= 9000, "{} {tested:?}", evicted(&tested));
+    assert!(refused(&untested) < refused(&tested) / 2, "{untested:?}");
+    assert!(evicted(&untested) >= 9000 + 3000, "{untested:?}");
+}
+
 /// fork while three threads copy and the scanner runs: children see the
 /// fork-time data and write their copies, parents' blocks stay untouched.
 #[test]
