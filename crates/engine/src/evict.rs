@@ -154,7 +154,10 @@ impl State {
     pub(crate) fn set_store(&mut self, store: Arc<dyn PageStore>) -> bool {
         let set = match &self.restoring.evictions {
             None => {
-                self.restoring.evictions = Some(Arc::new(Evictions::new(store)));
+                self.restoring.evictions = Some(Arc::new(Evictions::new(
+                    store,
+                    crate::pass::young(&self.cfg),
+                )));
                 true
             }
             Some(ev) => {

@@ -41,7 +41,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::held::Held;
 use crate::patches::{Content, Patches};
@@ -69,6 +69,8 @@ pub(crate) struct Counts {
     pub errors: u64,
     /// Time from eviction to the touch that restored it (Difference Engine's Figure 4).
     pub lifetime_ms_log2: [u64; LIFETIME_BUCKETS],
+    /// Pages restored within `Table::young` of their eviction (pass.rs `Governor`).
+    pub restored_young: u64,
 }
 
 pub(crate) struct Table {
@@ -76,6 +78,8 @@ pub(crate) struct Table {
     /// Records in state `Evicted`.
     pub evicted_now: u64,
     pub counts: Counts,
+    /// A restore within this time of the page's eviction counts as young.
+    young: Duration,
     pub store: Arc<dyn PageStore>,
     /// Pages evicted as patches against a reference frame (patching.rs).
     pub patches: Patches,
@@ -132,11 +136,14 @@ impl Drop for Locked<'_> {
 }
 
 impl Evictions {
-    pub fn new(store: Arc<dyn PageStore>) -> Evictions {
+    /// Evictions into `store`; a restore within `young` of its page's
+    /// eviction counts in `Counts::restored_young`.
+    pub fn new(store: Arc<dyn PageStore>, young: Duration) -> Evictions {
         let table = Table {
             records: HashMap::new(),
             evicted_now: 0,
             counts: Counts::default(),
+            young,
             store,
             patches: Patches::default(),
             held: Held::new(),
@@ -186,9 +193,12 @@ impl Evictions {
         match l.records.get(&addr).copied() {
             Some(Record::Evicted { handle, at }) => {
                 if l.restore(uffd, addr, handle, buf) {
+                    let lifetime = at.elapsed();
+                    let young = lifetime < l.young;
                     let c = &mut l.counts;
                     c.restored += 1;
-                    c.lifetime_ms_log2[lifetime_bucket(at.elapsed().as_millis() as u64)] += 1;
+                    c.restored_young += young as u64;
+                    c.lifetime_ms_log2[lifetime_bucket(lifetime.as_millis() as u64)] += 1;
                 }
             }
             Some(Record::Restored { .. }) => {

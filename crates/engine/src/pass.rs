@@ -66,9 +66,14 @@ const DECAY_PAGES: u64 = 1 << 18;
 /// Until a pass has paid, and again after a stop, a pass under pressure
 /// sheds at most this many pages: a probe (4 MiB).
 pub const PROBE_PAGES: u64 = 1024;
-/// A page touched within this many clock intervals of its eviction (8 s at
+/// A page touched within this many clock intervals of its eviction (10 s at
 /// the default interval) was not cold: its restore counts as churn.
-pub const YOUNG_INTERVALS: u32 = 16;
+pub const YOUNG_INTERVALS: u32 = 20;
+
+/// How soon after its eviction a restore counts as churn, under `cfg`.
+pub(crate) fn young(cfg: &crate::config::Config) -> Duration {
+    cfg.clock_interval * YOUNG_INTERVALS
+}
 
 /// Whether passes under pressure pay, and the wait it sets before the next.
 ///
@@ -82,9 +87,9 @@ pub const YOUNG_INTERVALS: u32 = 16;
 /// eviction is for (a job that reads its data back once, at the end). So the
 /// governor keeps, over the passes of the program's life (halved every
 /// `DECAY_PAGES` evicted), the pages passes evicted and the pages restored
-/// *young*: within `YOUNG_INTERVALS` clock intervals of their eviction (by
-/// the restore lifetimes the fault thread records, fault.rs, rounded down to
-/// a power of two milliseconds). *Churn* is at least `PAID_PAGES` evicted
+/// *young*: within `YOUNG_INTERVALS` clock intervals of their eviction (the
+/// fault thread counts them as it restores, fault.rs). *Churn* is at least
+/// `PAID_PAGES` evicted
 /// and at least half as many restored young. A pass pays when it evicted
 /// `PAID_PAGES` and there is no churn: the next one may come after one clock
 /// interval. A pass that evicted too little doubles the wait (up to
@@ -97,7 +102,7 @@ pub const YOUNG_INTERVALS: u32 = 16;
 pub(crate) struct Governor {
     evicted: u64,
     restored_young: u64,
-    /// Young restores in the lifetime histogram at the last judgment.
+    /// The fault thread's count of young restores at the last judgment.
     young_seen: u64,
     /// A pass has paid since the last stop: passes shed all they are asked.
     trusted: bool,
@@ -107,10 +112,9 @@ pub(crate) struct Governor {
 
 impl Governor {
     /// Counts a pass under pressure that evicted `evicted` pages, given the
-    /// restore lifetimes so far (`fault::Counts`) and the clock interval,
-    /// and sets the wait before the next.
-    pub fn judge(&mut self, evicted: u64, lifetimes: &[u64], interval: Duration) {
-        let young = young_restores(lifetimes, interval * YOUNG_INTERVALS);
+    /// young restores so far (`fault::Counts::restored_young`), and sets the
+    /// wait before the next.
+    pub fn judge(&mut self, evicted: u64, young: u64) {
         self.restored_young += young.saturating_sub(self.young_seen);
         self.young_seen = young;
         let churn = self.evicted >= PAID_PAGES && self.restored_young * 2 >= self.evicted;
@@ -142,18 +146,6 @@ impl Governor {
     pub fn suspended(&self) -> bool {
         self.wait >= SUSPEND
     }
-}
-
-/// Restores in the lifetime histogram (bucket 0 under 1 ms, bucket b from
-/// 2^(b-1) to 2^b ms) of buckets that end within `young`.
-fn young_restores(lifetimes: &[u64], young: Duration) -> u64 {
-    let ms = young.as_millis() as u64;
-    lifetimes
-        .iter()
-        .enumerate()
-        .take_while(|&(b, _)| ms > 0 && 1u64.checked_shl(b as u32).is_some_and(|end| end <= ms))
-        .map(|(_, n)| n)
-        .sum()
 }
 
 impl State {
@@ -257,14 +249,13 @@ impl State {
     pub(crate) fn end_pass(&mut self, pass: Pass, spilled: u64, rep: &mut ScanReport) {
         self.clock.private_resident = pass.private_resident;
         if self.cfg.tier == Tier::Pressure {
-            let lifetimes = self
+            let young = self
                 .restoring
                 .evictions
                 .as_ref()
-                .map(|ev| ev.lock().counts.lifetime_ms_log2)
-                .unwrap_or_default();
+                .map_or(0, |ev| ev.lock().counts.restored_young);
             let g = &mut self.clock.governor;
-            g.judge(pass.counts.evicted, &lifetimes, self.cfg.clock_interval);
+            g.judge(pass.counts.evicted, young);
             self.clock.stats.backoff = g.wait;
             self.clock.stats.suspensions += g.suspended() as u64;
         }
@@ -350,24 +341,20 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::LIFETIME_BUCKETS;
 
-    const INTERVAL: Duration = Duration::from_millis(500);
-
-    /// A governor fed passes, with the restore lifetimes they saw.
+    /// A governor fed passes, with the fault thread's count of young restores.
     #[derive(Default)]
     struct Run {
         g: Governor,
-        lifetimes: [u64; LIFETIME_BUCKETS],
+        young: u64,
     }
 
     impl Run {
-        /// A pass that evicted `evicted` pages, after `young` restores within
-        /// 2 ms of eviction and `old` after more than a minute.
-        fn pass(&mut self, evicted: u64, young: u64, old: u64) -> u32 {
-            self.lifetimes[1] += young;
-            self.lifetimes[17] += old;
-            self.g.judge(evicted, &self.lifetimes, INTERVAL);
+        /// A pass that evicted `evicted` pages, after `young` restores soon
+        /// after eviction.
+        fn pass(&mut self, evicted: u64, young: u64) -> u32 {
+            self.young += young;
+            self.g.judge(evicted, self.young);
             self.g.wait
         }
     }
@@ -375,45 +362,30 @@ mod tests {
     #[test]
     fn passes_that_evict_too_little_back_off() {
         let mut r = Run::default();
-        let waits: Vec<u32> = (0..6).map(|_| r.pass(10, 0, 0)).collect();
+        let waits: Vec<u32> = (0..6).map(|_| r.pass(10, 0)).collect();
         assert_eq!(waits, [2, 4, 8, 16, 16, 16]);
-        assert_eq!(r.pass(1000, 0, 0), 1, "a pass that evicts enough pays");
+        assert_eq!(r.pass(1000, 0), 1, "a pass that evicts enough pays");
         assert!(!r.g.suspended());
     }
 
     #[test]
     fn passes_stop_while_what_they_evict_comes_back_young() {
         let mut r = Run::default();
-        r.pass(1000, 0, 0);
-        assert_eq!(r.pass(1000, 100, 0), 1, "a tenth came back: it pays");
-        r.pass(300, 1200, 0);
+        r.pass(1000, 0);
+        assert_eq!(r.pass(1000, 100), 1, "a tenth came back: it pays");
+        r.pass(300, 1200);
         assert!(r.g.suspended(), "most of what was evicted came back");
         assert_eq!(r.g.wait, SUSPEND);
         // The probe after the suspension: still churning, another suspension.
-        assert_eq!(r.pass(300, 200, 0), SUSPEND);
+        assert_eq!(r.pass(300, 200), SUSPEND);
         // Evictions that stay out bring passes back once the share falls under half.
         let mut passes = 0;
         while r.g.suspended() {
-            r.pass(1000, 0, 0);
+            r.pass(1000, 0);
             passes += 1;
         }
         assert_eq!(r.g.wait, 1);
         assert!(passes <= 3, "{passes}");
-    }
-
-    #[test]
-    fn pages_read_back_long_after_eviction_are_no_churn() {
-        let mut r = Run::default();
-        r.pass(1000, 0, 0);
-        assert_eq!(r.pass(1000, 0, 2000), 1, "all back, but after a minute");
-        assert!(!r.g.suspended());
-        assert_eq!(young_restores(&r.lifetimes, INTERVAL * YOUNG_INTERVALS), 0);
-        // 8 s: buckets ending at 1, 2, 4 ... 4096 ms.
-        let mut h = [1u64; LIFETIME_BUCKETS];
-        assert_eq!(young_restores(&h, Duration::from_secs(8)), 13);
-        assert_eq!(young_restores(&h, Duration::ZERO), 0);
-        h[0] = 5;
-        assert_eq!(young_restores(&h, Duration::from_millis(1)), 5);
     }
 
     #[test]
@@ -422,15 +394,15 @@ mod tests {
         let probe = PROBE_PAGES * PAGE as u64;
         assert_eq!(r.g.allowed_shed(1 << 30), probe, "nothing paid yet");
         assert_eq!(r.g.allowed_shed(4096), 4096);
-        r.pass(PROBE_PAGES, 0, 0);
+        r.pass(PROBE_PAGES, 0);
         assert_eq!(r.g.allowed_shed(1 << 30), 1 << 30, "the probe paid");
-        r.pass(10, 0, 0);
+        r.pass(10, 0);
         assert_eq!(
             r.g.allowed_shed(1 << 30),
             1 << 30,
             "too little evicted: still trusted"
         );
-        r.pass(10, PROBE_PAGES, 0);
+        r.pass(10, PROBE_PAGES);
         assert!(r.g.suspended());
         assert_eq!(r.g.allowed_shed(1 << 30), probe, "after a stop, a probe");
     }
@@ -438,8 +410,8 @@ mod tests {
     #[test]
     fn too_little_evicted_is_no_evidence_of_churn() {
         let mut r = Run::default();
-        r.pass(100, 0, 0);
-        r.pass(100, 100, 0);
+        r.pass(100, 0);
+        r.pass(100, 100);
         assert!(
             !r.g.suspended(),
             "100 pages evicted, 100 back: too few to judge"
@@ -450,8 +422,8 @@ mod tests {
     #[test]
     fn the_account_follows_the_present() {
         let mut r = Run::default();
-        r.pass(DECAY_PAGES - 1, 0, 0);
-        r.pass(1000, DECAY_PAGES / 2, 0);
+        r.pass(DECAY_PAGES - 1, 0);
+        r.pass(1000, DECAY_PAGES / 2);
         assert!(r.g.suspended());
         assert!(r.g.evicted < DECAY_PAGES, "halved: {}", r.g.evicted);
         assert_eq!(r.g.restored_young, DECAY_PAGES / 4);

@@ -35,7 +35,12 @@ impl State {
             match &self.restoring.evictions {
                 // Nothing was evicted into the empty store it replaces.
                 Some(ev) => ev.lock().store = Arc::new(store),
-                None => self.restoring.evictions = Some(Arc::new(Evictions::new(Arc::new(store)))),
+                None => {
+                    self.restoring.evictions = Some(Arc::new(Evictions::new(
+                        Arc::new(store),
+                        crate::pass::young(&self.cfg),
+                    )))
+                }
             }
             self.restoring.has_store = true;
         }
@@ -45,7 +50,12 @@ impl State {
         let ev = self
             .restoring
             .evictions
-            .get_or_insert_with(|| Arc::new(Evictions::new(Arc::new(NoStore))))
+            .get_or_insert_with(|| {
+                Arc::new(Evictions::new(
+                    Arc::new(NoStore),
+                    crate::pass::young(&self.cfg),
+                ))
+            })
             .clone();
         ev.lock().patches.fail_decode = self.cfg.inject.fail_patch;
         let spawned = std::thread::Builder::new()

@@ -701,6 +701,7 @@ impl State {
         if let Some(t) = &t {
             s.evicted_now = t.evicted_now;
             s.restored = t.counts.restored;
+            s.restored_young = t.counts.restored_young;
             s.restored_by_engine = t.counts.restored_by_engine;
             s.evicted_dropped = t.counts.dropped;
             s.restore_errors = t.counts.errors;

@@ -150,6 +150,9 @@ pub struct Stats {
     pub evicted_now: u64,
     /// Total evicted pages restored because something touched them.
     pub restored: u64,
+    /// Of those, pages touched within 20 clock intervals of their eviction
+    /// (churn to the pass governor, pass.rs).
+    pub restored_young: u64,
     /// Total evicted pages the engine restored itself (before fork, exempting a block).
     pub restored_by_engine: u64,
     /// Total evicted pages freed or overwritten before anything touched them.
