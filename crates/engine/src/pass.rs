@@ -89,10 +89,9 @@ pub(crate) fn young(cfg: &crate::config::Config) -> Duration {
 /// `DECAY_PAGES` evicted), the pages passes evicted and the pages restored
 /// *young*: within `YOUNG_INTERVALS` clock intervals of their eviction (the
 /// fault thread counts them as it restores, fault.rs). *Churn* is at least
-/// `PAID_PAGES` evicted
-/// and at least half as many restored young. A pass pays when it evicted
-/// `PAID_PAGES` and there is no churn: the next one may come after one clock
-/// interval. A pass that evicted too little doubles the wait (up to
+/// `PAID_PAGES` evicted and at least half as many restored young. A pass
+/// pays when it evicted `PAID_PAGES` and there is no churn: the next one may
+/// come after one clock interval. A pass that evicted too little doubles the wait (up to
 /// `MAX_BACKOFF`); under churn passes stop for `SUSPEND` intervals, after
 /// which one probes, and another `SUSPEND` follows while the churn lasts.
 /// Until a pass has paid, and after every stop, passes are probes: they
