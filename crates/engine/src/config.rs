@@ -221,6 +221,10 @@ pub struct Inject {
     pub hide_cgroup: bool,
     /// No PSI file is readable: pressure is read from usage alone.
     pub hide_psi: bool,
+    /// Pretend the machine has this many bytes of swap free (/proc/meminfo
+    /// `SwapFree`): whether the kernel can swap decides how cautious
+    /// passes under pressure are (pass.rs `Governor`).
+    pub swap_free: Option<u64>,
     /// Pauses of up to this many microseconds at the points where eviction,
     /// restoring and reconciling race (race.rs).
     pub race_pause_us: u64,
@@ -337,7 +341,7 @@ impl Config {
     /// `PAGEFOLD_INJECT_FAIL_UFFD_DEVICE`, `PAGEFOLD_INJECT_FAIL_UFFD_WP`, `PAGEFOLD_INJECT_FAIL_UFFD_WP_UNPOPULATED`,
     /// `PAGEFOLD_INJECT_FAIL_UFFD_POISON`, `PAGEFOLD_INJECT_FAIL_UFFD_MOVE`, `PAGEFOLD_INJECT_FAIL_PATCH` (0/1),
     /// `PAGEFOLD_INJECT_MMAP_AFTER`, `PAGEFOLD_INJECT_MAX_MAP_COUNT`, `PAGEFOLD_INJECT_HIDE_PFNS`,
-    /// `PAGEFOLD_INJECT_NO_CGROUP`, `PAGEFOLD_INJECT_NO_PSI`.
+    /// `PAGEFOLD_INJECT_NO_CGROUP`, `PAGEFOLD_INJECT_NO_PSI`, `PAGEFOLD_INJECT_SWAP_FREE_MB`.
     /// Unparsable values keep the default; the preload cannot report errors.
     pub fn from_env() -> Config {
         let mut c = Config::default();
@@ -521,6 +525,7 @@ impl Inject {
             ksm_refuse: on("PAGEFOLD_INJECT_KSM_REFUSE"),
             hide_cgroup: on("PAGEFOLD_INJECT_NO_CGROUP"),
             hide_psi: on("PAGEFOLD_INJECT_NO_PSI"),
+            swap_free: num("PAGEFOLD_INJECT_SWAP_FREE_MB").map(|mb| mb << 20),
             race_pause_us: num("PAGEFOLD_INJECT_RACE_US").unwrap_or(0),
         }
     }

@@ -321,6 +321,13 @@ pub fn parse_meminfo(text: &str) -> Option<(u64, u64)> {
     Some((total, total.saturating_sub(available)))
 }
 
+/// The machine's free swap from /proc/meminfo (`SwapFree`), bytes.
+pub fn parse_swap_free(text: &str) -> Option<u64> {
+    let line = text.lines().find_map(|l| l.strip_prefix("SwapFree:"))?;
+    let kib: u64 = line.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib << 10)
+}
+
 /// Resident bytes of this process, from /proc/self/statm.
 pub fn parse_statm(text: &str) -> Option<u64> {
     let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
@@ -454,6 +461,9 @@ mod tests {
         assert_eq!(parse_psi(psi), Some(1.25));
         assert_eq!(parse_psi("full avg10=3.00\n"), None);
         let meminfo = "MemTotal:       24000000 kB\nMemFree:  1 kB\nMemAvailable:   18000000 kB\n";
+        assert_eq!(parse_swap_free(meminfo), None);
+        let swap = format!("{meminfo}SwapTotal: 2048 kB\nSwapFree:   1024 kB\n");
+        assert_eq!(parse_swap_free(&swap), Some(1 << 20));
         assert_eq!(
             parse_meminfo(meminfo),
             Some((24_000_000 << 10, 6_000_000 << 10))

@@ -33,6 +33,8 @@ pub(crate) struct Pass {
     pub evict: bool,
     /// Bytes still to shed under pressure (0: no pressure).
     pub shed: u64,
+    /// The kernel could swap when the pass began (pressure.rs `Reading`).
+    kernel_swaps: bool,
     private_resident: u64,
     /// Where to spill, and how much, before the pass walks the blocks.
     spill: Option<(Arc<dyn PageStore>, u64)>,
@@ -81,39 +83,52 @@ pub(crate) fn young(cfg: &crate::config::Config) -> Duration {
 /// full scan) and, for every page the program touches again, a fault that
 /// restores it. With no accessed bits the clock cannot see reads (clock.rs),
 /// so on a program whose evicted pages are read back soon, passes evict what
-/// the program needs next and undo it at the next touch, where the kernel's
-/// own reclaim, which sees reads, would have chosen better. A page touched
-/// long after its eviction was cold for that long, and its restore is what
-/// eviction is for (a job that reads its data back once, at the end). So the
-/// governor keeps, over the passes of the program's life (halved every
-/// `DECAY_PAGES` evicted), the pages passes evicted and the pages restored
-/// *young*: within `YOUNG_INTERVALS` clock intervals of their eviction (the
-/// fault thread counts them as it restores, fault.rs). *Churn* is at least
-/// `PAID_PAGES` evicted and at least half as many restored young. A pass
-/// pays when it evicted `PAID_PAGES` and there is no churn: the next one may
-/// come after one clock interval. A pass that evicted too little doubles the wait (up to
-/// `MAX_BACKOFF`); under churn passes stop for `SUSPEND` intervals, after
-/// which one probes, and another `SUSPEND` follows while the churn lasts.
-/// Until a pass has paid, and after every stop, passes are probes: they
-/// shed at most `PROBE_PAGES`, so a program that reads back what is evicted
-/// pays for a few MiB brought back, not for the whole shortage.
+/// the program needs next and undo it at the next touch. Where the kernel
+/// can swap, its own reclaim, which sees reads, relieves the shortage too
+/// and would have chosen better; there passes must show that they pay.
+/// Where it cannot (no swap free), passes are all that keeps the program
+/// under its limit, and they shed what the shortage asks, backing off only
+/// when they find too little to evict.
+///
+/// A page touched long after its eviction was cold for that long, and its
+/// restore is what eviction is for (a job that reads its data back once, at
+/// the end). So the governor keeps, over the passes of the program's life
+/// (halved every `DECAY_PAGES` evicted), the pages passes evicted and the
+/// pages restored *young*: within `YOUNG_INTERVALS` clock intervals of
+/// their eviction (the fault thread counts them as it restores, fault.rs).
+/// *Churn* is at least `PAID_PAGES` evicted and at least half as many
+/// restored young. Where the kernel swaps:
+/// - a pass is a *probe* until passes are trusted: it sheds at most
+///   `PROBE_PAGES`, and if it evicted `PAID_PAGES` the next pass waits
+///   `YOUNG_INTERVALS`, the time its evictions need to show whether they
+///   come back young;
+/// - the pass after a probe's wait trusts passes if there is no churn;
+///   trusted passes shed what the shortage asks, the next after one clock
+///   interval when a pass evicted `PAID_PAGES`;
+/// - churn stops passes for `SUSPEND` intervals and ends the trust: the
+///   pass after the stop probes again.
+///
+/// Everywhere, a pass that evicted less than `PAID_PAGES` doubles the wait
+/// (up to `MAX_BACKOFF`).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Governor {
     evicted: u64,
     restored_young: u64,
     /// The fault thread's count of young restores at the last judgment.
     young_seen: u64,
-    /// A pass has paid since the last stop: passes shed all they are asked.
+    /// Passes shed all the shortage asks.
     trusted: bool,
+    /// A probe's evictions are waiting for their verdict.
+    awaiting: bool,
     /// Clock intervals before the next pass under pressure.
     pub wait: u32,
 }
 
 impl Governor {
     /// Counts a pass under pressure that evicted `evicted` pages, given the
-    /// young restores so far (`fault::Counts::restored_young`), and sets the
-    /// wait before the next.
-    pub fn judge(&mut self, evicted: u64, young: u64) {
+    /// young restores so far (`fault::Counts::restored_young`) and whether
+    /// the kernel can swap, and sets the wait before the next.
+    pub fn judge(&mut self, evicted: u64, young: u64, kernel_swaps: bool) {
         self.restored_young += young.saturating_sub(self.young_seen);
         self.young_seen = young;
         let churn = self.evicted >= PAID_PAGES && self.restored_young * 2 >= self.evicted;
@@ -122,11 +137,18 @@ impl Governor {
             self.evicted /= 2;
             self.restored_young /= 2;
         }
-        let paid = !churn && evicted >= PAID_PAGES;
-        self.trusted = paid || (self.trusted && !churn);
-        self.wait = if churn {
-            SUSPEND
-        } else if paid {
+        let verdict = std::mem::take(&mut self.awaiting);
+        let enough = evicted >= PAID_PAGES;
+        if kernel_swaps && churn {
+            self.trusted = false;
+            self.wait = SUSPEND;
+            return;
+        }
+        self.trusted |= verdict || !kernel_swaps;
+        self.awaiting = !self.trusted && enough;
+        self.wait = if self.awaiting {
+            YOUNG_INTERVALS
+        } else if enough {
             1
         } else {
             (self.wait.max(1) * 2).min(MAX_BACKOFF)
@@ -134,8 +156,8 @@ impl Governor {
     }
 
     /// What a pass under pressure may shed of the `bytes` the shortage asks.
-    pub fn allowed_shed(&self, bytes: u64) -> u64 {
-        match self.trusted {
+    pub fn allowed_shed(&self, bytes: u64, kernel_swaps: bool) -> u64 {
+        match self.trusted || !kernel_swaps {
             true => bytes,
             false => bytes.min(PROBE_PAGES * PAGE as u64),
         }
@@ -176,10 +198,10 @@ impl State {
         let footprint = self.footprint();
         self.clock.stats.footprint = footprint;
         let shed = match reading {
-            Some(r) => self
-                .clock
-                .governor
-                .allowed_shed(r.shed(footprint, &self.cfg)),
+            Some(r) => {
+                let shed = r.shed(footprint, &self.cfg);
+                self.clock.governor.allowed_shed(shed, r.kernel_swaps())
+            }
             None => self.excess(footprint),
         };
         let mut spill = None;
@@ -196,6 +218,7 @@ impl State {
             counts: PassCounts::default(),
             evict,
             shed,
+            kernel_swaps: reading.is_some_and(|r| r.kernel_swaps()),
             private_resident: 0,
             spill,
             tier,
@@ -254,7 +277,7 @@ impl State {
                 .as_ref()
                 .map_or(0, |ev| ev.lock().counts.restored_young);
             let g = &mut self.clock.governor;
-            g.judge(pass.counts.evicted, young);
+            g.judge(pass.counts.evicted, young, pass.kernel_swaps);
             self.clock.stats.backoff = g.wait;
             self.clock.stats.suspensions += g.suspended() as u64;
         }
@@ -342,73 +365,104 @@ mod tests {
     use super::*;
 
     /// A governor fed passes, with the fault thread's count of young restores.
-    #[derive(Default)]
     struct Run {
         g: Governor,
         young: u64,
+        kernel_swaps: bool,
     }
 
     impl Run {
+        fn swapping() -> Run {
+            Run {
+                g: Governor::default(),
+                young: 0,
+                kernel_swaps: true,
+            }
+        }
+
         /// A pass that evicted `evicted` pages, after `young` restores soon
-        /// after eviction.
+        /// after eviction; the wait it set.
         fn pass(&mut self, evicted: u64, young: u64) -> u32 {
             self.young += young;
-            self.g.judge(evicted, self.young);
+            self.g.judge(evicted, self.young, self.kernel_swaps);
             self.g.wait
+        }
+
+        fn shed(&self, bytes: u64) -> u64 {
+            self.g.allowed_shed(bytes, self.kernel_swaps)
         }
     }
 
+    const PROBE: u64 = PROBE_PAGES * PAGE as u64;
+
     #[test]
-    fn passes_that_evict_too_little_back_off() {
-        let mut r = Run::default();
-        let waits: Vec<u32> = (0..6).map(|_| r.pass(10, 0)).collect();
-        assert_eq!(waits, [2, 4, 8, 16, 16, 16]);
-        assert_eq!(r.pass(1000, 0), 1, "a pass that evicts enough pays");
-        assert!(!r.g.suspended());
+    fn a_probe_waits_for_its_verdict_then_passes_are_trusted() {
+        let mut r = Run::swapping();
+        assert_eq!(r.shed(1 << 30), PROBE, "nothing paid yet: a probe");
+        assert_eq!(r.shed(4096), 4096);
+        assert_eq!(
+            r.pass(PROBE_PAGES, 0),
+            YOUNG_INTERVALS,
+            "awaiting the verdict"
+        );
+        assert_eq!(r.shed(1 << 30), PROBE, "not trusted before the verdict");
+        assert_eq!(r.pass(5000, 10), 1, "few came back young: trusted");
+        assert_eq!(r.shed(1 << 30), 1 << 30);
+        assert_eq!(r.pass(10, 0), 2, "too little evicted: backs off");
+        assert_eq!(r.shed(1 << 30), 1 << 30, "still trusted");
     }
 
     #[test]
-    fn passes_stop_while_what_they_evict_comes_back_young() {
-        let mut r = Run::default();
-        r.pass(1000, 0);
-        assert_eq!(r.pass(1000, 100), 1, "a tenth came back: it pays");
-        r.pass(300, 1200);
-        assert!(r.g.suspended(), "most of what was evicted came back");
-        assert_eq!(r.g.wait, SUSPEND);
-        // The probe after the suspension: still churning, another suspension.
+    fn churn_stops_passes_and_ends_the_trust() {
+        let mut r = Run::swapping();
+        r.pass(PROBE_PAGES, 0);
+        assert_eq!(
+            r.pass(PROBE_PAGES, PROBE_PAGES),
+            SUSPEND,
+            "the probe came back young"
+        );
+        assert!(r.g.suspended());
+        assert_eq!(r.shed(1 << 30), PROBE, "after a stop, a probe");
+        // The probe after the stop: still churning, another stop.
         assert_eq!(r.pass(300, 200), SUSPEND);
-        // Evictions that stay out bring passes back once the share falls under half.
+        // Evictions that stay out bring passes back once churn falls under half.
         let mut passes = 0;
         while r.g.suspended() {
             r.pass(1000, 0);
             passes += 1;
         }
-        assert_eq!(r.g.wait, 1);
         assert!(passes <= 3, "{passes}");
+        assert_eq!(r.g.wait, YOUNG_INTERVALS, "a probe again");
+        assert_eq!(r.pass(1000, 0), 1, "its verdict: trusted");
     }
 
     #[test]
-    fn passes_probe_until_one_pays_and_after_every_stop() {
-        let mut r = Run::default();
-        let probe = PROBE_PAGES * PAGE as u64;
-        assert_eq!(r.g.allowed_shed(1 << 30), probe, "nothing paid yet");
-        assert_eq!(r.g.allowed_shed(4096), 4096);
-        r.pass(PROBE_PAGES, 0);
-        assert_eq!(r.g.allowed_shed(1 << 30), 1 << 30, "the probe paid");
-        r.pass(10, 0);
+    fn without_swap_passes_shed_all_and_never_stop() {
+        let mut r = Run {
+            kernel_swaps: false,
+            ..Run::swapping()
+        };
+        assert_eq!(r.shed(1 << 30), 1 << 30);
+        assert_eq!(r.pass(1000, 0), 1);
         assert_eq!(
-            r.g.allowed_shed(1 << 30),
-            1 << 30,
-            "too little evicted: still trusted"
+            r.pass(1000, 1000),
+            1,
+            "churn, but nothing else relieves memory"
         );
-        r.pass(10, PROBE_PAGES);
-        assert!(r.g.suspended());
-        assert_eq!(r.g.allowed_shed(1 << 30), probe, "after a stop, a probe");
+        assert!(!r.g.suspended());
+        assert_eq!(r.pass(10, 0), 2);
+    }
+
+    #[test]
+    fn passes_that_evict_too_little_back_off() {
+        let mut r = Run::swapping();
+        let waits: Vec<u32> = (0..6).map(|_| r.pass(10, 0)).collect();
+        assert_eq!(waits, [2, 4, 8, 16, 16, 16]);
     }
 
     #[test]
     fn too_little_evicted_is_no_evidence_of_churn() {
-        let mut r = Run::default();
+        let mut r = Run::swapping();
         r.pass(100, 0);
         r.pass(100, 100);
         assert!(
@@ -420,7 +474,7 @@ mod tests {
 
     #[test]
     fn the_account_follows_the_present() {
-        let mut r = Run::default();
+        let mut r = Run::swapping();
         r.pass(DECAY_PAGES - 1, 0);
         r.pass(1000, DECAY_PAGES / 2);
         assert!(r.g.suspended());

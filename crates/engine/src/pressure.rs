@@ -69,6 +69,8 @@ pub struct Gauge {
     sources: Sources,
     group: Option<Group>,
     user_limit: Option<u64>,
+    /// Swap free as the fault injection pretends it.
+    swap_free: Option<u64>,
     /// The group's own PSI file (true), or the machine's.
     psi: Option<(PathBuf, bool)>,
     /// The files readings read; a file that could not be opened when the
@@ -91,6 +93,8 @@ pub struct Reading {
     /// PSI some avg10 (percent), and whether it is the group's own.
     pub psi: Option<f64>,
     pub psi_own: bool,
+    /// The machine's free swap (bytes; /proc/meminfo), None if unreadable.
+    pub swap_free: Option<u64>,
 }
 
 impl Gauge {
@@ -115,6 +119,7 @@ impl Gauge {
             sources,
             group,
             user_limit: cfg.memory_limit,
+            swap_free: cfg.inject.swap_free,
             psi,
             files,
             refused,
@@ -228,12 +233,17 @@ impl Gauge {
             limit: 0,
             used: 0,
         });
+        let swap_free = self.swap_free.or_else(|| {
+            let text = self.text(&self.sources.meminfo)?;
+            memlimit::parse_swap_free(&text)
+        });
         Reading {
             limit,
             used,
             source: binding.map(|_| source),
             psi: psi.map(|p| p.0),
             psi_own: psi.is_some_and(|p| p.1),
+            swap_free,
         }
     }
 }
@@ -245,6 +255,13 @@ impl Reading {
 
     fn psi_above(&self, cfg: &Config) -> bool {
         self.psi.is_some_and(|p| p > cfg.pressure_psi)
+    }
+
+    /// Whether the kernel can swap (the machine has swap free): then its own
+    /// reclaim, which sees reads, relieves the shortage too, and passes must
+    /// show they pay (pass.rs `Governor`). Unreadable counts as no swap.
+    pub fn kernel_swaps(&self) -> bool {
+        self.swap_free.is_some_and(|b| b > 0)
     }
 
     /// Whether memory is short, given whether it was at the last pass.
@@ -282,6 +299,7 @@ mod tests {
             source: Some(memlimit::Source::Cgroup),
             psi,
             psi_own: own,
+            swap_free: None,
         }
     }
 
