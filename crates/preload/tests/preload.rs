@@ -518,6 +518,8 @@ fn under_pressure_only_pages_with_a_pin_test_are_evicted() {
         ("PAGEFOLD_MEMORY", "1M"),
         ("PAGEFOLD_CLOCK_MS", "20"),
         ("PAGEFOLD_SCAN_INTERVAL_MS", "20"),
+        // No swap: passes shed what the shortage asks from the first.
+        ("PAGEFOLD_INJECT_SWAP_FREE_MB", "0"),
     ];
     // The preload's own placement: fresh blocks start anonymous.
     let (got, tested) = preloaded_as_set(&cmd, &pressure);
