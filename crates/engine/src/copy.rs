@@ -98,8 +98,9 @@ impl State {
             }
         }
         let shared = plain.iter().filter(|p| !**p).count();
-        if let Some(b) = self.blocks.get_mut(&db) {
+        if let Some(b) = self.blocks.get_mut(&db).filter(|_| shared > 0) {
             b.copy_shared += shared;
+            b.shared_at = Some(std::time::Instant::now());
         }
         if shared > 0 && sb != db {
             self.note_copy_out(sb, db);
