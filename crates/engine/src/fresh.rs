@@ -61,17 +61,22 @@
 //! after the copy count against the class as written pages do, and a class
 //! whose copies mostly die young gets plain copies (into memory that the
 //! caller's allocator, or the recycler, reuses), with the same probes, so a
-//! class whose copies come to live long is shared again. Above
+//! class whose copies come to live long is shared again while its blocks
+//! are the engine's. Its blocks seldom stay so: plain copies do not count
+//! the class as copied from, so `worth_taking` leaves it to the caller's
+//! allocator, where copies are plain memcpys that probe nothing. Above
 //! `plain_below` the rule does not judge: glibc maps such blocks fresh, so
 //! a plain copy faults in every page too and a virtual copy of any lifetime
 //! costs no more. Copies freed young do not move the prior over all
 //! classes, as their waste depends on the size. R's naiveBayes fit copies
 //! 4 and 8 MiB columns about 230 times and frees them 0.2 to 1.6 s later
-//! (on a machine loaded four times over; a third of that on an idle one),
-//! nearly unwritten: sharing them saved about 2% of its average footprint
-//! and cost 1.8 times plain's minor faults and 8% more peak. With the rule
-//! (1 s window) the classes are judged after one copy, their blocks go back
-//! to glibc, and the fit takes 1.1 times plain's faults, at plain's peak.
+//! (on a machine loaded four times over, its wall time three times its CPU),
+//! nearly unwritten: sharing them cost 1.81 times plain's minor faults and
+//! 7% more peak footprint. With the rule (a 1 s window, which holds 87% of
+//! those pages even on the loaded machine) the classes are judged after one
+//! copy, their blocks go back to glibc, and the fit takes 1.01 times plain's
+//! faults at 0.99 of its peak, its average footprint as low as before (0.95
+//! of plain, against 0.96).
 //! A 40 MiB vector passed by value and freed 70 to 550 ms later
 //! (passbyvalue_lm) stays virtual, as it is above `plain_below`.
 
