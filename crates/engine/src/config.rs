@@ -33,6 +33,10 @@ pub struct Config {
     /// Copies into a size class whose copies were mostly written are made
     /// plainly (fresh.rs). Off (default): every eligible copy is virtual.
     pub copy_learn: bool,
+    /// With `copy_learn`, a copy into a block below `plain_below` that the
+    /// program frees sooner than this after the copy counts against its
+    /// class as a written one does (fresh.rs). Zero: lifetime is not judged.
+    pub copy_young: Duration,
     /// Turn copies of whole pages into copy-on-write views (mmapcopy).
     pub copy: bool,
     /// Fold all-zero pages during a scan.
@@ -239,6 +243,7 @@ impl Default for Config {
             plain_below: 0,
             copy_through: false,
             copy_learn: false,
+            copy_young: Duration::from_millis(1000),
             copy: true,
             zero: true,
             merge: true,
@@ -408,6 +413,9 @@ impl Config {
         }
         if let Some(v) = num("PAGEFOLD_RECYCLE_MB") {
             c.recycle_bytes = (v as usize) << 20;
+        }
+        if let Some(v) = num("PAGEFOLD_COPY_YOUNG_MS") {
+            c.copy_young = Duration::from_millis(v);
         }
         if let Some(v) = num("PAGEFOLD_PLAIN_BELOW") {
             c.plain_below = v as usize;

@@ -8,7 +8,8 @@ use crate::state::State;
 use crate::sys::{self, PAGE};
 
 impl State {
-    /// The copy proper; false if nothing in it can be virtual (caller copies plainly).
+    /// The copy proper; false if nothing in it can be or should be virtual
+    /// (the caller copies plainly).
     ///
     /// # Safety
     /// As for `Engine::copy`: `src` valid for reads and `dst` for writes of
@@ -29,6 +30,18 @@ impl State {
         if whole == 0 {
             return false;
         }
+        let src_block_pages = self.blocks[&sb].pages.len();
+        let dst_block_pages = self.blocks[&db].pages.len();
+        if self.cfg.copy_learn && !self.placement.copy_pays(dst_block_pages) {
+            // The caller copies plainly, as glibc's memcpy would, without
+            // the lock. Such a copy does not count its source's class as
+            // copied from (fresh.rs).
+            self.stats.copies_made_plain += 1;
+            return false;
+        }
+        if whole * 2 >= src_block_pages {
+            self.placement.copied_from(src_block_pages);
+        }
         let tail = len - head - whole * PAGE;
         let (s0, d0) = (src.add(head), dst.add(head));
         std::ptr::copy_nonoverlapping(src, dst, head);
@@ -37,19 +50,6 @@ impl State {
 
         let si = (s0 as usize - sb) / PAGE;
         let di = (d0 as usize - db) / PAGE;
-        let src_block_pages = self.blocks[&sb].pages.len();
-        let dst_block_pages = self.blocks[&db].pages.len();
-        let pays = !self.cfg.copy_learn || self.placement.copy_pays(dst_block_pages);
-        // A class is moved to frames by copies that pay, not by copies the
-        // program writes over (fresh.rs).
-        if whole * 2 >= src_block_pages && pays {
-            self.placement.copied_from(src_block_pages);
-        }
-        if !pays {
-            self.stats.copies_made_plain += 1;
-            self.copy_plain_pages(s0, d0, whole);
-            return true;
-        }
         // Evicted source pages come back first (from this thread, no fault),
         // so the copy can share them instead of copying them plainly.
         self.restore_evicted(sb, si, whole);
@@ -98,8 +98,9 @@ impl State {
             }
         }
         let shared = plain.iter().filter(|p| !**p).count();
-        if let Some(b) = self.blocks.get_mut(&db) {
+        if let Some(b) = self.blocks.get_mut(&db).filter(|_| shared > 0) {
             b.copy_shared += shared;
+            b.shared_at = Some(std::time::Instant::now());
         }
         if shared > 0 && sb != db {
             self.note_copy_out(sb, db);
@@ -112,15 +113,6 @@ impl State {
             self.stats.bytes_copied_plain += PAGE as u64;
         }
         true
-    }
-
-    /// Copies `whole` pages plainly (a copy judged not to pay).
-    ///
-    /// # Safety
-    /// Both ranges valid for `whole` pages, not overlapping.
-    unsafe fn copy_plain_pages(&mut self, s0: *const u8, d0: *mut u8, whole: usize) {
-        std::ptr::copy_nonoverlapping(s0, d0, whole * PAGE);
-        self.stats.bytes_copied_plain += (whole * PAGE) as u64;
     }
 
     /// Copies `n` pages of anonymous memory at `src` into fresh frames and

@@ -108,6 +108,9 @@ pub struct Block {
     pub evicted: usize,
     /// Pages a copy shared into this block and not yet found written (fresh.rs learns from them).
     pub copy_shared: usize,
+    /// When a copy last shared pages into this block (fresh.rs learns
+    /// from copies freed young).
+    pub shared_at: Option<std::time::Instant>,
     /// Blocks a copy shared this block's frames into (a few, most recent
     /// last): when this block is freed, their divergence is read at once.
     pub copies_out: Vec<usize>,
@@ -135,6 +138,7 @@ impl Block {
             exempt: false,
             evicted,
             copy_shared: 0,
+            shared_at: None,
             copies_out: Vec::new(),
             merges_refused: 0,
             found: Default::default(),

@@ -280,7 +280,7 @@ impl State {
             return;
         }
         for npages in [len.div_ceil(PAGE), len.div_ceil(PAGE) + 1] {
-            if !(self.cfg.copy_learn && self.placement.copies_written(npages)) {
+            if !(self.cfg.copy_learn && self.placement.copies_wasted(npages)) {
                 self.placement.copied_from(npages);
             }
         }
@@ -417,10 +417,30 @@ impl State {
         let Some(mut block) = self.blocks.remove(&(ptr as usize)) else {
             return false;
         };
+        self.judge_copy_lifetime(&block);
         let copies = std::mem::take(&mut block.copies_out);
         self.free_block(block);
         self.refresh_copies(&copies);
         true
+    }
+
+    /// A freed block into which a copy shared pages still unwritten: if the
+    /// copy died young, its class learns it (fresh.rs, `freed_after_copy`).
+    fn judge_copy_lifetime(&mut self, block: &Block) {
+        let Some(at) = block.shared_at.filter(|_| self.cfg.copy_learn) else {
+            return;
+        };
+        let rule = crate::fresh::Lifetime {
+            young: self.cfg.copy_young,
+            below_pages: self.cfg.plain_below.div_ceil(PAGE),
+        };
+        let unwritten = block.copy_shared;
+        if self
+            .placement
+            .freed_after_copy(block.pages.len(), unwritten, at.elapsed(), rule)
+        {
+            self.stats.copy_pages_freed_young += unwritten as u64;
+        }
     }
 
     /// Most copies a block remembers having shared its frames into.

@@ -64,8 +64,11 @@ pub struct Stats {
     pub pages_copied_through: u64,
     /// Total anonymous source pages a copy moved onto the frames it shared (adopt.rs).
     pub pages_adopted: u64,
-    /// Copies made plainly because copies into blocks of that size were mostly written (fresh.rs).
+    /// Copies made plainly because copies into blocks of that size were
+    /// mostly written over or freed young (fresh.rs).
     pub copies_made_plain: u64,
+    /// Pages a copy shared that the program freed young, unwritten (fresh.rs).
+    pub copy_pages_freed_young: u64,
     /// Total bytes copied plainly by `copy` (partial pages, non-engine memory, fallbacks).
     pub bytes_copied_plain: u64,
     /// Total pages freed because they were all zero.

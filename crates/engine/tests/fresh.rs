@@ -602,3 +602,94 @@ fn copies_out_of_plain_memory_bring_a_class_back() {
     free(&e, a);
     free(&e, b);
 }
+
+fn engine_judging_lifetime(young: std::time::Duration) -> Engine {
+    Engine::new(Config {
+        copy_learn: true,
+        copy_young: young,
+        plain_below: 1 << 20,
+        recycle_bytes: 64 << 20,
+        ..Config::default()
+    })
+}
+
+/// A copy of `src` (`n` bytes) into a fresh block (malloc-like, so a
+/// recycled block may serve it): the block, and whether the copy was plain.
+fn copy_into_fresh(e: &Engine, src: *const u8, n: usize) -> (*mut u8, bool) {
+    let d = e.alloc(n, Hint::Uninit);
+    assert!(!d.is_null());
+    let plain_before = e.stats().copies_made_plain;
+    copy(e, d, src, n);
+    assert_eq!(bytes(d, n), bytes(src, n));
+    (d, e.stats().copies_made_plain > plain_before)
+}
+
+/// Copies into a size below `plain_below` that the program frees young and
+/// unwritten count against their class as written ones do: once 64 pages
+/// were judged, copies of that size are plain, and the blocks plainly
+/// copied into are recycled, as the caller's heap would reuse them. Copies
+/// of another size that live past the window stay virtual.
+#[test]
+fn copies_freed_young_become_plain_and_long_lived_ones_stay_virtual() {
+    let _g = serial();
+    let young = std::time::Duration::from_millis(300);
+    let e = engine_judging_lifetime(young);
+    let n = 32 * PAGE;
+    let a = filled(&e, n, 3);
+    let mut plain = Vec::new();
+    for _ in 0..12 {
+        let (d, was_plain) = copy_into_fresh(&e, a, n);
+        plain.push(was_plain);
+        free(&e, d);
+    }
+    let s = e.stats();
+    assert_eq!(
+        &plain[..2],
+        &[false, false],
+        "virtual until judged: {plain:?}"
+    );
+    assert!(plain[2..].iter().all(|&p| p), "then plain: {plain:?}");
+    assert!(s.copy_pages_freed_young >= 64, "{s:?}");
+    assert!(s.recycled >= 8, "plain copies' blocks are recycled: {s:?}");
+
+    let m = 48 * PAGE;
+    let c = filled(&e, m, 4);
+    let shared_before = e.stats().pages_shared_by_copy;
+    for _ in 0..3 {
+        let kept: Vec<*mut u8> = (0..2)
+            .map(|_| {
+                let (d, was_plain) = copy_into_fresh(&e, c, m);
+                assert!(!was_plain, "copies that live long stay virtual");
+                d
+            })
+            .collect();
+        std::thread::sleep(young + std::time::Duration::from_millis(50));
+        kept.into_iter().for_each(|d| free(&e, d));
+    }
+    let s = e.stats();
+    assert_eq!(s.pages_shared_by_copy - shared_before, 6 * 48, "{s:?}");
+    assert!(s.copy_pages_freed_young < 2 * 64, "{s:?}");
+    free(&e, a);
+    free(&e, c);
+}
+
+/// With lifetime not judged (`copy_young` zero), copies freed young stay virtual.
+#[test]
+fn copies_freed_young_stay_virtual_when_lifetime_is_not_judged() {
+    let _g = serial();
+    let e = engine_judging_lifetime(std::time::Duration::ZERO);
+    let n = 32 * PAGE;
+    let a = filled(&e, n, 5);
+    for _ in 0..12 {
+        let (d, was_plain) = copy_into_fresh(&e, a, n);
+        assert!(!was_plain);
+        free(&e, d);
+    }
+    let s = e.stats();
+    assert_eq!(
+        (s.copies_made_plain, s.copy_pages_freed_young),
+        (0, 0),
+        "{s:?}"
+    );
+    free(&e, a);
+}

@@ -23,7 +23,8 @@
 //! `PAGEFOLD_PLAIN_BELOW` defaults to 32 MiB here with `adaptive` (a block below it whose size
 //! is not copied from is left to glibc, whose heap reuses freed memory: the engine's state.rs);
 //! `PAGEFOLD_COPY_LEARN` defaults to 1 here (copies into a size class whose copies were
-//! mostly written over are made plainly: fresh.rs);
+//! mostly written over, or below `PAGEFOLD_PLAIN_BELOW` freed young, are made plainly:
+//! fresh.rs);
 //! `PAGEFOLD_SCAN_AFTER_FREE_MB` (default 64): wake the scanner after this much
 //! engine memory was freed, which is when a garbage collector has just run;
 //! `PAGEFOLD_REPORT=PATH`: at exit write the engine's statistics as JSON to
