@@ -25,6 +25,8 @@
 //! `PAGEFOLD_COPY_LEARN` defaults to 1 here (copies into a size class whose copies were
 //! mostly written over, or below `PAGEFOLD_PLAIN_BELOW` freed young, are made plainly:
 //! fresh.rs);
+//! `PAGEFOLD_EVICT_UNTESTED` defaults to 0 here unless `PAGEFOLD_TIER=1` (under
+//! pressure-driven tiering only pages the pin guard tests are evicted: the engine's evict.rs);
 //! `PAGEFOLD_SCAN_AFTER_FREE_MB` (default 64): wake the scanner after this much
 //! engine memory was freed, which is when a garbage collector has just run;
 //! `PAGEFOLD_REPORT=PATH`: at exit write the engine's statistics as JSON to
