@@ -363,14 +363,14 @@ fn passes_stop_while_what_they_evict_is_touched_again() {
 }
 
 /// The fault thread tells young restores from old ones (the pass
-/// governor's evidence of churn): with 10 ms clock intervals, a page touched
-/// right after its eviction counts in `restored_young`, one touched 300 ms
+/// governor's evidence of churn): with 50 ms clock intervals, a page touched
+/// right after its eviction counts in `restored_young`, one touched 1.5 s
 /// (30 intervals) after it does not.
 #[test]
 fn restores_soon_after_eviction_count_as_young() {
     let _serial = serial();
     let e = Engine::new(Config {
-        clock_interval: Duration::from_millis(10),
+        clock_interval: Duration::from_millis(50),
         ..pressure_cfg()
     });
     let p = filled(&e, 64);
@@ -379,7 +379,7 @@ fn restores_soon_after_eviction_count_as_young() {
     // SAFETY: pages 32-63 of the 64-page block.
     let second = unsafe { p.add(32 * PAGE) };
     let old = e.evict(second, 32 * PAGE).evicted;
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(1500));
     assert!(read_back(p, 64));
     assert!(young >= 30 && old >= 30, "{young} {old}");
     let s = e.stats();
