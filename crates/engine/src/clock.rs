@@ -224,7 +224,7 @@ pub struct ClockStats {
     pub pressure_reads: u64,
     pub pressure: crate::pressure::Reading,
     /// Clock intervals the next pass under pressure waits (1 after a pass
-    /// that paid, pass.rs `Governor`).
+    /// that paid, governor.rs).
     pub backoff: u32,
     /// Passes under pressure after which passes stopped for a while, because
     /// what passes evict comes back.
@@ -242,7 +242,7 @@ pub(crate) struct Clock {
     /// Under pressure: above the high watermark, not yet below the low one.
     pub pressure: bool,
     /// Driven by pressure: whether passes pay, and the wait it sets (pass.rs).
-    pub governor: crate::pass::Governor,
+    pub governor: crate::governor::Governor,
     /// Resident anonymous and diverged pages, as the last complete pass counted them.
     pub private_resident: u64,
     pub stats: ClockStats,

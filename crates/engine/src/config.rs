@@ -227,7 +227,7 @@ pub struct Inject {
     pub hide_psi: bool,
     /// Pretend the machine has this many bytes of swap free (/proc/meminfo
     /// `SwapFree`): whether the kernel can swap decides how cautious
-    /// passes under pressure are (pass.rs `Governor`).
+    /// passes under pressure are (governor.rs).
     pub swap_free: Option<u64>,
     /// Pauses of up to this many microseconds at the points where eviction,
     /// restoring and reconciling race (race.rs).

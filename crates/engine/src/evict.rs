@@ -156,7 +156,7 @@ impl State {
             None => {
                 self.restoring.evictions = Some(Arc::new(Evictions::new(
                     store,
-                    crate::pass::young(&self.cfg),
+                    crate::governor::young(&self.cfg),
                 )));
                 true
             }

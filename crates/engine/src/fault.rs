@@ -69,7 +69,7 @@ pub(crate) struct Counts {
     pub errors: u64,
     /// Time from eviction to the touch that restored it (Difference Engine's Figure 4).
     pub lifetime_ms_log2: [u64; LIFETIME_BUCKETS],
-    /// Pages restored within `Table::young` of their eviction (pass.rs `Governor`).
+    /// Pages restored within `Table::young` of their eviction (governor.rs).
     pub restored_young: u64,
 }
 

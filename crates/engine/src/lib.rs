@@ -79,7 +79,8 @@
 //!    thread (fault.rs) with the held pages (held.rs) and patches
 //!    (patches.rs) it keeps, the pin guard's state (guard.rs), recycled
 //!    blocks (recycle.rs), and the scan's and clock's pure decisions
-//!    (idle.rs, sample.rs, budget.rs, fresh.rs, clock.rs, colour.rs).
+//!    (idle.rs, sample.rs, budget.rs, fresh.rs, clock.rs, governor.rs,
+//!    colour.rs).
 //! 3. The page table (state.rs): `State` and the operations every mechanism
 //!    builds on (allocate, free, remap, freeze, divergence, the mapping
 //!    budget); what a change of mapping invalidates below (holds, records of
@@ -111,6 +112,7 @@ pub mod fds;
 mod fork;
 mod frames;
 mod fresh;
+mod governor;
 mod guard;
 mod held;
 mod hold;

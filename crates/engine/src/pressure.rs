@@ -259,7 +259,7 @@ impl Reading {
 
     /// Whether the kernel can swap (the machine has swap free): then its own
     /// reclaim, which sees reads, relieves the shortage too, and passes must
-    /// show they pay (pass.rs `Governor`). Unreadable counts as no swap.
+    /// show they pay (governor.rs). Unreadable counts as no swap.
     pub fn kernel_swaps(&self) -> bool {
         self.swap_free.is_some_and(|b| b > 0)
     }

@@ -38,7 +38,7 @@ impl State {
                 None => {
                     self.restoring.evictions = Some(Arc::new(Evictions::new(
                         Arc::new(store),
-                        crate::pass::young(&self.cfg),
+                        crate::governor::young(&self.cfg),
                     )))
                 }
             }
@@ -53,7 +53,7 @@ impl State {
             .get_or_insert_with(|| {
                 Arc::new(Evictions::new(
                     Arc::new(NoStore),
-                    crate::pass::young(&self.cfg),
+                    crate::governor::young(&self.cfg),
                 ))
             })
             .clone();

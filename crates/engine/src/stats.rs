@@ -154,7 +154,7 @@ pub struct Stats {
     /// Total evicted pages restored because something touched them.
     pub restored: u64,
     /// Of those, pages touched within 20 clock intervals of their eviction
-    /// (churn to the pass governor, pass.rs).
+    /// (churn to the pass governor, governor.rs).
     pub restored_young: u64,
     /// Total evicted pages the engine restored itself (before fork, exempting a block).
     pub restored_by_engine: u64,
