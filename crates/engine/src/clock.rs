@@ -241,7 +241,7 @@ pub(crate) struct Clock {
     pub last_pass: Option<Instant>,
     /// Under pressure: above the high watermark, not yet below the low one.
     pub pressure: bool,
-    /// Driven by pressure: whether passes pay, and the wait it sets (pass.rs).
+    /// Driven by pressure: whether passes pay, and the wait it sets (governor.rs).
     pub governor: crate::governor::Governor,
     /// Resident anonymous and diverged pages, as the last complete pass counted them.
     pub private_resident: u64,
