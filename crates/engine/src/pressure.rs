@@ -218,7 +218,12 @@ impl Gauge {
     }
 
     pub fn read(&self) -> Reading {
-        let read = |p: &Path| self.text(p);
+        // Read once: the machine's binding and its free swap both come from it.
+        let meminfo = self.text(&self.sources.meminfo);
+        let read = |p: &Path| match p == self.sources.meminfo {
+            true => meminfo.clone(),
+            false => self.text(p),
+        };
         let binding = memlimit::binding(&self.sources, self.group.as_ref(), self.user_limit, &read);
         let psi = self.psi.as_ref().and_then(|(f, own)| {
             let v = memlimit::parse_psi(&self.text(f)?)?;
@@ -233,10 +238,9 @@ impl Gauge {
             limit: 0,
             used: 0,
         });
-        let swap_free = self.swap_free.or_else(|| {
-            let text = self.text(&self.sources.meminfo)?;
-            memlimit::parse_swap_free(&text)
-        });
+        let swap_free = self
+            .swap_free
+            .or_else(|| memlimit::parse_swap_free(meminfo.as_deref()?));
         Reading {
             limit,
             used,
