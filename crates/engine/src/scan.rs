@@ -186,8 +186,12 @@ pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
             st.in_protected_chunk(base, i, c, &mut work);
             i += c;
         }
-        if let Some(b) = inner.lock().blocks.get_mut(&base) {
-            b.found.scan_done();
+        let mut st = inner.lock();
+        let st = &mut *st;
+        if let Some(b) = st.blocks.get_mut(&base) {
+            if let Some(fruitful) = b.found.scan_done(b.pages.len()) {
+                st.class_yields.judged(b.pages.len(), fruitful);
+            }
         }
     }
     rep.wall_ns = t0.elapsed().as_nanos() as u64;
@@ -560,6 +564,7 @@ impl State {
             block.seen[k] = idle::after_look(block.seen[k], acted);
             block.found.acted(acted as usize);
         }
+        block.found.looked(looked.len());
     }
 
     /// The pages that look as they did to the previous scan; records what

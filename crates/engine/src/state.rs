@@ -107,6 +107,8 @@ pub(crate) struct State {
     pub clock: Clock,
     /// What copies taught about where fresh blocks should start (fresh.rs).
     pub placement: crate::fresh::Placement,
+    /// What scans of each size class yielded: whether new blocks start sampled (sample.rs).
+    pub class_yields: crate::sample::ClassYields,
     pub stats: Stats,
     pub cfg: Config,
 }
@@ -202,6 +204,7 @@ impl State {
             ksm_ready: None,
             clock: Default::default(),
             placement: Default::default(),
+            class_yields: Default::default(),
             stats,
             cfg,
         }
@@ -310,7 +313,11 @@ impl State {
         if hint == Hint::FullWrite {
             let _ = sys::madvise(ptr, npages * PAGE, libc::MADV_POPULATE_WRITE);
         }
-        let block = Block::new(ptr, pages);
+        let mut block = Block::new(ptr, pages);
+        if self.cfg.sample_scan && self.class_yields.sampled(npages) {
+            block.found = crate::sample::Yield::start(true);
+            self.stats.blocks_started_sampled += 1;
+        }
         self.stats.fresh_pages += npages as u64;
         self.vmas += block.vmas;
         self.blocks.insert(ptr as usize, block);
@@ -802,6 +809,7 @@ impl State {
             + pools
             + self.stable.bytes()
             + self.placement.bytes()
+            + self.class_yields.bytes()
             + young
             + std::mem::size_of::<State>()
     }

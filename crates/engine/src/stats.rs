@@ -114,6 +114,9 @@ pub struct Stats {
     pub scans_deferred: u64,
     /// Pages of fresh blocks handed out (not recycled ones).
     pub fresh_pages: u64,
+    /// Fresh blocks that started sampled, their size class having yielded
+    /// nothing to scans (sample.rs).
+    pub blocks_started_sampled: u64,
     /// Allocations `Engine::take` left to the program's own allocator
     /// (below `Config::plain_below`, of a size class not copied from).
     pub allocs_declined: u64,

@@ -3,7 +3,8 @@
 //! them are still found, within one full-look period (8 scans). And sampled
 //! blocks (sample.rs): a block that yields nothing is looked at one page in
 //! 16, yet a zeroed or duplicated run of 16 pages in it is still found, and
-//! then the whole block is looked at again.
+//! then the whole block is looked at again; blocks of a size whose blocks
+//! yielded nothing start sampled.
 
 mod common;
 
@@ -334,4 +335,75 @@ fn scans_read_shared_pages_without_mapping_them_into_the_copy() {
     assert!(common::bytes(b, pages * PAGE) == want);
     // SAFETY: the block this test allocated, freed once.
     unsafe { e.free(b) };
+}
+
+#[test]
+fn new_blocks_of_a_size_that_yielded_nothing_start_sampled_and_a_zeroed_run_still_folds() {
+    let pages = 256;
+    let e = Engine::new(Config {
+        smart_scan: false,
+        ..Config::default()
+    });
+    // Two blocks of one size, each looked at whole once and found fruitless.
+    for seed in [20, 21] {
+        let p = e.alloc(pages * PAGE, Hint::None);
+        fill_unique(p, pages, seed);
+        assert_eq!(e.scan().pages_scanned, pages as u64);
+        // SAFETY: the block this loop allocated, freed once.
+        unsafe { e.free(p) };
+    }
+    assert_eq!(e.stats().blocks_started_sampled, 0);
+    // The next block of that size starts sampled; one of another size does not.
+    let p = e.alloc(pages * PAGE, Hint::None);
+    fill_unique(p, pages, 22);
+    let other = e.alloc((pages + 1) * PAGE, Hint::None);
+    fill_unique(other, pages + 1, 23);
+    assert_eq!(e.stats().blocks_started_sampled, 1);
+    assert_eq!(e.scan().pages_scanned, (pages / 16 + pages + 1) as u64);
+    // A zeroed run of 16 pages covers a sampled page: it ends the sampling,
+    // and the whole run folds.
+    zero_pages(p, 80, 96);
+    let mut folded = 0;
+    for _ in 0..6 {
+        folded += e.scan().zero_folded;
+        if folded == 16 {
+            break;
+        }
+    }
+    assert_eq!(folded, 16, "{:?}", e.stats());
+    // SAFETY: the block's pages, read.
+    let bytes = unsafe { std::slice::from_raw_parts(p, pages * PAGE) };
+    assert!(bytes[80 * PAGE..96 * PAGE].iter().all(|&b| b == 0));
+    // The block was fruitful: new blocks of its size start whole again.
+    let q = e.alloc(pages * PAGE, Hint::None);
+    fill_unique(q, pages, 24);
+    assert_eq!(e.stats().blocks_started_sampled, 1);
+    // SAFETY: the blocks this test allocated, freed once each.
+    unsafe {
+        e.free(p);
+        e.free(other);
+        e.free(q);
+    }
+}
+
+#[test]
+fn two_blocks_of_one_size_equal_page_for_page_merge_whole_at_their_second_look() {
+    let pages = 64;
+    let e = Engine::new(Config {
+        smart_scan: false,
+        ..Config::default()
+    });
+    let a = e.alloc(pages * PAGE, Hint::None);
+    let b = e.alloc(pages * PAGE, Hint::None);
+    fill_unique(a, pages, 30);
+    fill_unique(b, pages, 30);
+    // Both are fruitless at their first look, which makes their size
+    // sampled for new blocks, but not for them.
+    e.scan();
+    assert_eq!(e.scan().merged, pages as u64, "{:?}", e.stats());
+    // SAFETY: the blocks this test allocated, freed once each.
+    unsafe {
+        e.free(a);
+        e.free(b);
+    }
 }
