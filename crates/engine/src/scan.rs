@@ -590,6 +590,7 @@ impl State {
             .get_mut(&base)
             .expect("block vanished under the lock");
         let before = pages.len();
+        let mut refilled = 0;
         let kept: Vec<usize> = pages
             .into_iter()
             .filter(|&k| {
@@ -599,6 +600,7 @@ impl State {
                 let look = look(block.page_addr(k), zero);
                 let before = block.seen[k];
                 let same = before & crate::seen::LOOK_MASK == look;
+                refilled += (!zero && crate::seen::folded_zero(before)) as u64;
                 block.seen[k] = crate::seen::with_look(before, look);
                 if !same {
                     block.seen[k] = crate::seen::written(block.seen[k]);
@@ -610,6 +612,7 @@ impl State {
             })
             .collect();
         rep.volatile += (before - kept.len()) as u64;
+        self.stats.zero_refilled += refilled;
         kept
     }
 

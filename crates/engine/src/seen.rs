@@ -43,6 +43,12 @@ pub fn with_look(seen: u32, look: u32) -> u32 {
     (seen & !LOOK_MASK) | (look & LOOK_MASK)
 }
 
+/// Whether the look this `seen` records folded the page as zero: it saw
+/// zero and acted (a look that acts resets the idle level).
+pub fn folded_zero(seen: u32) -> bool {
+    seen & LOOK_MASK == 1 && level(seen) == 0
+}
+
 /// Passes without access.
 pub fn age(seen: u32) -> u32 {
     seen >> AGE_SHIFT

@@ -73,6 +73,9 @@ pub struct Stats {
     pub bytes_copied_plain: u64,
     /// Total pages freed because they were all zero.
     pub zero_folded: u64,
+    /// Pages folded as zero that a later look found written again (the fold
+    /// cost a fault and saved memory only until then).
+    pub zero_refilled: u64,
     /// Total pages merged onto an identical frame.
     pub merged: u64,
     /// Total pages a scan left alone because the kernel may hold a pin on
