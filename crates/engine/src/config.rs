@@ -26,6 +26,9 @@ pub struct Config {
     /// below its largest mmap threshold, 32 MiB). 0 (default): the engine
     /// takes every allocation.
     pub plain_below: usize,
+    /// Below `plain_below`, how many allocations of a size class the engine
+    /// takes before copy evidence decides (fresh.rs, `worth_taking`).
+    pub take_first: u32,
     /// A copy from anonymous source pages writes them into fresh frames and
     /// maps the destination there, so copies of the copy are virtual. Off by
     /// default: such copies are plain.
@@ -241,6 +244,7 @@ impl Default for Config {
             fresh: crate::fresh::Fresh::Frames,
             fresh_zeroed: crate::fresh::Fresh::Adaptive,
             plain_below: 0,
+            take_first: 4,
             copy_through: false,
             copy_learn: false,
             copy_young: Duration::from_millis(1000),
@@ -419,6 +423,9 @@ impl Config {
         }
         if let Some(v) = num("PAGEFOLD_PLAIN_BELOW") {
             c.plain_below = v as usize;
+        }
+        if let Some(v) = num("PAGEFOLD_TAKE_FIRST") {
+            c.take_first = v.min(u32::MAX as u64) as u32;
         }
         if let Some(v) = num("PAGEFOLD_RECYCLE_LIVE_PCT") {
             c.recycle_live_percent = v;

@@ -25,7 +25,7 @@
 //! (recycle.rs) only partly makes up for. R's glm fits allocate 4 MiB and
 //! 2 MiB vectors about 1,300 times, one in four copied from: taking them all
 //! cost 1.3 million minor faults against plain's 0.78 million. So a class is
-//! taken for its first `KNOWN_AFTER` allocations (the first block of a size
+//! taken for its first `Config::take_first` allocations (the first block of a size
 //! may be the source of many copies) and afterwards only while one block in
 //! `TAKEN_EVERY` is copied from; copies out of the caller's memory count for
 //! the class of their length, so a class can come back.
@@ -110,10 +110,9 @@ impl Fresh {
 /// A class starts on frames when at least one block in this many was copied from.
 const COPIED_EVERY: u32 = 4;
 /// A class is taken from the program's own allocator (`worth_taking`) when
-/// at least one block in this many was copied from...
+/// at least one block in this many was copied from, once
+/// `Config::take_first` of its allocations were seen.
 const TAKEN_EVERY: u32 = 2;
-/// ... once this many of its allocations were seen.
-const KNOWN_AFTER: u32 = 4;
 /// Both counters of a class are halved when its allocations reach this, so
 /// the class follows what the program does now.
 const DECAY_AT: u32 = 64;
@@ -238,14 +237,14 @@ impl Placement {
     /// Whether the engine should take a block of `npages` from the program's
     /// own allocator (state.rs, `take`): there a block costs a fault per
     /// page that the allocator's reused heap would not, and only blocks that
-    /// share pay it back. A class is taken until `KNOWN_AFTER` allocations
+    /// share pay it back. A class is taken until `take_first` allocations
     /// of it were seen (the first block of a size may be the source of many
     /// copies), and afterwards while one block in `TAKEN_EVERY` is copied
     /// from, which means about every block of the class is a copy's source
     /// or destination.
-    pub fn worth_taking(&self, npages: usize) -> bool {
+    pub fn worth_taking(&self, npages: usize, take_first: u32) -> bool {
         self.classes.get(&npages).is_none_or(|c| {
-            c.allocs < KNOWN_AFTER || (c.copied > 0 && c.copied * TAKEN_EVERY >= c.allocs)
+            c.allocs < take_first || (c.copied > 0 && c.copied * TAKEN_EVERY >= c.allocs)
         })
     }
 
@@ -381,16 +380,16 @@ mod tests {
     #[test]
     fn a_class_is_worth_taking_until_known_then_while_copied_from() {
         let mut p = Placement::default();
-        assert!(p.worth_taking(300), "unknown");
-        for _ in 0..KNOWN_AFTER {
-            assert!(p.worth_taking(300), "not yet known");
+        assert!(p.worth_taking(300, 4), "unknown");
+        for _ in 0..4 {
+            assert!(p.worth_taking(300, 4), "not yet known");
             p.on_frames(Fresh::Adaptive, 300);
         }
-        assert!(!p.worth_taking(300), "known, never copied from");
+        assert!(!p.worth_taking(300, 4), "known, never copied from");
         p.copied_from(300);
-        assert!(!p.worth_taking(300), "one copy in four blocks");
+        assert!(!p.worth_taking(300, 4), "one copy in four blocks");
         p.copied_from(300);
-        assert!(p.worth_taking(300), "one copy in two blocks");
+        assert!(p.worth_taking(300, 4), "one copy in two blocks");
     }
 
     #[test]

@@ -255,7 +255,7 @@ impl State {
     pub fn take(&mut self, len: usize, hint: Hint) -> Option<*mut u8> {
         if len < self.cfg.plain_below && self.fresh_policy(hint) == Fresh::Adaptive {
             let npages = len.max(1).div_ceil(PAGE);
-            if crate::fds::lost() || !self.placement.worth_taking(npages) {
+            if crate::fds::lost() || !self.placement.worth_taking(npages, self.cfg.take_first) {
                 self.placement.on_frames(Fresh::Adaptive, npages);
                 self.stats.allocs_declined += 1;
                 return None;

@@ -522,14 +522,18 @@ fn copy_learning_can_be_switched_off() {
     free(&e, a);
 }
 
-fn engine_leaving_plain_below(plain_below: usize) -> Engine {
-    Engine::new(Config {
+fn engine_config_leaving_plain_below(plain_below: usize) -> Config {
+    Config {
         fresh: Fresh::Adaptive,
         copy_through: true,
         copy_learn: true,
         plain_below,
         ..Config::default()
-    })
+    }
+}
+
+fn engine_leaving_plain_below(plain_below: usize) -> Engine {
+    Engine::new(engine_config_leaving_plain_below(plain_below))
 }
 
 /// A size class below `plain_below` is taken for its first allocations (the
@@ -568,6 +572,26 @@ fn allocations_no_copy_pays_for_are_left_to_the_caller() {
         free(&all, p);
     }
     assert_eq!(all.stats().allocs_declined, 0);
+}
+
+/// `take_first` sets how many allocations of a size are taken before copy
+/// evidence decides.
+#[test]
+fn how_many_allocations_of_a_size_are_taken_first_is_configurable() {
+    let _s = serial();
+    let len = 64 * PAGE;
+    for take_first in [1, 2] {
+        let e = Engine::new(Config {
+            take_first,
+            ..engine_config_leaving_plain_below(1 << 20)
+        });
+        let taken = (0..6)
+            .filter_map(|_| e.take(len, Hint::Uninit))
+            .inspect(|&p| free(&e, p))
+            .count();
+        assert_eq!(taken, take_first as usize);
+        assert_eq!(e.stats().allocs_declined, 6 - take_first as u64);
+    }
 }
 
 /// Copies out of the caller's own memory count for the class of their
