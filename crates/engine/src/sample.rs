@@ -69,7 +69,7 @@ pub struct Yield {
     /// Pages acted on in the scan under way.
     acted: usize,
     /// Pages that turned all-zero since their previous look, in the scan
-    /// under way.
+    /// under way: the next look folds them, so it must not be sampled.
     turned_zero: usize,
     /// Pages looked at in the scan under way.
     looked: usize,
