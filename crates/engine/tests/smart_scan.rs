@@ -143,6 +143,27 @@ fn zero_pages(p: *mut u8, from: usize, to: usize) {
     unsafe { std::ptr::write_bytes(p.add(from * PAGE), 0, (to - from) * PAGE) };
 }
 
+/// Zero pages folded by at most `scans` scans, stopping once `want` are.
+fn folded_within(e: &Engine, want: u64, scans: usize) -> u64 {
+    let mut folded = 0;
+    for _ in 0..scans {
+        folded += e.scan().zero_folded;
+        if folded == want {
+            break;
+        }
+    }
+    folded
+}
+
+/// Asserts that each page in `pages` of the block at `p` reads zero.
+fn assert_reads_zero(p: *const u8, pages: impl Iterator<Item = usize>) {
+    for k in pages {
+        // SAFETY: callers pass pages inside a live block of this test, read only.
+        let page = unsafe { std::slice::from_raw_parts(p.add(k * PAGE), PAGE) };
+        assert!(page.iter().all(|&b| b == 0), "page {k}");
+    }
+}
+
 #[test]
 fn a_fruitless_block_is_sampled_and_a_zeroed_run_in_it_ends_the_sampling() {
     let pages = 256;
@@ -162,22 +183,8 @@ fn a_fruitless_block_is_sampled_and_a_zeroed_run_in_it_ends_the_sampling() {
     // does not, but is found once the block is looked at whole again.
     zero_pages(p, 40, 56);
     zero_pages(p, 100, 104);
-    let mut folded = 0;
-    for _ in 0..8 {
-        folded += e.scan().zero_folded;
-        if folded == 20 {
-            break;
-        }
-    }
-    assert_eq!(folded, 20, "{:?}", e.stats());
-    // SAFETY: every page reads zero or its pattern: the pages of the block, read.
-    let bytes = unsafe { std::slice::from_raw_parts(p, pages * PAGE) };
-    for k in (40..56).chain(100..104) {
-        assert!(
-            bytes[k * PAGE..(k + 1) * PAGE].iter().all(|&b| b == 0),
-            "page {k}"
-        );
-    }
+    assert_eq!(folded_within(&e, 20, 8), 20, "{:?}", e.stats());
+    assert_reads_zero(p, (40..56).chain(100..104));
     // SAFETY: the block this test allocated, freed once.
     unsafe { e.free(p) };
 }
@@ -363,17 +370,8 @@ fn new_blocks_of_a_size_that_yielded_nothing_start_sampled_and_a_zeroed_run_stil
     // A zeroed run of 16 pages covers a sampled page: it ends the sampling,
     // and the whole run folds.
     zero_pages(p, 80, 96);
-    let mut folded = 0;
-    for _ in 0..6 {
-        folded += e.scan().zero_folded;
-        if folded == 16 {
-            break;
-        }
-    }
-    assert_eq!(folded, 16, "{:?}", e.stats());
-    // SAFETY: the block's pages, read.
-    let bytes = unsafe { std::slice::from_raw_parts(p, pages * PAGE) };
-    assert!(bytes[80 * PAGE..96 * PAGE].iter().all(|&b| b == 0));
+    assert_eq!(folded_within(&e, 16, 6), 16, "{:?}", e.stats());
+    assert_reads_zero(p, 80..96);
     // The block was fruitful: new blocks of its size start whole again.
     let q = e.alloc(pages * PAGE, Hint::None);
     fill_unique(q, pages, 24);
