@@ -29,6 +29,11 @@ pub struct Config {
     /// Below `plain_below`, how many allocations of a size class the engine
     /// takes before copy evidence decides (fresh.rs, `worth_taking`).
     pub take_first: u32,
+    /// Which mallocs are left to the caller's own allocator when it holds at
+    /// least as many bytes freed (`Engine::take_beside_heap`; state.rs
+    /// `leave_to_heap`): reusing its freed, resident memory faults nothing,
+    /// where an engine block faults in every page afresh.
+    pub heap_first: HeapFirst,
     /// A copy from anonymous source pages writes them into fresh frames and
     /// maps the destination there, so copies of the copy are virtual. Off by
     /// default: such copies are plain.
@@ -245,6 +250,7 @@ impl Default for Config {
             fresh_zeroed: crate::fresh::Fresh::Adaptive,
             plain_below: 0,
             take_first: 4,
+            heap_first: HeapFirst::Large,
             copy_through: false,
             copy_learn: false,
             copy_young: Duration::from_millis(1000),
@@ -295,6 +301,30 @@ impl Default for Config {
     }
 }
 
+/// Which mallocs the caller's heap serves first when it has room (state.rs
+/// `leave_to_heap`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeapFirst {
+    /// None: the engine takes what `plain_below` and `take_first` give it.
+    Off,
+    /// Those at `plain_below` and above (the default); below it the first
+    /// blocks of a size are still taken to learn what the size yields.
+    Large,
+    /// Every size, the first blocks of a size too.
+    Every,
+}
+
+impl HeapFirst {
+    /// `PAGEFOLD_HEAP_FIRST`: 0/off/false/no, every/all, anything else large.
+    pub fn parse(text: &str) -> HeapFirst {
+        match text.trim() {
+            "0" | "off" | "false" | "no" => HeapFirst::Off,
+            "every" | "all" => HeapFirst::Every,
+            _ => HeapFirst::Large,
+        }
+    }
+}
+
 /// When tiering's clock runs (clock.rs, pressure.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tier {
@@ -333,7 +363,7 @@ impl Config {
     }
 
     /// Defaults overridden by `PAGEFOLD_*` variables:
-    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_PLAIN_BELOW` (bytes), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_COPY_LEARN`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_KSM`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN`, `PAGEFOLD_PIN_GUARD`, `PAGEFOLD_PIN_HOLD`, `PAGEFOLD_RECYCLE_JOIN` (0/1),
+    /// `PAGEFOLD_FRAMES`, `PAGEFOLD_FRESH` (frames, anon, adaptive), `PAGEFOLD_PLAIN_BELOW` (bytes), `PAGEFOLD_COPY`, `PAGEFOLD_COPY_THROUGH`, `PAGEFOLD_HEAP_FIRST`, `PAGEFOLD_COPY_LEARN`, `PAGEFOLD_ZERO`, `PAGEFOLD_MERGE`, `PAGEFOLD_KSM`, `PAGEFOLD_VOLATILE_CHECK`, `PAGEFOLD_SMART_SCAN`, `PAGEFOLD_PIN_GUARD`, `PAGEFOLD_PIN_HOLD`, `PAGEFOLD_RECYCLE_JOIN` (0/1),
     /// `PAGEFOLD_VMA_BUDGET`, `PAGEFOLD_VMA_RESERVE`, `PAGEFOLD_SCAN_CHUNK` (pages),
     /// `PAGEFOLD_SCAN_INTERVAL_MS` (0 = on demand only), `PAGEFOLD_SCAN_CPU` (fraction), `PAGEFOLD_SCAN_SHARE` (fraction of the program's CPU; 0 = off),
     /// `PAGEFOLD_PIN_GRACE_US`, `PAGEFOLD_PIN_AGE_MS`, `PAGEFOLD_RECYCLE_MB`, `PAGEFOLD_RECYCLE_MS`, `PAGEFOLD_EVICT`, `PAGEFOLD_EVICT_UNTESTED` (0/1),
@@ -362,6 +392,9 @@ impl Config {
         flag("PAGEFOLD_FRAMES", &mut c.frames);
         flag("PAGEFOLD_COPY", &mut c.copy);
         flag("PAGEFOLD_COPY_THROUGH", &mut c.copy_through);
+        if let Ok(s) = std::env::var("PAGEFOLD_HEAP_FIRST") {
+            c.heap_first = HeapFirst::parse(&s);
+        }
         flag("PAGEFOLD_COPY_LEARN", &mut c.copy_learn);
         if let Some(f) = std::env::var("PAGEFOLD_FRESH")
             .ok()

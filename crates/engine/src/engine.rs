@@ -51,7 +51,15 @@ impl Engine {
     /// leaves it to the caller's own allocator (`Config::plain_below`), or
     /// means that not even plain anonymous memory could be had.
     pub fn take(&self, len: usize, hint: Hint) -> Option<*mut u8> {
-        self.inner.lock().take(len, hint)
+        self.inner.lock().take(len, hint, 0)
+    }
+
+    /// As `take`, for a caller whose own allocator holds `heap_free` bytes
+    /// freed and still resident: a malloc that fits in them is left to it
+    /// unless blocks of its size are copied from or yield pages
+    /// (`Config::heap_first`).
+    pub fn take_beside_heap(&self, len: usize, hint: Hint, heap_free: usize) -> Option<*mut u8> {
+        self.inner.lock().take(len, hint, heap_free)
     }
 
     /// Frees a block returned by `alloc` or `take`. False if `ptr` is not one.

@@ -243,9 +243,17 @@ impl Placement {
     /// from, which means about every block of the class is a copy's source
     /// or destination.
     pub fn worth_taking(&self, npages: usize, take_first: u32) -> bool {
-        self.classes.get(&npages).is_none_or(|c| {
-            c.allocs < take_first || (c.copied > 0 && c.copied * TAKEN_EVERY >= c.allocs)
-        })
+        self.classes
+            .get(&npages)
+            .is_none_or(|c| c.allocs < take_first)
+            || self.copied_often(npages)
+    }
+
+    /// Whether one block of `npages` in `TAKEN_EVERY` is copied from.
+    pub fn copied_often(&self, npages: usize) -> bool {
+        self.classes
+            .get(&npages)
+            .is_some_and(|c| c.copied > 0 && c.copied * TAKEN_EVERY >= c.allocs)
     }
 
     /// A block of `npages` was the source of a copy.

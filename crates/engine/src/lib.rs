@@ -141,7 +141,7 @@ mod threads;
 mod tier_store;
 
 pub use clock::{Allow, ClockStats, PassCounts};
-pub use config::{Config, Inject, Tier};
+pub use config::{Config, HeapFirst, Inject, Tier};
 pub use engine::Engine;
 pub use fresh::Fresh;
 pub use pressure::Reading as PressureReading;

@@ -213,6 +213,14 @@ impl Recycler {
         Some((pieces, vmas_before, vmas_after))
     }
 
+    /// Whether `take` would find a block for `npages` of this kind.
+    pub fn fits(&self, npages: usize, on_frames: bool) -> bool {
+        self.list.iter().any(|r| {
+            let n = r.block.pages.len();
+            is_on_frames(&r.block) == on_frames && n >= npages && n <= npages * 4
+        })
+    }
+
     /// Takes out the blocks that waited longer than `max_age` (oldest first
     /// in the list, so this usually looks at one entry).
     pub fn expired(&mut self, max_age: Duration) -> Vec<Block> {

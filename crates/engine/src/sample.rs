@@ -141,7 +141,9 @@ impl Yield {
     }
 }
 
-/// What the blocks of each size class yielded: fruitless verdicts in a row.
+/// What the blocks of each size class yielded: fruitless verdicts in a row
+/// since the last fruitful one (0: the last verdict was fruitful; no entry:
+/// no verdict yet).
 #[derive(Default)]
 pub struct ClassYields {
     fruitless: HashMap<usize, u8>,
@@ -156,17 +158,20 @@ impl ClassYields {
             .is_some_and(|&n| n >= CLASS_FRUITLESS)
     }
 
+    /// Whether the last verdict a block of `npages` gave was fruitful: a
+    /// scan folded, merged or froze pages of it (state.rs takes such sizes
+    /// even where the caller's heap could serve them).
+    pub fn fruitful(&self, npages: usize) -> bool {
+        self.fruitless.get(&npages) == Some(&0)
+    }
+
     /// A block of `npages` gave its verdict (`scan_done`).
     pub fn judged(&mut self, npages: usize, fruitful: bool) {
-        if fruitful {
-            self.fruitless.remove(&npages);
-            return;
-        }
         if self.fruitless.len() >= CLASSES && !self.fruitless.contains_key(&npages) {
             self.fruitless.clear();
         }
         let n = self.fruitless.entry(npages).or_insert(0);
-        *n = n.saturating_add(1);
+        *n = if fruitful { 0 } else { n.saturating_add(1) };
     }
 
     /// Bytes the table holds (engine metadata).
@@ -279,5 +284,16 @@ mod tests {
         assert!(!classes.sampled(7));
         judge(&mut classes, 7, false);
         assert!(classes.sampled(7));
+    }
+
+    #[test]
+    fn a_class_is_fruitful_until_its_next_fruitless_verdict() {
+        let mut classes = ClassYields::default();
+        assert!(!classes.fruitful(7), "no verdict yet");
+        judge(&mut classes, 7, true);
+        assert!(classes.fruitful(7));
+        assert!(!classes.fruitful(8));
+        judge(&mut classes, 7, false);
+        assert!(!classes.fruitful(7));
     }
 }

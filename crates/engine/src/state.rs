@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::clock::Clock;
-use crate::config::Config;
+use crate::config::{Config, HeapFirst};
 use crate::fault::{Restoring, Table};
 use crate::frames::{FrameId, Pool};
 use crate::fresh::Fresh;
@@ -252,17 +252,63 @@ impl State {
     /// `worth_taking`). The declined allocation is still counted for its
     /// class, so that copies of blocks of that size (`copied_from_plain`)
     /// can bring the class back to the engine.
-    pub fn take(&mut self, len: usize, hint: Hint) -> Option<*mut u8> {
-        if len < self.cfg.plain_below && self.fresh_policy(hint) == Fresh::Adaptive {
-            let npages = len.max(1).div_ceil(PAGE);
-            if crate::fds::lost() || !self.placement.worth_taking(npages, self.cfg.take_first) {
-                self.placement.on_frames(Fresh::Adaptive, npages);
-                self.stats.allocs_declined += 1;
-                return None;
-            }
+    ///
+    /// At `plain_below` and above, a malloc that fits in the `heap_free`
+    /// bytes the caller's allocator holds freed is left to it
+    /// (`leave_to_heap`).
+    pub fn take(&mut self, len: usize, hint: Hint, heap_free: usize) -> Option<*mut u8> {
+        let npages = len.max(1).div_ceil(PAGE);
+        if self.leave_to_heap(len, hint, heap_free) {
+            self.placement.on_frames(Fresh::Adaptive, npages);
+            self.stats.allocs_left_to_heap += 1;
+            return None;
+        }
+        if len < self.cfg.plain_below
+            && self.fresh_policy(hint) == Fresh::Adaptive
+            && (crate::fds::lost() || !self.placement.worth_taking(npages, self.cfg.take_first))
+        {
+            self.placement.on_frames(Fresh::Adaptive, npages);
+            self.stats.allocs_declined += 1;
+            return None;
         }
         let p = self.alloc(len, hint);
         (!p.is_null()).then_some(p)
+    }
+
+    /// Whether a malloc of `len` bytes, at least `Config::plain_below`, is
+    /// better left to the caller's heap, which holds `heap_free` bytes freed
+    /// (`Config::heap_first`). glibc maps such a request only when no freed
+    /// chunk fits it: R frees its 42 MiB design matrices into glibc's heap
+    /// and the next one of that size is carved out of memory that is still
+    /// resident. An engine block faults in every page afresh, and the freed
+    /// heap stays resident beside it: taking those blocks cost glm 79 MB of
+    /// peak and 50,000 faults. So the engine leaves such a malloc to the
+    /// heap unless blocks of its size are copied from (a copy of an engine
+    /// block is virtual), the last block of its size a scan judged was
+    /// fruitful (its zero or duplicate pages fold; sample.rs), or a recycled
+    /// block of its own fits it. Below `plain_below`, `take`'s own rule
+    /// decides: its first blocks of a size are taken to learn what the size
+    /// yields, heap or not (they hold most of what R's random forest folds),
+    /// unless `HeapFirst::Every` leaves those to the heap too.
+    /// Only malloc: calloc from the heap must clear what it reuses, where a
+    /// fresh block reads as zero for free.
+    fn leave_to_heap(&self, len: usize, hint: Hint, heap_free: usize) -> bool {
+        let sized = match self.cfg.heap_first {
+            HeapFirst::Off => false,
+            HeapFirst::Large => len >= self.cfg.plain_below,
+            HeapFirst::Every => true,
+        };
+        if !sized || hint != Hint::Uninit || heap_free < len {
+            return false;
+        }
+        let npages = len.max(1).div_ceil(PAGE);
+        self.fresh_policy(hint) == Fresh::Adaptive
+            && !self.placement.copied_often(npages)
+            && !self.class_yields.fruitful(npages)
+            && !self.recycler.fits(
+                npages,
+                self.placement.would_be_on_frames(Fresh::Adaptive, npages),
+            )
     }
 
     /// Where a fresh block asked for with `hint` starts (fresh.rs).
@@ -279,7 +325,8 @@ impl State {
     /// for an allocation header) count a copy, as an engine block's would,
     /// unless copies into the class were mostly written over.
     pub fn copied_from_plain(&mut self, len: usize) {
-        if self.cfg.plain_below == 0 || len >= self.cfg.plain_below {
+        let heap_first = self.cfg.heap_first != HeapFirst::Off;
+        if self.cfg.plain_below == 0 || (len >= self.cfg.plain_below && !heap_first) {
             return;
         }
         for npages in [len.div_ceil(PAGE), len.div_ceil(PAGE) + 1] {

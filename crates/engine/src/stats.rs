@@ -104,6 +104,9 @@ pub struct Stats {
     /// engine gave its own back, and the mappings it gave back (advice.rs).
     pub mappings_given_back: u64,
     pub mapping_shortages: u64,
+    /// Mallocs left to the caller's heap, which held enough freed memory
+    /// to serve them (state.rs `leave_to_heap`).
+    pub allocs_left_to_heap: u64,
     /// Allocations served by a recycled block (recycle.rs).
     pub recycled: u64,
     /// Of those, allocations no single recycled block fitted, served by

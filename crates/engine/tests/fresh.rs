@@ -8,7 +8,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use pagefold_engine::{Config, Engine, Fresh, Hint, Inject, Stats, PAGE};
+use pagefold_engine::{Config, Engine, Fresh, HeapFirst, Hint, Inject, Stats, PAGE};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -625,6 +625,131 @@ fn copies_out_of_plain_memory_bring_a_class_back() {
     assert!(e.stats().pages_shared_by_copy + e.stats().pages_adopted >= 64);
     free(&e, a);
     free(&e, b);
+}
+
+/// A malloc at or above `plain_below` that the caller's heap has room for
+/// (it holds at least as many bytes freed) is left to it; calloc is not,
+/// nor a malloc with too little room, nor any with `heap_first` off. Below
+/// `plain_below` the first allocations of a size are taken, room or not,
+/// unless `heap_first` is `Every`.
+#[test]
+fn mallocs_the_callers_heap_has_room_for_are_left_to_it() {
+    let _s = serial();
+    let big = 16 << 20;
+    let e = Engine::new(Config {
+        recycle_bytes: 0,
+        ..engine_config_leaving_plain_below(1 << 20)
+    });
+    assert_eq!(e.take_beside_heap(big, Hint::Uninit, big), None, "room");
+    assert_eq!(e.take_beside_heap(2 * big, Hint::Uninit, 1 << 30), None);
+    let short = e.take_beside_heap(big, Hint::Uninit, big - 1);
+    let zeroed = e.take_beside_heap(big, Hint::Zeroed, big);
+    let small = e.take_beside_heap(64 * PAGE, Hint::Uninit, 1 << 30);
+    for p in [short, zeroed, small] {
+        let p = p.expect("too little room, calloc, or a small first: taken");
+        assert!(e.owns(p));
+        free(&e, p);
+    }
+    assert_eq!(e.take(big, Hint::Uninit).map(|p| free(&e, p)), Some(()));
+    assert_eq!(e.stats().allocs_left_to_heap, 2);
+
+    let off = Engine::new(Config {
+        heap_first: HeapFirst::Off,
+        ..engine_config_leaving_plain_below(1 << 20)
+    });
+    let p = off
+        .take_beside_heap(big, Hint::Uninit, usize::MAX)
+        .expect("heap_first off: taken");
+    free(&off, p);
+    assert_eq!(off.stats().allocs_left_to_heap, 0);
+
+    let every = Engine::new(Config {
+        heap_first: HeapFirst::Every,
+        ..engine_config_leaving_plain_below(1 << 20)
+    });
+    assert_eq!(
+        every.take_beside_heap(64 * PAGE, Hint::Uninit, 1 << 30),
+        None,
+        "every size: the first of a size too"
+    );
+}
+
+/// A size whose blocks are copied from, or one a recycled block fits, is
+/// taken even when the caller's heap has room: a copy of an engine block is
+/// virtual, and a recycled block is memory the engine already faulted in.
+#[test]
+fn copied_sizes_and_recycled_blocks_are_taken_beside_a_roomy_heap() {
+    let _s = serial();
+    let big = 16 << 20;
+    let e = Engine::new(Config {
+        recycle_bytes: 256 << 20,
+        ..engine_config_leaving_plain_below(1 << 20)
+    });
+    let p = e.take(big, Hint::Uninit).expect("at plain_below: taken");
+    write(p, 0, 1);
+    free(&e, p);
+    let again = e
+        .take_beside_heap(big, Hint::Uninit, big)
+        .expect("a recycled block fits: taken");
+    assert_eq!(e.stats().recycled, 1);
+    free(&e, again);
+
+    let len = 32 << 20;
+    assert_eq!(e.take_beside_heap(len, Hint::Uninit, len), None);
+    let src: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    let mut dst = vec![0u8; len];
+    // SAFETY: two distinct vectors of len bytes.
+    unsafe { e.copy(dst.as_mut_ptr(), src.as_ptr(), len) };
+    assert_eq!(dst, src);
+    let p = e
+        .take_beside_heap(len, Hint::Uninit, len)
+        .expect("copied from: taken");
+    free(&e, p);
+    assert_eq!(e.stats().allocs_left_to_heap, 1);
+}
+
+/// A size whose last block a scan found fruitful (its zero pages folded) is
+/// taken even when the caller's heap has room; two fruitless blocks later it
+/// is left to the heap again.
+#[test]
+fn a_size_whose_blocks_fold_is_taken_beside_a_roomy_heap() {
+    let _s = serial();
+    let len = 2 << 20;
+    let e = Engine::new(Config {
+        recycle_bytes: 0,
+        ..engine_config_leaving_plain_below(1 << 20)
+    });
+    let p = e.take(len, Hint::Uninit).expect("at plain_below: taken");
+    for k in 0..len / PAGE {
+        write(p, k * PAGE, 0);
+    }
+    let mut folded = 0;
+    for _ in 0..4 {
+        folded += e.scan().zero_folded;
+    }
+    assert_eq!(folded, (len / PAGE) as u64);
+    free(&e, p);
+    let q = e
+        .take_beside_heap(len, Hint::Uninit, len)
+        .expect("a fruitful size: taken");
+    free(&e, q);
+    for _ in 0..2 {
+        let p = e.take(len, Hint::Uninit).expect("taken");
+        // Pages neither zero nor equal to one another.
+        for k in 0..len / PAGE {
+            write(p, k * PAGE, k as u8);
+            write(p, k * PAGE + 1, (k >> 8) as u8 + 1);
+        }
+        for _ in 0..2 {
+            e.scan();
+        }
+        free(&e, p);
+    }
+    assert_eq!(
+        e.take_beside_heap(len, Hint::Uninit, len),
+        None,
+        "fruitless again"
+    );
 }
 
 fn engine_judging_lifetime(young: std::time::Duration) -> Engine {

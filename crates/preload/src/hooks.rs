@@ -26,17 +26,32 @@ fn large(n: usize) -> bool {
 
 /// An engine block for `n` bytes, if the engine takes it (below glibc's
 /// largest mmap threshold it leaves sizes that are not copied from to
-/// glibc's heap). `Hint::Uninit` (all but calloc) lets a recently freed
+/// glibc's heap, and at any size a malloc glibc can serve from memory freed
+/// into its heap). `Hint::Uninit` (all but calloc) lets a recently freed
 /// block of the same size come back.
 fn engine_alloc(n: usize, hint: Hint) -> *mut c_void {
     // The configured threshold is read as the engine starts, in this very call.
     match engine()
         .filter(|_| large(n))
-        .and_then(|e| with_busy(|| e.take(n, hint)).flatten())
+        .and_then(|e| with_busy(|| e.take_beside_heap(n, hint, heap_free(hint))).flatten())
     {
         Some(p) => p.cast(),
         None => std::ptr::null_mut(),
     }
+}
+
+/// Bytes glibc holds freed in its arenas (free chunks and the unused top of
+/// each heap), which it hands out again before it maps fresh memory; only
+/// asked for a malloc (the engine leaves only those to the heap). Walking
+/// the arenas' free lists costs microseconds, next to the hundreds a large
+/// block's page faults cost.
+fn heap_free(hint: Hint) -> usize {
+    if hint != Hint::Uninit {
+        return 0;
+    }
+    // SAFETY: mallinfo2 has no precondition; it takes glibc's arena locks,
+    // which no caller of a malloc hook holds, and does not allocate.
+    unsafe { libc::mallinfo2() }.fordblks
 }
 
 /// A large allocation of `n` bytes from the engine, started where its size

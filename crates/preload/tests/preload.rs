@@ -684,6 +684,25 @@ fn sizes_never_copied_from_are_left_to_glibc() {
     assert!(stat(&r, "allocs_declined") >= 30, "{r:?}");
 }
 
+/// A malloc that glibc can serve from memory freed into its heap is left to
+/// glibc at any size, as plain (the block comes out of the heap, below the
+/// program break); with `PAGEFOLD_HEAP_FIRST=0` the engine maps it, and the
+/// bytes written through it are the same either way.
+#[test]
+fn a_malloc_the_freed_heap_can_serve_is_left_to_glibc() {
+    let exe = c_program("heap_reuse");
+    let cmd = [exe.to_str().unwrap()];
+    let want = plain(&cmd);
+    assert!(want.starts_with("heap "), "glibc reuses its heap: {want}");
+    let (got, r) = preloaded_as_set(&cmd, &[]);
+    assert_eq!(got, want);
+    assert_eq!(stat(&r, "allocs_left_to_heap"), 1, "{r:?}");
+    let (off, r) = preloaded_as_set(&cmd, &[("PAGEFOLD_HEAP_FIRST", "0")]);
+    assert_eq!(off.replace("mapped ", "heap "), want, "{off}");
+    assert!(off.starts_with("mapped "), "the engine takes it: {off}");
+    assert_eq!(stat(&r, "allocs_left_to_heap"), 0, "{r:?}");
+}
+
 #[test]
 fn numpy_copies_under_the_preload() {
     if !python()
