@@ -106,11 +106,14 @@ impl Engine {
         let mut st = self.inner.lock();
         if !st.virtual_copy(dst, src, len) {
             let src_engine = st.find(src as usize, len).is_some();
-            if src_engine || st.find(dst as usize, len).is_some() {
+            let dst_engine = st.find(dst as usize, len).is_some();
+            if src_engine || dst_engine {
                 st.stats.bytes_copied_plain += len as u64;
             }
             if !src_engine {
                 st.copied_from_plain(len);
+            } else if !dst_engine {
+                st.copied_into_plain(len);
             }
             // Other threads need not wait for a plain copy.
             drop(st);

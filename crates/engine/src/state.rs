@@ -329,6 +329,27 @@ impl State {
         if self.cfg.plain_below == 0 || (len >= self.cfg.plain_below && !heap_first) {
             return;
         }
+        self.count_copy_of_length(len);
+    }
+
+    /// A plain copy of `len` bytes out of an engine block into memory that
+    /// is not the engine's. At or above `plain_below` under heap first the
+    /// destination was likely left to the caller's heap (`leave_to_heap`),
+    /// and the copy could not map: numpy's `x.copy()` of a 64 MB vector
+    /// allocates its destination just before. So the size classes of its
+    /// length count a copy, and the next allocations of that size are the
+    /// engine's, whose copies map.
+    pub fn copied_into_plain(&mut self, len: usize) {
+        if self.cfg.heap_first == HeapFirst::Off || len < self.cfg.plain_below {
+            return;
+        }
+        self.count_copy_of_length(len);
+    }
+
+    /// The size classes a block copied in full for `len` bytes may have (the
+    /// length in pages, or one more for an allocation header) count a copy,
+    /// unless copies into the class were mostly written over.
+    fn count_copy_of_length(&mut self, len: usize) {
         for npages in [len.div_ceil(PAGE), len.div_ceil(PAGE) + 1] {
             if !(self.cfg.copy_learn && self.placement.copies_wasted(npages)) {
                 self.placement.copied_from(npages);

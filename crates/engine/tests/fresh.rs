@@ -674,9 +674,10 @@ fn mallocs_the_callers_heap_has_room_for_are_left_to_it() {
     );
 }
 
-/// A size whose blocks are copied from, or one a recycled block fits, is
-/// taken even when the caller's heap has room: a copy of an engine block is
-/// virtual, and a recycled block is memory the engine already faulted in.
+/// A size whose blocks are copied from (or copied into the caller's memory),
+/// or one a recycled block fits, is taken even when the caller's heap has
+/// room: a copy of an engine block is virtual, and a recycled block is
+/// memory the engine already faulted in.
 #[test]
 fn copied_sizes_and_recycled_blocks_are_taken_beside_a_roomy_heap() {
     let _s = serial();
@@ -706,6 +707,21 @@ fn copied_sizes_and_recycled_blocks_are_taken_beside_a_roomy_heap() {
         .expect("copied from: taken");
     free(&e, p);
     assert_eq!(e.stats().allocs_left_to_heap, 1);
+
+    // A copy out of an engine block into the caller's memory (a
+    // destination left to the heap) counts for the size of its length.
+    let len = 24 << 20;
+    let src = filled(&e, len, 3);
+    assert_eq!(e.take_beside_heap(len, Hint::Uninit, len), None);
+    let mut dst = vec![0u8; len];
+    copy(&e, dst.as_mut_ptr(), src, len);
+    assert_eq!(dst, bytes(src, len));
+    let p = e
+        .take_beside_heap(len, Hint::Uninit, len)
+        .expect("copied into the caller's memory: taken");
+    free(&e, p);
+    free(&e, src);
+    assert_eq!(e.stats().allocs_left_to_heap, 2);
 }
 
 /// A size whose last block a scan found fruitful (its zero pages folded) is
