@@ -62,6 +62,12 @@ impl Engine {
         self.inner.lock().take(len, hint, heap_free)
     }
 
+    /// Whether `take_beside_heap` would look at `heap_free` for this
+    /// allocation, so a caller can skip counting its heap when not.
+    pub fn heap_matters(&self, len: usize, hint: Hint) -> bool {
+        crate::state::heap_first_applies(&self.inner.cfg, len, hint)
+    }
+
     /// Frees a block returned by `alloc` or `take`. False if `ptr` is not one.
     ///
     /// # Safety

@@ -165,6 +165,17 @@ impl Drop for Inner {
     }
 }
 
+/// Whether `Config::heap_first` covers a `len`-byte allocation asked with
+/// `hint` (state.rs `leave_to_heap`): mallocs only, of the configured sizes.
+pub(crate) fn heap_first_applies(cfg: &Config, len: usize, hint: Hint) -> bool {
+    let sized = match cfg.heap_first {
+        HeapFirst::Off => false,
+        HeapFirst::Large => len >= cfg.plain_below,
+        HeapFirst::Every => true,
+    };
+    sized && hint == Hint::Uninit
+}
+
 impl State {
     fn new(cfg: Config) -> State {
         let mut stats = Stats::default();
@@ -293,12 +304,7 @@ impl State {
     /// Only malloc: calloc from the heap must clear what it reuses, where a
     /// fresh block reads as zero for free.
     fn leave_to_heap(&self, len: usize, hint: Hint, heap_free: usize) -> bool {
-        let sized = match self.cfg.heap_first {
-            HeapFirst::Off => false,
-            HeapFirst::Large => len >= self.cfg.plain_below,
-            HeapFirst::Every => true,
-        };
-        if !sized || hint != Hint::Uninit || heap_free < len {
+        if !heap_first_applies(&self.cfg, len, hint) || heap_free < len {
             return false;
         }
         let npages = len.max(1).div_ceil(PAGE);

@@ -12,7 +12,7 @@
 //! straight to glibc instead of entering the engine again.
 
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use pagefold_engine::{Hint, PAGE};
 
@@ -31,28 +31,54 @@ fn large(n: usize) -> bool {
 /// block of the same size come back.
 fn engine_alloc(n: usize, hint: Hint) -> *mut c_void {
     // The configured threshold is read as the engine starts, in this very call.
-    match engine()
-        .filter(|_| large(n))
-        .and_then(|e| with_busy(|| e.take_beside_heap(n, hint, heap_free(hint))).flatten())
-    {
+    match engine().filter(|_| large(n)).and_then(|e| {
+        with_busy(|| {
+            let free = if e.heap_matters(n, hint) {
+                heap_free(n)
+            } else {
+                0
+            };
+            e.take_beside_heap(n, hint, free)
+        })
+        .flatten()
+    }) {
         Some(p) => p.cast(),
         None => std::ptr::null_mut(),
     }
 }
 
 /// Bytes glibc holds freed in its arenas (free chunks and the unused top of
-/// each heap), which it hands out again before it maps fresh memory; only
-/// asked for a malloc (the engine leaves only those to the heap). Walking
-/// the arenas' free lists costs microseconds, next to the hundreds a large
-/// block's page faults cost.
-fn heap_free(hint: Hint) -> usize {
-    if hint != Hint::Uninit {
+/// each heap), which it hands out again before it maps fresh memory, for a
+/// malloc of `n` bytes the engine may leave to the heap (32 MiB and up by
+/// default). Counting walks the arenas' free lists, one step per free
+/// chunk: R's glm heap took 0.2-4.6 ms a count (29 counts, 23 ms in a 14 s
+/// run), where each block left to the heap spares thousands of page faults;
+/// a heap fragmented into a million free chunks takes 0.3 s. A count that
+/// took longer than `COUNT_NS_PER_PAGE` per page of the block it was for
+/// (what faulting the block in costs on a slow day of our machine; loaded,
+/// glm's counts take several times their quiet time, and must not trip it)
+/// is not made again: the engine then takes such mallocs, as with heap
+/// first off.
+fn heap_free(n: usize) -> usize {
+    if HEAP_COUNT_SLOW.load(Ordering::Relaxed) {
         return 0;
     }
+    let t0 = std::time::Instant::now();
     // SAFETY: mallinfo2 has no precondition; it takes glibc's arena locks,
     // which no caller of a malloc hook holds, and does not allocate.
-    unsafe { libc::mallinfo2() }.fordblks
+    let free = unsafe { libc::mallinfo2() }.fordblks;
+    let limit_ns = (n / PAGE) as u128 * COUNT_NS_PER_PAGE;
+    if t0.elapsed().as_nanos() > limit_ns {
+        HEAP_COUNT_SLOW.store(true, Ordering::Relaxed);
+    }
+    free
 }
+
+/// Most a count of glibc's freed bytes may take per page of the block it is
+/// for (`heap_free`).
+const COUNT_NS_PER_PAGE: u128 = 4000;
+/// Set once a count took longer than its limit.
+static HEAP_COUNT_SLOW: AtomicBool = AtomicBool::new(false);
 
 /// A large allocation of `n` bytes from the engine, started where its size
 /// class's copies line up (placement.rs); null if the engine does not take it.
