@@ -167,10 +167,12 @@ impl Drop for Inner {
 
 /// Whether `Config::heap_first` covers a `len`-byte allocation asked with
 /// `hint` (state.rs `leave_to_heap`): mallocs only, of the configured sizes.
+/// With `plain_below` 0 (the engine takes every allocation) `Large` covers
+/// none.
 pub(crate) fn heap_first_applies(cfg: &Config, len: usize, hint: Hint) -> bool {
     let sized = match cfg.heap_first {
         HeapFirst::Off => false,
-        HeapFirst::Large => len >= cfg.plain_below,
+        HeapFirst::Large => cfg.plain_below > 0 && len >= cfg.plain_below,
         HeapFirst::Every => true,
     };
     sized && hint == Hint::Uninit

@@ -663,6 +663,13 @@ fn mallocs_the_callers_heap_has_room_for_are_left_to_it() {
     free(&off, p);
     assert_eq!(off.stats().allocs_left_to_heap, 0);
 
+    let all = engine_leaving_plain_below(0);
+    let p = all
+        .take_beside_heap(big, Hint::Uninit, usize::MAX)
+        .expect("plain_below 0 takes every allocation");
+    free(&all, p);
+    assert_eq!(all.stats().allocs_left_to_heap, 0);
+
     let every = Engine::new(Config {
         heap_first: HeapFirst::Every,
         ..engine_config_leaving_plain_below(1 << 20)

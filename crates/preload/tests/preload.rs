@@ -705,13 +705,14 @@ fn a_malloc_the_freed_heap_can_serve_is_left_to_glibc() {
 
 /// A heap so fragmented that counting its free chunks costs more than the
 /// block it is counted for would in faults is counted once, never again:
-/// of two 2 MiB mallocs (at `PAGEFOLD_PLAIN_BELOW`), only the first is left
-/// to glibc, the second the engine takes uncounted; same output as plain.
+/// of two 16 KiB mallocs (at `PAGEFOLD_PLAIN_BELOW`; a count may take 16 µs
+/// for them, where 50,000 free chunks take milliseconds), only the first is
+/// left to glibc, the second the engine takes uncounted; same output as plain.
 #[test]
 fn a_heap_too_fragmented_to_count_cheaply_is_not_counted_again() {
     let exe = c_program("heap_reuse");
     let cmd = [exe.to_str().unwrap(), "fragmented"];
-    let (got, r) = preloaded_as_set(&cmd, &[("PAGEFOLD_PLAIN_BELOW", "1048576")]);
+    let (got, r) = preloaded_as_set(&cmd, &[("PAGEFOLD_PLAIN_BELOW", "16384")]);
     assert_eq!(got, plain(&cmd));
     assert_eq!(stat(&r, "allocs_left_to_heap"), 1, "{r:?}");
 }

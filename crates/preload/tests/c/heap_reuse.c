@@ -11,11 +11,11 @@ enum { PIECE = 4096, PIECES = 12288, BIG = 40 << 20 };
 
 /* With "fragmented": a heap of 50,000 scattered free chunks, whose count
  * (glibc's mallinfo2 walks every free chunk) takes longer than the preload
- * allows for a 2 MiB block, then two mallocs of 2 MiB one after the other.
+ * allows for a 16 KiB block, then two mallocs of 16 KiB one after the other.
  * The first is counted (and left to glibc's heap), the second is not counted
  * and the engine takes it: the test reads allocs_left_to_heap. */
 static int fragmented(void) {
-    enum { SMALL = 100000, SMALL_BIG = 2 << 20 };
+    enum { SMALL = 100000, SMALL_BIG = 16 << 10 };
     static char *small[SMALL];
     for (int i = 0; i < SMALL; i++) {
         small[i] = malloc(100 + (i % 7) * 200);
@@ -27,8 +27,8 @@ static int fragmented(void) {
     for (int k = 0; k < 2; k++) {
         unsigned char *b = malloc(SMALL_BIG);
         CHECK(b != NULL);
-        for (size_t i = 0; i < SMALL_BIG; i += 512) {
-            b[i] = (unsigned char)(i / 512 + k);
+        for (size_t i = 0; i < SMALL_BIG; i += 64) {
+            b[i] = (unsigned char)(i / 64 + k);
             sum += b[i];
         }
         free(b);
