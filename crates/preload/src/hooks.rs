@@ -26,8 +26,8 @@ fn large(n: usize) -> bool {
 
 /// An engine block for `n` bytes, if the engine takes it (below glibc's
 /// largest mmap threshold it leaves sizes that are not copied from to
-/// glibc's heap, and at any size a malloc glibc can serve from memory freed
-/// into its heap). `Hint::Uninit` (all but calloc) lets a recently freed
+/// glibc's heap, and at that size and above a malloc glibc can serve from
+/// memory freed into its heap). `Hint::Uninit` (all but calloc) lets a recently freed
 /// block of the same size come back.
 fn engine_alloc(n: usize, hint: Hint) -> *mut c_void {
     // The configured threshold is read as the engine starts, in this very call.
