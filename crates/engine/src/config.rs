@@ -86,6 +86,11 @@ pub struct Config {
     /// found nothing to fold or merge, until a look finds something
     /// (sample.rs).
     pub sample_scan: bool,
+    /// Space the looks at a block whose folds and merges the program undoes
+    /// soon after (their pages written again): every 2nd, 4th, then 8th
+    /// scan, so a page must stay unchanged that much longer to be acted on
+    /// (sample.rs).
+    pub churn_rest: bool,
     /// Look at a chunk's pages before protecting it, and protect it only if
     /// a page may be folded or merged (as kernel KSM reads and hashes pages
     /// without write-protecting them, and protects only the page it merges).
@@ -267,6 +272,7 @@ impl Default for Config {
             volatile_check: true,
             smart_scan: true,
             sample_scan: true,
+            churn_rest: true,
             look_first: true,
             pin_grace: Duration::from_micros(1000),
             pin_guard: true,
@@ -414,6 +420,7 @@ impl Config {
         flag("PAGEFOLD_VOLATILE_CHECK", &mut c.volatile_check);
         flag("PAGEFOLD_SMART_SCAN", &mut c.smart_scan);
         flag("PAGEFOLD_SAMPLE_SCAN", &mut c.sample_scan);
+        flag("PAGEFOLD_CHURN_REST", &mut c.churn_rest);
         flag("PAGEFOLD_LOOK_FIRST", &mut c.look_first);
         flag("PAGEFOLD_PIN_GUARD", &mut c.pin_guard);
         flag("PAGEFOLD_PIN_HOLD", &mut c.pin_hold);

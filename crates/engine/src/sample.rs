@@ -46,6 +46,25 @@
 //! block of a sampled class, zero or duplicate runs all shorter than
 //! `SAMPLE_EVERY` pages, and (until an aligned sample meets them) the
 //! duplicates of pages that are themselves sampled.
+//!
+//! Blocks whose folds and merges do not last rest (kernel KSM meets the
+//! same program through its slow full scans; a scan here comes every few
+//! hundred milliseconds). R's random forest rewrites the same arrays tree
+//! after tree: a scan merges a few hundred of their pages, the program
+//! writes them, the next scan releases the frames and merges the rewritten
+//! ones again, each round a remap, a copy-on-write fault and a release, and
+//! nothing saved for longer than a scan interval. So a block counts the pages
+//! its looks acted on and how many acts the program undid (a merged page's
+//! frame released by divergence, a folded zero page found written again),
+//! both halved at every look so that recent looks weigh most. When half or
+//! more of what was acted on recently was undone, the block rests:
+//! it is looked at only every 2nd scan, then every 4th, at most every 8th
+//! (`MAX_REST`), aligned to the scan number as idle levels are, so that the
+//! volatility check (two looks that agree) spans that many scan intervals and
+//! only pages that stay put are acted on. When less than a quarter was
+//! undone, or nothing was acted on or undone, the spacing halves again.
+//! Divergence is still read at every scan (frames of written pages are
+//! released on time), and clock passes look at every block.
 
 use std::collections::HashMap;
 
@@ -55,6 +74,8 @@ pub const SAMPLE_AFTER: u8 = 2;
 pub const SAMPLE_EVERY: usize = 16;
 /// Fruitless verdicts in a row after which a class's blocks are sampled.
 pub const CLASS_FRUITLESS: u8 = 2;
+/// A resting block is looked at every `2^rest`-th scan, `rest` at most this.
+pub const MAX_REST: u8 = 3;
 /// Most size classes remembered; the table is forgotten when full, which
 /// only makes blocks be looked at whole again.
 const CLASSES: usize = 1024;
@@ -73,6 +94,14 @@ pub struct Yield {
     turned_zero: usize,
     /// Pages looked at in the scan under way.
     looked: usize,
+    /// Pages the block's looks acted on, halved at every look.
+    acted_recently: usize,
+    /// Pages whose act the program undid, halved at every look.
+    undone_recently: usize,
+    /// Of those, undone since the block's last look.
+    undone: usize,
+    /// The block is looked at every `2^rest`-th scan.
+    rest: u8,
 }
 
 impl Yield {
@@ -99,6 +128,18 @@ impl Yield {
         !self.sampling() || k.is_multiple_of(SAMPLE_EVERY)
     }
 
+    /// Whether scan number `scan_no` looks at the block at all (a resting
+    /// block's scans are spaced).
+    pub fn due_in(&self, scan_no: u64) -> bool {
+        scan_no.is_multiple_of(1 << self.rest)
+    }
+
+    /// The program undid the act on `n` of the block's pages: wrote merged
+    /// pages (their frames released) or folded zero pages.
+    pub fn undone(&mut self, n: usize) {
+        self.undone += n;
+    }
+
     /// The scan acted on `n` of the block's pages (folded, merged or froze them).
     pub fn acted(&mut self, n: usize) {
         self.acted += n;
@@ -119,7 +160,12 @@ impl Yield {
     /// verdict for its class when this scan gave it one (fruitless:
     /// `Some(false)`, only after a look at half its pages or more: a block
     /// not yet written says nothing of its class).
-    pub fn scan_done(&mut self, npages: usize) -> Option<bool> {
+    /// A scan that did not look at the block (it rests) changes nothing.
+    pub fn scan_done(&mut self, npages: usize, looked_at: bool) -> Option<bool> {
+        if !looked_at {
+            return None;
+        }
+        self.rest_after_look();
         let acted = self.acted > 0;
         let judged_whole = 2 * self.looked >= npages;
         self.looked = 0;
@@ -138,6 +184,28 @@ impl Yield {
         };
         self.verdict = Some(verdict);
         Some(verdict)
+    }
+
+    /// Spaces the block's looks further when the program undid half or more
+    /// of what recent looks acted on (both counts halved at every look, so
+    /// the last few looks weigh most); brings them closer when less than a
+    /// quarter was undone, or when there was nothing to act on or undo.
+    /// This look's own acts count from the next look on.
+    fn rest_after_look(&mut self) {
+        let undone = self.undone_recently / 2 + std::mem::take(&mut self.undone);
+        let acted = self.acted_recently;
+        if acted > 0 && 2 * undone >= acted {
+            self.rest = (self.rest + 1).min(MAX_REST);
+        } else if 4 * undone < acted || acted == 0 {
+            self.rest = self.rest.saturating_sub(1);
+        }
+        self.undone_recently = undone;
+        self.acted_recently = acted / 2 + self.acted;
+    }
+
+    /// The block's looks are spaced (every `2^rest`-th scan).
+    pub fn rest(&self) -> u8 {
+        self.rest
     }
 }
 
@@ -190,20 +258,71 @@ mod tests {
         for _ in 0..SAMPLE_AFTER {
             assert!(!y.sampling());
             assert!((0..40).all(|k| y.due(k)));
-            y.scan_done(0);
+            y.scan_done(0, true);
         }
         assert!(y.sampling());
         let due: Vec<usize> = (0..40).filter(|&k| y.due(k)).collect();
         assert_eq!(due, [0, 16, 32]);
         y.acted(1);
-        y.scan_done(0);
+        y.scan_done(0, true);
         assert!(!y.sampling(), "a scan that acted ends the sampling");
         assert!((0..40).all(|k| y.due(k)));
         for _ in 0..SAMPLE_AFTER {
             y.turned_zero(1);
-            y.scan_done(0);
+            y.scan_done(0, true);
         }
         assert!(!y.sampling(), "pages turning zero keep the whole block due");
+    }
+
+    /// Runs scans `from..to` over a block whose due looks act on `acts`
+    /// pages and find `undo` of the previous look's undone; returns the
+    /// scans that looked.
+    fn looks(y: &mut Yield, from: u64, to: u64, acts: usize, undo: usize) -> Vec<u64> {
+        let mut looked = Vec::new();
+        for n in from..to {
+            let due = y.due_in(n);
+            if due {
+                y.undone(undo);
+                y.looked(10);
+                y.acted(acts);
+                looked.push(n);
+            }
+            y.scan_done(10, due);
+        }
+        looked
+    }
+
+    #[test]
+    fn a_block_whose_acts_are_undone_rests_up_to_every_8th_scan_and_comes_back() {
+        let mut y = Yield::default();
+        assert_eq!(looks(&mut y, 0, 3, 4, 0), [0, 1, 2], "acts that last");
+        assert_eq!(y.rest(), 0);
+        assert_eq!(
+            looks(&mut y, 3, 40, 4, 3),
+            [3, 4, 6, 8, 16, 24, 32],
+            "three in four undone: every 2nd, 4th, then 8th scan"
+        );
+        assert_eq!(y.rest(), MAX_REST);
+        assert_eq!(
+            looks(&mut y, 40, 58, 4, 0),
+            [40, 48, 52, 54, 55, 56, 57],
+            "acts that last: closer again"
+        );
+        let mut written_late = Yield {
+            rest: 2,
+            ..Yield::default()
+        };
+        assert_eq!(
+            looks(&mut written_late, 0, 6, 0, 3),
+            [0, 2, 3, 4, 5],
+            "undone long after the acts (none recent) is no churn"
+        );
+        let mut quiet = Yield::default();
+        assert_eq!(
+            quiet.scan_done(10, false),
+            None,
+            "a scan that did not look changes nothing"
+        );
     }
 
     /// Scans a new block of `npages` once, acting on a page or not, and
@@ -212,7 +331,9 @@ mod tests {
         let mut y = Yield::start(classes.sampled(npages));
         y.looked(npages);
         y.acted(acts as usize);
-        let verdict = y.scan_done(npages).expect("a first scan gives a verdict");
+        let verdict = y
+            .scan_done(npages, true)
+            .expect("a first scan gives a verdict");
         assert_eq!(verdict, acts);
         classes.judged(npages, verdict);
         y
@@ -241,18 +362,18 @@ mod tests {
         // A sampled block that yields nothing gives no further verdict ...
         let mut quiet = new;
         quiet.looked(7);
-        assert!((0..5).all(|_| quiet.scan_done(100).is_none()));
+        assert!((0..5).all(|_| quiet.scan_done(100, true).is_none()));
         assert!(quiet.sampling());
         // ... one whose sample is acted on is whole again, and so is its class.
         let mut y = new;
         y.acted(1);
         assert!(!y.sampling(), "acted on in the scan under way");
-        assert_eq!(y.scan_done(100), Some(true));
+        assert_eq!(y.scan_done(100, true), Some(true));
         assert!(!y.sampling(), "a block found fruitful is whole");
         classes.judged(100, true);
         assert!(!classes.sampled(100));
         assert!(
-            y.scan_done(100).is_none(),
+            y.scan_done(100, true).is_none(),
             "a fruitful verdict is given once"
         );
     }
@@ -262,17 +383,21 @@ mod tests {
         let mut y = Yield::default();
         y.looked(7);
         assert_eq!(
-            y.scan_done(100),
+            y.scan_done(100, true),
             None,
             "a look at 7 of 100 pages judges nothing"
         );
         y.looked(10);
         y.turned_zero(3);
-        assert_eq!(y.scan_done(10), None, "no verdict while zero pages wait");
+        assert_eq!(
+            y.scan_done(10, true),
+            None,
+            "no verdict while zero pages wait"
+        );
         assert!(!y.sampling());
         y.looked(10);
         y.acted(3);
-        assert_eq!(y.scan_done(10), Some(true));
+        assert_eq!(y.scan_done(10, true), Some(true));
     }
 
     #[test]

@@ -188,8 +188,15 @@ pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
         }
         let mut st = inner.lock();
         let st = &mut *st;
+        let scan_no = st.stats.scans;
         if let Some(b) = st.blocks.get_mut(&base) {
-            if let Some(fruitful) = b.found.scan_done(b.pages.len()) {
+            let looked_at = pass.is_some() || !st.cfg.churn_rest || b.found.due_in(scan_no);
+            let rest = b.found.rest();
+            let verdict = b.found.scan_done(b.pages.len(), looked_at);
+            if st.cfg.churn_rest && b.found.rest() > rest {
+                st.stats.block_rests += 1;
+            }
+            if let Some(fruitful) = verdict {
                 st.class_yields.judged(b.pages.len(), fruitful);
             }
         }
@@ -531,7 +538,11 @@ impl State {
         let block = &self.blocks[&base];
         let (seen, found) = (&block.seen, block.found);
         let scan_no = self.stats.scans;
-        // A clock pass classifies every page: it samples nothing.
+        // A clock pass classifies every page: it samples nothing, and no block rests.
+        if !pass && self.cfg.churn_rest && !found.due_in(scan_no) {
+            rep.skipped_idle += c as u64;
+            return Vec::new();
+        }
         let sampled = |k: usize| pass || !self.cfg.sample_scan || found.due(k);
         let due: Vec<usize> = (i..i + c)
             .filter(|&k| {
@@ -612,6 +623,7 @@ impl State {
             })
             .collect();
         rep.volatile += (before - kept.len()) as u64;
+        block.found.undone(refilled as usize);
         self.stats.zero_refilled += refilled;
         kept
     }

@@ -751,11 +751,13 @@ impl State {
             }
         }
         let n_released = released.len() as u64;
-        if block.copy_shared > 0 {
-            let written = block.copy_shared.min(released.len());
-            block.copy_shared -= written;
+        let written_copies = block.copy_shared.min(released.len());
+        // The rest were merged by scans: their merges are undone.
+        block.found.undone(released.len() - written_copies);
+        if written_copies > 0 {
+            block.copy_shared -= written_copies;
             let npages = block.pages.len();
-            self.placement.written_after_copy(npages, written);
+            self.placement.written_after_copy(npages, written_copies);
         }
         let punch: Vec<FrameId> = released
             .into_iter()

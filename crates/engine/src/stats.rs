@@ -76,6 +76,9 @@ pub struct Stats {
     /// Pages folded as zero that a later look found written again (the fold
     /// cost a fault and saved memory only until then).
     pub zero_refilled: u64,
+    /// Times a block's looks were spaced further because the program undid
+    /// what the previous look folded or merged (sample.rs).
+    pub block_rests: u64,
     /// Total pages merged onto an identical frame.
     pub merged: u64,
     /// Total pages a scan left alone because the kernel may hold a pin on

@@ -405,3 +405,159 @@ fn two_blocks_of_one_size_equal_page_for_page_merge_whole_at_their_second_look()
         e.free(b);
     }
 }
+
+/// Pages `2j` and `2j + 1` equal, every pair different (`seed` apart from
+/// other fills).
+fn fill_pairs(p: *mut u8, pages: usize, seed: u64) {
+    for k in 0..pages {
+        let words =
+            // SAFETY: the pointer and length describe a live block of this test, which outlives
+            // every use of the slice.
+            unsafe { std::slice::from_raw_parts_mut(p.add(k * PAGE) as *mut u64, PAGE / 8) };
+        for (w, word) in words.iter_mut().enumerate() {
+            *word = (seed << 40) ^ (((k / 2) as u64) << 16) ^ w as u64 ^ 0x2545_f491_4f6c_dd1d;
+        }
+    }
+}
+
+/// Asserts that the block at `p` holds what `fill_pairs(p, pages, seed)` wrote.
+fn assert_pairs(p: *const u8, pages: usize, seed: u64) {
+    for k in 0..pages {
+        // SAFETY: callers pass a live block of this test, read only.
+        let words = unsafe { std::slice::from_raw_parts(p.add(k * PAGE) as *const u64, PAGE / 8) };
+        for (w, &word) in words.iter().enumerate() {
+            let want = (seed << 40) ^ (((k / 2) as u64) << 16) ^ w as u64 ^ 0x2545_f491_4f6c_dd1d;
+            assert_eq!(word, want, "page {k} word {w}");
+        }
+    }
+}
+
+/// A program that, every `every` scans, writes duplicate pairs into the
+/// next 8 pages of a block and overwrites the 8 before with unique content
+/// (R's random forest rewrites its work arrays tree after tree), beside a
+/// block of duplicate pairs it never writes: pages merged over `scans`
+/// scans, pages sharing at the end, and the block rests counted.
+fn merges_while_rewriting(churn_rest: bool, scans: u64, every: u64) -> (u64, u64, u64) {
+    let pages = 8 * (scans / every + 1) as usize;
+    // As under the preload: blocks on anonymous memory, a pin age.
+    let pin_age = std::time::Duration::from_millis(1);
+    let e = Engine::new(Config {
+        smart_scan: false,
+        sample_scan: false,
+        churn_rest,
+        pin_age,
+        fresh: pagefold_engine::Fresh::Anon,
+        ..Config::default()
+    });
+    let churning = e.alloc(pages * PAGE, Hint::None);
+    fill_unique(churning, pages, 100);
+    let region = |r: u64| {
+        // SAFETY: region r of the block, inside it for every round this test runs.
+        unsafe { churning.add(8 * r as usize * PAGE) }
+    };
+    let steady = e.alloc(64 * PAGE, Hint::None);
+    fill_pairs(steady, 64, 1);
+    let (mut round, mut merged) = (0, 0);
+    fill_pairs(region(0), 8, 1000);
+    for n in 1..=scans {
+        std::thread::sleep(2 * pin_age);
+        merged += e.scan().merged;
+        if n % every == 0 {
+            fill_unique(region(round), 8, 2000 + round);
+            round += 1;
+            fill_pairs(region(round), 8, 1000 + round);
+        }
+    }
+    for r in 0..round {
+        let mut want = vec![0u8; 8 * PAGE];
+        fill_unique(want.as_mut_ptr(), 8, 2000 + r);
+        // SAFETY: region r of the live block, read only.
+        let got = unsafe { std::slice::from_raw_parts(region(r), 8 * PAGE) };
+        assert!(got == &want[..], "region {r} reads what was written last");
+    }
+    eprintln!("churn_rest {churn_rest}: merged {merged}");
+    assert_pairs(region(round), 8, 1000 + round);
+    assert_pairs(steady, 64, 1);
+    let s = e.stats();
+    // SAFETY: the blocks this test allocated, each freed once.
+    unsafe {
+        e.free(churning);
+        e.free(steady);
+    }
+    (merged, s.pages_sharing, s.block_rests)
+}
+
+#[test]
+fn a_block_whose_merges_the_program_undoes_is_looked_at_less_often() {
+    let (scans, every) = (48, 3);
+    let (merged_off, _, rests_off) = merges_while_rewriting(false, scans, every);
+    let (merged, sharing, rests) = merges_while_rewriting(true, scans, every);
+    assert_eq!(rests_off, 0, "no block rests with the rest switched off");
+    assert!(rests > 0, "the rewritten block rests");
+    // Without rest each round's pairs merge (16 rounds of 4 pages, plus the
+    // steady block's 32); resting, looks 4 or 8 scans apart see each
+    // round's pages change between them.
+    assert!(
+        merged_off >= 32 + 12 * 4,
+        "without rest every round's pairs merge: {merged_off}"
+    );
+    assert!(
+        merged * 2 <= merged_off,
+        "resting merges half as much or less: {merged} against {merged_off}"
+    );
+    assert!(
+        sharing >= 64,
+        "the steady block's pairs stay merged: {sharing} pages sharing"
+    );
+}
+
+/// A program that zeroes a block for two scans and writes it for one, over
+/// and over, beside a block that stays zero: zero pages folded over 24
+/// scans, and the stats.
+fn folds_while_refilling(churn_rest: bool) -> (u64, pagefold_engine::Stats) {
+    let pages = 64;
+    let e = Engine::new(Config {
+        smart_scan: false,
+        sample_scan: false,
+        churn_rest,
+        ..Config::default()
+    });
+    let refilled = e.alloc(pages * PAGE, Hint::None);
+    let kept = e.alloc(pages * PAGE, Hint::None);
+    zero_pages(kept, 0, pages);
+    let (mut seed, mut folded) = (200, 0);
+    for n in 0..24 {
+        if n % 3 == 0 {
+            zero_pages(refilled, 0, pages);
+        } else if n % 3 == 2 {
+            seed += 1;
+            fill_pairs(refilled, pages, seed);
+        }
+        folded += e.scan().zero_folded;
+    }
+    assert_reads_zero(kept, 0..pages);
+    assert_pairs(refilled, pages, seed);
+    let s = e.stats();
+    // SAFETY: the blocks this test allocated, each freed once.
+    unsafe {
+        e.free(refilled);
+        e.free(kept);
+    }
+    (folded, s)
+}
+
+#[test]
+fn a_block_whose_zero_folds_are_written_again_is_looked_at_less_often() {
+    let (folded_off, off) = folds_while_refilling(false);
+    let (folded, on) = folds_while_refilling(true);
+    assert!(
+        folded_off >= 7 * 64 && off.zero_refilled >= 6 * 64 && off.block_rests == 0,
+        "without rest the block is folded every round: {folded_off} {off:?}"
+    );
+    assert!(on.block_rests > 0, "{on:?}");
+    assert!(
+        folded * 2 <= folded_off && folded >= 64,
+        "resting folds half as much or less, the block that stays zero included: \
+         {folded} against {folded_off}"
+    );
+}
