@@ -249,8 +249,9 @@ impl State {
         given
     }
 
-    /// Moves the blocks split into more than one mapping onto one anonymous
-    /// mapping each, the most split first, until the kernel refuses.
+    /// Moves the blocks (not exempt) split into more than one mapping onto
+    /// one anonymous mapping each, their evicted pages restored first, the
+    /// most split first, until the kernel refuses.
     fn move_split_blocks_to_anon(&mut self) {
         let mut split: Vec<(usize, usize)> = self
             .blocks
