@@ -45,10 +45,6 @@ enum Discard {
 /// Pages a block moving onto anonymous memory moves at a time (2 MiB).
 const MOVE_PIECE: usize = 512;
 
-/// How close to `vm.max_map_count` a failed call must find the process for
-/// the engine to count it a shortage of mappings (a call may need a few).
-const MAPPINGS_SLACK: usize = 16;
-
 /// End of `[start, start+len)` rounded up to a page, as the kernel's madvise
 /// does; None if `start` is not page-aligned, `len` is 0 or the range wraps.
 pub(crate) fn page_range(start: usize, len: usize) -> Option<usize> {
@@ -235,20 +231,28 @@ impl State {
     /// See `Engine::give_back_mappings`.
     pub(crate) fn give_back_mappings(&mut self) -> usize {
         self.stats.mapping_shortages += 1;
-        let before = self.vmas;
+        let before = self.mappings.used();
         self.flush_recycled();
-        self.refresh_other_maps();
-        // Not a shortage of mappings (memory or address space): giving up
-        // sharing would only cost memory.
-        if self.other_maps + self.vmas + MAPPINGS_SLACK < self.max_map {
-            let given = before.saturating_sub(self.vmas);
-            self.stats.mappings_given_back += given as u64;
-            return given;
+        self.mappings.recount();
+        // Only a shortage of mappings is worth giving up sharing for: were
+        // memory or address space short, it would only cost memory.
+        if self.mappings.near_limit() {
+            // The spares are the mappings the first move needs; each move
+            // gives back more.
+            self.mappings.give_up_spares();
+            self.move_split_blocks_to_anon();
+            self.mappings.make_spares();
+            self.mappings.recount();
         }
-        // The mappings the first move needs; each move gives back more.
-        if let Some(spares) = self.spare_mappings.take() {
-            sys::unmap_spares(spares as *mut u8);
-        }
+        let given = before.saturating_sub(self.mappings.used());
+        self.stats.mappings_given_back += given as u64;
+        given
+    }
+
+    /// Moves the blocks (not exempt) split into more than one mapping onto
+    /// one anonymous mapping each, their evicted pages restored first, the
+    /// most split first, until the kernel refuses.
+    fn move_split_blocks_to_anon(&mut self) {
         let mut split: Vec<(usize, usize)> = self
             .blocks
             .iter()
@@ -265,11 +269,6 @@ impl State {
                 break;
             }
         }
-        self.spare_mappings = sys::map_spares().map(|p| p as usize);
-        self.refresh_other_maps();
-        let given = before.saturating_sub(self.vmas);
-        self.stats.mappings_given_back += given as u64;
-        given
     }
 
     fn move_block_to_anon(&mut self, base: usize) -> bool {
@@ -399,8 +398,7 @@ impl State {
         let old = std::mem::replace(&mut block.pages, vec![Page::Anon; block.seen.len()]);
         block.evicted = 0;
         let before = std::mem::replace(&mut block.vmas, 1);
-        self.vmas = self.vmas + 1 - before;
-        self.remaps_since_count += 1;
+        self.mappings.remapped(before, 1);
         self.drop_pages(&old);
     }
 
@@ -429,7 +427,7 @@ impl State {
         let old = block.cut(keep);
         let before = std::mem::replace(&mut block.vmas, 0);
         block.vmas = block.count_vmas();
-        self.vmas = self.vmas + block.vmas - before;
+        self.mappings.changed(before, block.vmas);
         self.drop_pages(&old);
         true
     }

@@ -592,7 +592,7 @@ impl State {
         }
         let after = block.boundaries(a, n);
         block.vmas = block.vmas + after - before;
-        self.vmas = self.vmas + after - before;
+        self.mappings.changed(before, after);
     }
 }
 

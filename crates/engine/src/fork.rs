@@ -205,7 +205,7 @@ impl State {
     /// The inherited userfaultfd, pagemap and maps describe the parent.
     fn reopen_process_handles(&mut self) {
         self.pagemap = sys::Pagemap::open().ok();
-        self.proc_maps = sys::ProcMaps::open().ok();
+        self.mappings.reopen();
         if let Some(thread) = self.restoring.fault_thread.take() {
             // The fault thread is not here: its handle must not be joined or
             // detached, and the references it held will never be dropped.

@@ -29,10 +29,10 @@
 //! a block full of scattered duplicates reaches `HANDOFF_PAGES` in one scan.
 //!
 //! When KSM is not running (`/sys/kernel/mm/ksm/run` is not 1, or the kernel
-//! has no KSM; read once a scan), nothing is handed over and nothing more is
-//! hashed: moving a block off its frames would give up the sharing the
-//! engine has and gain nothing. Each scan counts in `fallbacks.ksm` the
-//! blocks in which the budget refused merges.
+//! has no KSM; read once a scan, ksm_link.rs), nothing is handed over and
+//! nothing more is hashed: moving a block off its frames would give up the
+//! sharing the engine has and gain nothing. Each scan counts in
+//! `fallbacks.ksm` the blocks in which the budget refused merges.
 
 use crate::state::State;
 use crate::sys::{self, PAGE};
@@ -42,24 +42,6 @@ use crate::sys::{self, PAGE};
 pub const HANDOFF_PAGES: usize = 256;
 
 impl State {
-    /// Whether blocks may be handed over in this scan: the handoff is on and
-    /// ksmd runs. Asked only once the mapping budget refuses merges, and
-    /// read once a scan.
-    pub(crate) fn ksm_ready(&mut self) -> bool {
-        if let Some(ready) = self.ksm_ready {
-            return ready;
-        }
-        let ready = self.cfg.ksm_handoff
-            && !self.cfg.inject.ksm_off
-            && self
-                .ksm_run
-                .get_or_insert_with(|| sys::KsmRun::open().ok())
-                .as_ref()
-                .is_some_and(sys::KsmRun::running);
-        self.ksm_ready = Some(ready);
-        ready
-    }
-
     /// Hands to KSM every block whose refused merges reached `HANDOFF_PAGES`;
     /// returns how many were handed over. While ksmd does not run, a block
     /// in which the budget refused merges this scan is counted in
@@ -71,7 +53,7 @@ impl State {
         if self.blocks.values().all(|b| b.merges_refused == 0) {
             return 0;
         }
-        let ready = self.ksm_ready();
+        let ready = self.ksm.ready();
         let least = if ready { HANDOFF_PAGES } else { 1 };
         let due: Vec<usize> = self
             .blocks

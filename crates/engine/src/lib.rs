@@ -78,9 +78,10 @@
 //!    page stores (store.rs, tier_store.rs), the eviction table and fault
 //!    thread (fault.rs) with the held pages (held.rs) and patches
 //!    (patches.rs) it keeps, the pin guard's state (guard.rs), recycled
-//!    blocks (recycle.rs), and the scan's and clock's pure decisions
-//!    (idle.rs, sample.rs, budget.rs, fresh.rs, clock.rs, governor.rs,
-//!    colour.rs).
+//!    blocks (recycle.rs), the count of mappings and their budget
+//!    (mappings.rs), whether ksmd runs (ksm_link.rs), and the scan's and
+//!    clock's pure decisions (idle.rs, sample.rs, budget.rs, fresh.rs,
+//!    clock.rs, governor.rs, colour.rs).
 //! 3. The page table (state.rs): `State` and the operations every mechanism
 //!    builds on (allocate, free, remap, freeze, divergence, the mapping
 //!    budget); what a change of mapping invalidates below (holds, records of
@@ -119,6 +120,8 @@ mod hold;
 mod idle;
 mod index;
 mod ksm;
+mod ksm_link;
+mod mappings;
 pub mod memlimit;
 mod pass;
 mod patches;

@@ -108,7 +108,7 @@ impl State {
             }
             let after = block.boundaries(a, b - a);
             block.vmas = block.vmas + after - before;
-            self.vmas = self.vmas + after - before;
+            self.mappings.changed(before, after);
         }
         self.settle_pins();
     }

@@ -148,8 +148,8 @@ pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
         st.expire_recycled();
         st.prune_young();
         st.prune_holds();
-        st.refresh_other_maps();
-        st.ksm_ready = None;
+        st.mappings.recount();
+        st.ksm.begin_scan();
         if st.protector.is_none() {
             st.stats.fallbacks.uffd += 1;
         }
@@ -353,7 +353,7 @@ impl State {
             let mut plan = HashMap::new();
             if self.cfg.merge && self.vma_room(4) {
                 plan = self.plan_merges(base, i..i + c, &nonzero, unstable, &mut to_freeze);
-            } else if self.cfg.merge && self.ksm_ready() {
+            } else if self.cfg.merge && self.ksm.ready() {
                 self.count_unmergeable(base, &nonzero, unstable);
             }
             // A diverged page or an owned zero page not yet held for the

@@ -7,7 +7,9 @@
 //! and their pages (space.rs), the recycled blocks (recycle.rs), the pin
 //! guard's scratch range (guard.rs), the held pages (held.rs), the
 //! eviction table shared with the fault thread (fault.rs), the patching data
-//! (patches.rs) and the clock (clock.rs).
+//! (patches.rs), the clock (clock.rs), the count of the process's mappings
+//! and the engine's budget of them (mappings.rs), and whether ksmd runs
+//! (ksm_link.rs).
 //!
 //! Here are the page table's own operations: allocating and freeing blocks,
 //! remapping pages onto frames, freezing, refreshing divergence, the mapping
@@ -31,6 +33,8 @@ use crate::fresh::Fresh;
 use crate::guard::Guard;
 use crate::held::Holds;
 use crate::index::ContentIndex;
+use crate::ksm_link::KsmLink;
+use crate::mappings::Mappings;
 use crate::patches::Patching;
 use crate::protect::Protector;
 use crate::recycle::Recycler;
@@ -80,29 +84,14 @@ pub(crate) struct State {
     /// Similarity detection and reference pins (patching.rs); made on first use.
     pub patching: Option<Patching>,
     pub pagemap: Option<sys::Pagemap>,
-    /// Mappings kept to be given up when the process runs out (advice.rs).
-    pub spare_mappings: Option<usize>,
-    /// Counts the process's mappings; kept open so no scan opens a file.
-    pub proc_maps: Option<sys::ProcMaps>,
-    /// Says whether ksmd runs, for the KSM handoff (ksm.rs): opened the first
-    /// time the mapping budget refuses a merge (None: not tried yet), then
-    /// kept, so no scan opens a file.
-    pub ksm_run: Option<Option<sys::KsmRun>>,
+    /// Whether ksmd runs, for the KSM handoff (ksm_link.rs, ksm.rs).
+    pub ksm: KsmLink,
     /// Frozen frames by content (kernel KSM's stable tree).
     pub stable: ContentIndex<FrameId>,
-    /// Mappings used by all blocks.
-    pub vmas: usize,
-    /// Mappings the rest of the process used at the last look.
-    pub other_maps: usize,
-    pub max_map: usize,
-    /// Most mappings the engine's blocks may use (`Config::vma_budget_for`).
-    pub vma_budget: usize,
-    /// Remaps since `other_maps` was read; our count can drift from the kernel's.
-    pub remaps_since_count: usize,
+    /// The process's mappings, the engine's budget of them and the spares (mappings.rs).
+    pub mappings: Mappings,
     /// A scan has blocks registered with userfaultfd.
     pub scanning: bool,
-    /// Whether this scan may hand blocks to kernel KSM, once asked (ksm.rs).
-    pub ksm_ready: Option<bool>,
     /// The tiering clock's state between passes.
     pub clock: Clock,
     /// What copies taught about where fresh blocks should start (fresh.rs).
@@ -191,9 +180,9 @@ impl State {
             }
         };
         let protector = State::open_protector(&cfg);
-        let max_map = cfg.inject.max_map_count.unwrap_or_else(sys::max_map_count);
-        let proc_maps = sys::ProcMaps::open().ok();
-        let other_maps = proc_maps.as_ref().map_or(0, sys::ProcMaps::count);
+        let mut mappings = Mappings::new(&cfg);
+        let pagemap = sys::Pagemap::open().ok();
+        mappings.make_spares();
         State {
             pools,
             blocks: BTreeMap::new(),
@@ -203,18 +192,11 @@ impl State {
             holds: Holds::default(),
             restoring: Restoring::default(),
             patching: None,
-            pagemap: sys::Pagemap::open().ok(),
-            proc_maps,
-            ksm_run: None,
-            spare_mappings: sys::map_spares().map(|p| p as usize),
+            pagemap,
+            ksm: KsmLink::new(&cfg),
             stable: ContentIndex::default(),
-            vmas: 0,
-            other_maps,
-            max_map,
-            vma_budget: cfg.vma_budget_for(max_map),
-            remaps_since_count: 0,
+            mappings,
             scanning: false,
-            ksm_ready: None,
             clock: Default::default(),
             placement: Default::default(),
             class_yields: Default::default(),
@@ -395,7 +377,7 @@ impl State {
             self.stats.blocks_started_sampled += 1;
         }
         self.stats.fresh_pages += npages as u64;
-        self.vmas += block.vmas;
+        self.mappings.add(block.vmas);
         self.blocks.insert(ptr as usize, block);
         ptr
     }
@@ -567,7 +549,7 @@ impl State {
             true
         });
         self.forget_evicted(&block, 0, block.pages.len());
-        self.vmas -= block.vmas;
+        self.mappings.remove(block.vmas);
         self.drop_pages(&block.pages);
     }
 
@@ -609,31 +591,11 @@ impl State {
         self.pools.iter_mut().for_each(Pool::close_if_idle);
     }
 
-    /// Whether `cost` more mappings fit in the budget. Looks at the real
-    /// mapping count once more before saying no.
+    /// Whether `cost` more mappings fit in the budget, besides those the
+    /// holds may cost (mappings.rs, `Mappings::room`).
     pub fn vma_room(&mut self, cost: usize) -> bool {
-        let fits = |s: &State| {
-            let limit = s
-                .vma_budget
-                .min(s.max_map.saturating_sub(s.cfg.vma_reserve + s.other_maps));
-            s.vmas + s.hold_vmas() + cost <= limit
-        };
-        if fits(self) {
-            return true;
-        }
-        // Reading /proc/self/maps costs milliseconds at tens of thousands of
-        // mappings: only when our own count has changed since the last read.
-        if self.remaps_since_count == 0 {
-            return false;
-        }
-        self.refresh_other_maps();
-        fits(self)
-    }
-
-    pub fn refresh_other_maps(&mut self) {
-        self.remaps_since_count = 0;
-        let maps = self.proc_maps.as_ref().map_or(0, sys::ProcMaps::count);
-        self.other_maps = maps.saturating_sub(self.vmas);
+        let held = self.hold_vmas();
+        self.mappings.room(held + cost, self.cfg.vma_reserve)
     }
 
     /// Notes that the mapping budget refused `n` merges in block `base`
@@ -682,8 +644,7 @@ impl State {
         }
         let after = block.boundaries(i, n);
         block.vmas = block.vmas + after - before;
-        self.vmas = self.vmas + after - before;
-        self.remaps_since_count += 1;
+        self.mappings.remapped(before, after);
     }
 
     pub fn record_remap(&mut self, base: usize, i: usize, n: usize, first: Option<FrameId>) {
@@ -707,13 +668,7 @@ impl State {
             Some(f) => Page::Shared(f.offset(k as u64)),
             None => Page::Anon,
         });
-        // The program's own mappings are re-counted from /proc/self/maps,
-        // whose read costs time in proportion to the mappings: every 1,024
-        // remaps, or every eighth of the engine's mappings when it holds
-        // more, so the reads stay a small share of the remaps at any count.
-        if self.remaps_since_count >= (self.vmas / 8).max(1024) {
-            self.refresh_other_maps();
-        }
+        self.mappings.recount_if_due();
     }
 
     /// Re-reads divergence of the shared pages `[i, i+n)` of a block from
@@ -797,7 +752,7 @@ impl State {
         s.block_bytes = self.blocks.values().map(|b| b.len() as u64).sum();
         s.frames_in_use = self.pools.iter().map(|p| p.in_use()).sum();
         (s.pages_sharing, s.pages_saved_by_sharing) = self.pages_sharing();
-        s.vmas_used = self.vmas as u64;
+        s.vmas_used = self.mappings.used() as u64;
         s.recycled_bytes = self.recycler.bytes() as u64;
         s.protected_scan = self.protector.is_some();
         s.descriptor_replaced = crate::fds::lost();
@@ -1089,7 +1044,7 @@ impl State {
     /// by side into one (recycle.rs).
     pub(crate) fn reuse(&mut self, npages: usize, on_frames: bool) -> Option<Block> {
         if let Some(r) = self.recycler.take(npages, on_frames) {
-            self.vmas = self.vmas + r.vmas_after - r.vmas_before;
+            self.mappings.changed(r.vmas_before, r.vmas_after);
             self.stats.recycled += 1;
             return Some(r.block);
         }
@@ -1102,7 +1057,7 @@ impl State {
         let (pieces, before, after) = self.recycler.gather(npages, on_frames, |b| {
             !holds.any_within(b.base as usize, b.len())
         })?;
-        self.vmas = self.vmas + after - before;
+        self.mappings.changed(before, after);
         let block = self.lay_side_by_side(pieces, npages)?;
         self.stats.recycled += 1;
         self.stats.recycled_joined += 1;
@@ -1130,13 +1085,13 @@ impl State {
                 self.release_block(b);
                 break;
             }
-            self.vmas -= b.vmas;
+            self.mappings.remove(b.vmas);
             pages.extend(b.pages);
         }
         let complete = pages.len() == npages;
         pages.resize(npages, Page::Anon);
         let block = Block::new(range, pages);
-        self.vmas += block.vmas;
+        self.mappings.add(block.vmas);
         if complete {
             return Some(block);
         }

@@ -1,0 +1,160 @@
+//! The count of the process's mappings (VMAs) and the engine's budget of them.
+//!
+//! The kernel lets a process have at most `vm.max_map_count` mappings
+//! (65,530 by default); beyond it mmap, mprotect and munmap of a middle part
+//! fail, the program's own malloc included. A mapping covers consecutive
+//! offsets of one file, so each remap of a run of pages onto other frames may
+//! split a block's mapping: a run remapped inside it becomes a mapping of its
+//! own and cuts the one around it in two, two mappings more. The engine
+//! therefore counts the mappings its blocks use (each block reckons its own
+//! from its pages, space.rs) and remaps only while the count stays under a
+//! limit: its budget (`Config::vma_budget_for`), and what `vm.max_map_count`
+//! leaves after the program's own mappings and a reserve always kept free
+//! for the program (`Config::vma_reserve`). A remap that does not fit is not
+//! made; its caller falls back (a plain copy, a skipped merge) and counts it
+//! in `fallbacks.vma_budget`.
+//!
+//! The program's own mappings are the lines of `/proc/self/maps` less the
+//! engine's, read through a descriptor kept open so that no scan opens a
+//! file. The engine's count is reckoned, not read, and can drift from the
+//! kernel's, so the file is read again at each scan's start, whenever the
+//! limit would say no after remaps, and otherwise at intervals that grow
+//! with the count. A few spare mappings are kept too, to be given up when
+//! the process has none left, so that the engine can make the temporary
+//! mappings it needs to give its own back (advice.rs, `give_back_mappings`).
+
+use std::num::NonZeroUsize;
+
+use crate::config::Config;
+use crate::sys;
+
+/// How close to `vm.max_map_count` a failed call must find the process for
+/// the engine to count it a shortage of mappings (a call may need a few).
+const MAPPINGS_SLACK: usize = 16;
+
+/// Remaps between two reads of `/proc/self/maps` at the least.
+const RECOUNT_REMAPS: usize = 1024;
+
+pub(crate) struct Mappings {
+    /// Mappings used by all blocks.
+    used: usize,
+    /// Mappings the rest of the process used at the last look.
+    others: usize,
+    /// The kernel's limit, `vm.max_map_count`.
+    max_map_count: usize,
+    /// Most mappings the engine's blocks may use (`Config::vma_budget_for`).
+    budget: usize,
+    /// Remaps since `others` was read; our count can drift from the kernel's.
+    remaps_since_count: usize,
+    /// The first of the spare mappings (`sys::map_spares`), while kept.
+    spares: Option<NonZeroUsize>,
+    /// Counts the process's mappings; kept open so no scan opens a file.
+    proc_maps: Option<sys::ProcMaps>,
+}
+
+impl Mappings {
+    /// The limit and the process's mappings as they are now, with no
+    /// spares yet (`make_spares`).
+    pub(crate) fn new(cfg: &Config) -> Mappings {
+        let max_map_count = cfg.inject.max_map_count.unwrap_or_else(sys::max_map_count);
+        let proc_maps = sys::ProcMaps::open().ok();
+        let others = proc_maps.as_ref().map_or(0, sys::ProcMaps::count);
+        Mappings {
+            used: 0,
+            others,
+            max_map_count,
+            budget: cfg.vma_budget_for(max_map_count),
+            remaps_since_count: 0,
+            spares: None,
+            proc_maps,
+        }
+    }
+
+    /// Mappings used by all blocks.
+    pub(crate) fn used(&self) -> usize {
+        self.used
+    }
+
+    /// `vmas` more mappings are the engine's (a block mapped or laid out).
+    pub(crate) fn add(&mut self, vmas: usize) {
+        self.used += vmas;
+    }
+
+    /// `vmas` of the engine's mappings are gone (a block unmapped or moved).
+    pub(crate) fn remove(&mut self, vmas: usize) {
+        self.used -= vmas;
+    }
+
+    /// Mappings of a block went from `before` to `after`.
+    pub(crate) fn changed(&mut self, before: usize, after: usize) {
+        self.used = self.used + after - before;
+    }
+
+    /// A remap took mappings of a block from `before` to `after`.
+    pub(crate) fn remapped(&mut self, before: usize, after: usize) {
+        self.changed(before, after);
+        self.remaps_since_count += 1;
+    }
+
+    /// Whether `cost` more mappings fit under the limit, with `reserve`
+    /// left free for the program (`Config::vma_reserve`). Looks at the real
+    /// mapping count once more before saying no.
+    pub(crate) fn room(&mut self, cost: usize, reserve: usize) -> bool {
+        if self.fits(cost, reserve) {
+            return true;
+        }
+        // Reading /proc/self/maps costs milliseconds at tens of thousands of
+        // mappings: only when our own count has changed since the last read.
+        if self.remaps_since_count == 0 {
+            return false;
+        }
+        self.recount();
+        self.fits(cost, reserve)
+    }
+
+    fn fits(&self, cost: usize, reserve: usize) -> bool {
+        let left = self.max_map_count.saturating_sub(reserve + self.others);
+        self.used + cost <= self.budget.min(left)
+    }
+
+    /// Reads the program's own mappings from `/proc/self/maps` again.
+    pub(crate) fn recount(&mut self) {
+        self.remaps_since_count = 0;
+        let maps = self.proc_maps.as_ref().map_or(0, sys::ProcMaps::count);
+        self.others = maps.saturating_sub(self.used);
+    }
+
+    /// Re-counts after a remap when it is due. The read costs time in
+    /// proportion to the mappings: every `RECOUNT_REMAPS` remaps, or every
+    /// eighth of the engine's mappings when it holds more, so the reads stay
+    /// a small share of the remaps at any count.
+    pub(crate) fn recount_if_due(&mut self) {
+        if self.remaps_since_count >= (self.used / 8).max(RECOUNT_REMAPS) {
+            self.recount();
+        }
+    }
+
+    /// Whether the process is within `MAPPINGS_SLACK` of the kernel's limit
+    /// at the last count: a failed call is then a shortage of mappings.
+    pub(crate) fn near_limit(&self) -> bool {
+        self.others + self.used + MAPPINGS_SLACK >= self.max_map_count
+    }
+
+    /// Maps the spares to give up when the process runs out of mappings.
+    pub(crate) fn make_spares(&mut self) {
+        // A mapping the kernel places itself never starts at address 0.
+        self.spares = sys::map_spares().and_then(|p| NonZeroUsize::new(p as usize));
+    }
+
+    /// Gives up the spares, if kept: the mappings the first move back needs.
+    pub(crate) fn give_up_spares(&mut self) {
+        if let Some(first) = self.spares.take() {
+            sys::unmap_spares(first.get() as *mut u8);
+        }
+    }
+
+    /// In a child right after fork: the inherited maps file describes the parent.
+    pub(crate) fn reopen(&mut self) {
+        self.proc_maps = sys::ProcMaps::open().ok();
+    }
+}
