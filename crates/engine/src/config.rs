@@ -91,6 +91,9 @@ pub struct Config {
     /// scan, so a page must stay unchanged that much longer to be acted on
     /// (sample.rs).
     pub churn_rest: bool,
+    /// A plain copy into an engine block leaves out the source's zero pages
+    /// where the destination page reads zero already (copy.rs); needs `zero`.
+    pub sparse_copy: bool,
     /// Look at a chunk's pages before protecting it, and protect it only if
     /// a page may be folded or merged (as kernel KSM reads and hashes pages
     /// without write-protecting them, and protects only the page it merges).
@@ -273,6 +276,7 @@ impl Default for Config {
             smart_scan: true,
             sample_scan: true,
             churn_rest: true,
+            sparse_copy: true,
             look_first: true,
             pin_grace: Duration::from_micros(1000),
             pin_guard: true,
@@ -421,6 +425,7 @@ impl Config {
         flag("PAGEFOLD_SMART_SCAN", &mut c.smart_scan);
         flag("PAGEFOLD_SAMPLE_SCAN", &mut c.sample_scan);
         flag("PAGEFOLD_CHURN_REST", &mut c.churn_rest);
+        flag("PAGEFOLD_SPARSE_COPY", &mut c.sparse_copy);
         flag("PAGEFOLD_LOOK_FIRST", &mut c.look_first);
         flag("PAGEFOLD_PIN_GUARD", &mut c.pin_guard);
         flag("PAGEFOLD_PIN_HOLD", &mut c.pin_hold);

@@ -1,6 +1,19 @@
 //! Virtual copy: whole pages between engine blocks at equal page offsets
 //! become copy-on-write views of the same frames (lib.rs describes the
 //! mechanism); the rest is copied plainly.
+//!
+//! A plain copy into an engine block skips the zero pages of its source
+//! where the destination page reads zero already: a plain anonymous page
+//! the kernel has neither mapped nor swapped (never touched since the block
+//! was mapped, or discarded). Writing zeros there would fault the page in,
+//! clear it, copy 4 KiB of zeros over it, and leave the scan to read it and
+//! fold it again; numpy's `.copy()` of an array that is mostly zero (a
+//! simulation's snapshots) is made of such pages. Which destination pages
+//! read zero: an anonymous page that pagemap shows neither mapped nor
+//! swapped (never touched, or discarded), and an owned page whose frame is
+//! a hole in the memfd (SEEK_DATA, which counts a swapped frame as data).
+//! Shared, diverged and evicted pages are always written: their content
+//! lies where no page table or hole shows it.
 
 use crate::frames::FrameId;
 use crate::space::{runs, unit_runs, Page};
@@ -145,6 +158,52 @@ impl State {
         true
     }
 
+    /// Which whole pages of `[dst, dst + len)` read zero without being
+    /// written: plain anonymous pages of one engine block that the kernel
+    /// has neither mapped nor swapped, and owned pages whose frame is a
+    /// hole. Returns the first whole page's address and a flag per whole
+    /// page; None when the range holds no whole page of either kind.
+    pub(crate) fn untouched_pages(&self, dst: usize, len: usize) -> Option<(usize, Vec<bool>)> {
+        let base = self.find(dst, len)?;
+        let block = &self.blocks[&base];
+        let (first, end) = (dst.next_multiple_of(PAGE), (dst + len) / PAGE * PAGE);
+        if block.exempt || end <= first {
+            return None;
+        }
+        let (i, n) = ((first - base) / PAGE, (end - first) / PAGE);
+        let mut untouched = vec![false; n];
+        self.untouched_anon(block, i, &mut untouched);
+        let owned = |k: usize| match block.pages[k] {
+            Page::Owned(f) => Some(f),
+            _ => None,
+        };
+        for (a, b) in runs(i..i + n, owned) {
+            let f = owned(a).expect("a run of owned pages");
+            let holes = sys::holes(self.pools[f.pool()].fd, f.slot(), b - a);
+            untouched[a - i..b - i].copy_from_slice(&holes);
+        }
+        untouched.contains(&true).then_some((first, untouched))
+    }
+
+    /// Marks in `untouched` the anonymous pages of `block` from page `i`
+    /// that the kernel has neither mapped nor swapped (pagemap).
+    fn untouched_anon(&self, block: &crate::space::Block, i: usize, untouched: &mut [bool]) {
+        let anon = &block.pages[i..i + untouched.len()];
+        if !anon.iter().any(|p| matches!(p, Page::Anon)) {
+            return;
+        }
+        let Some(pm) = self.pagemap.as_ref() else {
+            return;
+        };
+        let mut entries = vec![0u64; untouched.len()];
+        if pm.read(block.page_addr(i), &mut entries).is_err() {
+            return;
+        }
+        for ((u, p), e) in untouched.iter_mut().zip(anon).zip(&entries) {
+            *u = matches!(p, Page::Anon) && e & (sys::PM_PRESENT | sys::PM_SWAP) == 0;
+        }
+    }
+
     /// Maps dst pages `[i, i+n)` onto the frozen frames from `first`.
     fn share_run(&mut self, db: usize, i: usize, n: usize, first: FrameId) -> bool {
         if !self.remap(db, i, n, Some(first)) {
@@ -153,4 +212,46 @@ impl State {
         self.stats.pages_shared_by_copy += n as u64;
         true
     }
+}
+
+/// Copies `len` bytes from `src` to `dst` as memcpy does, but leaves out
+/// each whole destination page from `first` that `untouched` marks (it
+/// reads zero already) where the source's bytes are all zero. Returns the
+/// pages left out.
+///
+/// # Safety
+/// As for memcpy: `src` valid for reads and `dst` for writes of `len` bytes,
+/// not overlapping; `first` page-aligned within `[dst, dst + len]`, with
+/// `untouched.len()` whole pages from it inside the range.
+pub(crate) unsafe fn copy_skipping_zero(
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+    first: usize,
+    untouched: &[bool],
+) -> u64 {
+    let head = first - dst as usize;
+    std::ptr::copy_nonoverlapping(src, dst, head);
+    let mut skipped = 0;
+    for (k, &reads_zero) in untouched.iter().enumerate() {
+        let (s, d) = (src.add(head + k * PAGE), dst.add(head + k * PAGE));
+        if reads_zero && all_zero(std::slice::from_raw_parts(s, PAGE)) {
+            skipped += 1;
+        } else {
+            std::ptr::copy_nonoverlapping(s, d, PAGE);
+        }
+    }
+    let done = head + untouched.len() * PAGE;
+    std::ptr::copy_nonoverlapping(src.add(done), dst.add(done), len - done);
+    skipped
+}
+
+/// Whether every byte of `bytes` (any alignment) is zero; stops at the first
+/// word that is not.
+fn all_zero(bytes: &[u8]) -> bool {
+    // SAFETY: any bit pattern is a valid u64; align_to only splits the slice.
+    let (pre, words, post) = unsafe { bytes.align_to::<u64>() };
+    pre.iter().all(|&b| b == 0)
+        && words.chunks(8).all(|c| c.iter().fold(0, |a, w| a | w) == 0)
+        && post.iter().all(|&b| b == 0)
 }

@@ -121,9 +121,21 @@ impl Engine {
             } else if !dst_engine {
                 st.copied_into_plain(len);
             }
+            let cfg = &self.inner.cfg;
+            let untouched = (cfg.zero && cfg.sparse_copy && dst_engine)
+                .then(|| st.untouched_pages(dst as usize, len))
+                .flatten();
             // Other threads need not wait for a plain copy.
             drop(st);
-            std::ptr::copy_nonoverlapping(src, dst, len);
+            match untouched {
+                Some((first, pages)) => {
+                    let skipped = crate::copy::copy_skipping_zero(dst, src, len, first, &pages);
+                    if skipped > 0 {
+                        self.inner.lock().stats.zero_pages_not_copied += skipped;
+                    }
+                }
+                None => std::ptr::copy_nonoverlapping(src, dst, len),
+            }
         }
     }
 

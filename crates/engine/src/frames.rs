@@ -351,3 +351,23 @@ impl Drop for Pool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holes_are_the_frames_never_written_or_punched() {
+        let pool = Pool::create().expect("a memfd pool");
+        let page = vec![7u8; PAGE];
+        for slot in [2u64, 3, 4, 9, 15] {
+            sys::pwrite_all(pool.fd, page.as_ptr(), PAGE, slot * PAGE as u64).expect("pwrite");
+        }
+        pool.punch(3, 1).expect("punch");
+        let want: Vec<bool> = (0..20).map(|s| ![2, 4, 9, 15].contains(&s)).collect();
+        assert_eq!(sys::holes(pool.fd, 0, 20), want);
+        assert_eq!(sys::holes(pool.fd, 4, 6), want[4..10]);
+        assert_eq!(sys::holes(pool.fd, 16, 30), vec![true; 30], "past the end");
+        assert!((0..20).all(|s| sys::is_hole(pool.fd, s) == want[s as usize]));
+    }
+}

@@ -76,6 +76,9 @@ pub struct Stats {
     /// Pages folded as zero that a later look found written again (the fold
     /// cost a fault and saved memory only until then).
     pub zero_refilled: u64,
+    /// Zero pages of a plain copy's source not written to a destination
+    /// page that read zero already (copy.rs).
+    pub zero_pages_not_copied: u64,
     /// Times a block's looks were spaced further because the program undid
     /// what the previous look folded or merged (sample.rs).
     pub block_rests: u64,

@@ -276,6 +276,39 @@ fn is_hole_raw(fd: i32, frame: u64) -> bool {
         || (next < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO))
 }
 
+/// For each of the `n` frames of `fd` from `first`, whether it is a hole
+/// (as `is_hole`, swapped frames count as data): a SEEK_DATA and a SEEK_HOLE
+/// per run of data, so a run of fresh frames costs one call.
+pub fn holes(fd: Fd, first: u64, n: usize) -> Vec<bool> {
+    let mut out = vec![false; n];
+    let _ = fd.with(|fd| {
+        let seek = |off: u64, whence: i32| {
+            // SAFETY: lseek takes plain integers; a bad fd is reported as an error.
+            let r = unsafe { libc::lseek(fd, (off * PAGE as u64) as libc::off_t, whence) };
+            let enxio = r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+            // ENXIO: no data at or after `off`; any other error: data.
+            match r {
+                r if r >= 0 => Some(r as u64 / PAGE as u64),
+                _ if enxio => None,
+                _ => Some(off),
+            }
+        };
+        let end = first + n as u64;
+        let mut at = first;
+        while at < end {
+            let data = seek(at, libc::SEEK_DATA).unwrap_or(end).min(end);
+            out[(at - first) as usize..(data - first) as usize].fill(true);
+            if data >= end {
+                break;
+            }
+            // The data runs to the next hole (or the end of the file).
+            at = seek(data, libc::SEEK_HOLE).unwrap_or(end).max(data + 1);
+        }
+        Ok(())
+    });
+    out
+}
+
 /// The system call itself, not libc's `madvise`: a preload that interposes
 /// `madvise` must not see the engine's own calls.
 pub fn madvise(addr: *mut u8, len: usize, advice: i32) -> io::Result<()> {
