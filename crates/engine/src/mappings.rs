@@ -17,9 +17,12 @@
 //! The program's own mappings are the lines of `/proc/self/maps` less the
 //! engine's, read through a descriptor kept open so that no scan opens a
 //! file. The engine's count is reckoned, not read, and can drift from the
-//! kernel's, so the file is read again at each scan's start, whenever the
-//! limit would say no after remaps, and otherwise at intervals that grow
-//! with the count. A few spare mappings are kept too, to be given up when
+//! kernel's, so the file is read again at a scan's start (every scan once
+//! the process holds a quarter of the limit, else when the last read is
+//! `RECOUNT_AGE` old: a program with thousands of mappings makes the read
+//! cost milliseconds, a third of a scan's time on a numpy simulation),
+//! whenever the limit would say no after remaps, and otherwise at intervals
+//! that grow with the count. A few spare mappings are kept too, to be given up when
 //! the process has none left, so that the engine can make the temporary
 //! mappings it needs to give its own back (advice.rs, `give_back_mappings`).
 
@@ -34,6 +37,10 @@ const MAPPINGS_SLACK: usize = 16;
 
 /// Remaps between two reads of `/proc/self/maps` at the least.
 const RECOUNT_REMAPS: usize = 1024;
+
+/// Oldest count a scan starts from while the process holds less than a
+/// quarter of `vm.max_map_count`.
+const RECOUNT_AGE: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub(crate) struct Mappings {
     /// Mappings used by all blocks.
@@ -50,6 +57,8 @@ pub(crate) struct Mappings {
     spares: Option<NonZeroUsize>,
     /// Counts the process's mappings; kept open so no scan opens a file.
     proc_maps: Option<sys::ProcMaps>,
+    /// When `others` was read.
+    counted_at: std::time::Instant,
 }
 
 impl Mappings {
@@ -67,6 +76,7 @@ impl Mappings {
             remaps_since_count: 0,
             spares: None,
             proc_maps,
+            counted_at: std::time::Instant::now(),
         }
     }
 
@@ -104,8 +114,10 @@ impl Mappings {
             return true;
         }
         // Reading /proc/self/maps costs milliseconds at tens of thousands of
-        // mappings: only when our own count has changed since the last read.
-        if self.remaps_since_count == 0 {
+        // mappings: only when our own count has changed since the last read,
+        // and only when the program's mappings are what stands in the way
+        // (a fresh count cannot lift the engine's own budget).
+        if self.remaps_since_count == 0 || self.used + cost > self.budget {
             return false;
         }
         self.recount();
@@ -120,8 +132,19 @@ impl Mappings {
     /// Reads the program's own mappings from `/proc/self/maps` again.
     pub(crate) fn recount(&mut self) {
         self.remaps_since_count = 0;
+        self.counted_at = std::time::Instant::now();
         let maps = self.proc_maps.as_ref().map_or(0, sys::ProcMaps::count);
         self.others = maps.saturating_sub(self.used);
+    }
+
+    /// Re-counts at a scan's start when it is due: the process holds a
+    /// quarter of the limit or more, or the last count is `RECOUNT_AGE` old.
+    pub(crate) fn recount_for_scan(&mut self) {
+        if 4 * (self.others + self.used) >= self.max_map_count
+            || self.counted_at.elapsed() >= RECOUNT_AGE
+        {
+            self.recount();
+        }
     }
 
     /// Re-counts after a remap when it is due. The read costs time in

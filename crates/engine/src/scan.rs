@@ -148,7 +148,7 @@ pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
         st.expire_recycled();
         st.prune_young();
         st.prune_holds();
-        st.mappings.recount();
+        st.mappings.recount_for_scan();
         st.ksm.begin_scan();
         if st.protector.is_none() {
             st.stats.fallbacks.uffd += 1;
@@ -471,11 +471,32 @@ impl State {
     /// holding content by mincore's `resident`, not evicted (reading one
     /// would restore it), and not shared pages whose frame is indexed.
     fn looked_pages(&self, base: usize, i: usize, due: &[usize], resident: &[u8]) -> Vec<usize> {
-        due.iter()
+        let looked: Vec<usize> = due
+            .iter()
             .copied()
             .filter(|&k| resident[k - i] & 1 != 0 && !self.blocks[&base].pages[k].is_evicted())
             .filter(|&k| !self.already_indexed(base, k))
+            .collect();
+        let zero_mapped = self.mapping_the_zero_page(base, &looked);
+        looked
+            .into_iter()
+            .filter(|k| zero_mapped.binary_search(k).is_err())
             .collect()
+    }
+
+    /// Of `pages` (sorted), the anonymous pages folded as zero by their
+    /// previous look that the program has only read since (sorted): they
+    /// map the kernel's shared zero page, which mincore counts as resident
+    /// but which holds no memory of the program's, so there is nothing to
+    /// fold again.
+    fn mapping_the_zero_page(&self, base: usize, pages: &[usize]) -> Vec<usize> {
+        let block = &self.blocks[&base];
+        let folded: Vec<usize> = pages
+            .iter()
+            .copied()
+            .filter(|&k| block.pages[k] == Page::Anon && crate::seen::folded_zero(block.seen[k]))
+            .collect();
+        self.unwritten_since_fold(base, &folded)
     }
 
     /// Whether one of `pages` (of block `base`) may be folded or merged by
@@ -602,6 +623,7 @@ impl State {
             .expect("block vanished under the lock");
         let before = pages.len();
         let mut refilled = 0;
+        let mut refolds = Vec::new();
         let kept: Vec<usize> = pages
             .into_iter()
             .filter(|&k| {
@@ -612,6 +634,9 @@ impl State {
                 let before = block.seen[k];
                 let same = before & crate::seen::LOOK_MASK == look;
                 refilled += (!zero && crate::seen::folded_zero(before)) as u64;
+                if zero && crate::seen::folded_zero(before) {
+                    refolds.push(k);
+                }
                 block.seen[k] = crate::seen::with_look(before, look);
                 if !same {
                     block.seen[k] = crate::seen::written(block.seen[k]);
@@ -623,9 +648,53 @@ impl State {
             })
             .collect();
         rep.volatile += (before - kept.len()) as u64;
-        block.found.undone(refilled as usize);
+        // A page acted on as zero was folded if it is anonymous or owned
+        // and not held (an owned zero page may be held before its fold,
+        // hold.rs; shared and diverged ones change kind when folded).
+        refolds.retain(|&k| {
+            let block = &self.blocks[&base];
+            match block.pages[k] {
+                Page::Anon => true,
+                Page::Owned(_) => !self.is_held(block.page_addr(k) as usize),
+                _ => false,
+            }
+        });
+        refolds.sort_unstable();
+        let unwritten = self.unwritten_since_fold(base, &refolds);
+        let refilled = refilled + (refolds.len() - unwritten.len()) as u64;
+        if let Some(block) = self.blocks.get_mut(&base) {
+            block.found.undone(refilled as usize);
+        }
         self.stats.zero_refilled += refilled;
-        kept
+        // Those only read since their fold hold no memory: nothing to fold.
+        kept.into_iter()
+            .filter(|k| unwritten.binary_search(k).is_err())
+            .collect()
+    }
+
+    /// Of the anonymous and owned pages `folded` (sorted), folded as zero by
+    /// the previous look and zero again at this one, those that hold no
+    /// memory again (sorted). The others were written: the program wrote
+    /// zeros into them (a simulation updating an array in place), which
+    /// faulted in a page the fold had freed. An anonymous page that is only
+    /// read maps the kernel's shared zero page, which pagemap shows as not
+    /// exclusively mapped; an owned page a look reads has data in its frame.
+    fn unwritten_since_fold(&self, base: usize, folded: &[usize]) -> Vec<usize> {
+        let (Some(&first), Some(&last)) = (folded.first(), folded.last()) else {
+            return Vec::new();
+        };
+        let block = &self.blocks[&base];
+        let mut entries = vec![0u64; last - first + 1];
+        let anon_read = self
+            .pagemap
+            .as_ref()
+            .is_some_and(|pm| pm.read(block.page_addr(first), &mut entries).is_ok());
+        let written = |k: usize| match block.pages[k] {
+            // Without pagemap, as if written: folded again, as it always may be.
+            Page::Anon => !anon_read || entries[k - first] & sys::PM_MMAP_EXCLUSIVE != 0,
+            _ => true,
+        };
+        folded.iter().copied().filter(|&k| !written(k)).collect()
     }
 
     /// Write protection stops writes through the page table, not writes

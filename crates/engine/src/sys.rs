@@ -533,6 +533,8 @@ pub struct Pagemap {
 pub const PM_PRESENT: u64 = 1 << 63;
 pub const PM_SWAP: u64 = 1 << 62;
 pub const PM_FILE: u64 = 1 << 61;
+/// Mapped by this page table alone: a page of its own, not the shared zero page.
+pub const PM_MMAP_EXCLUSIVE: u64 = 1 << 56;
 
 impl Pagemap {
     pub fn open() -> io::Result<Pagemap> {

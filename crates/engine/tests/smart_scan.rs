@@ -8,7 +8,7 @@
 
 mod common;
 
-use pagefold_engine::{Config, Engine, Hint, PAGE};
+use pagefold_engine::{Config, Engine, Fresh, Hint, PAGE};
 
 /// Every page different from every other (and from any other test's pages).
 fn fill_unique(p: *mut u8, pages: usize, seed: u64) {
@@ -446,7 +446,7 @@ fn merges_while_rewriting(churn_rest: bool, scans: u64, every: u64) -> (u64, u64
         sample_scan: false,
         churn_rest,
         pin_age,
-        fresh: pagefold_engine::Fresh::Anon,
+        fresh: Fresh::Anon,
         ..Config::default()
     });
     let churning = e.alloc(pages * PAGE, Hint::None);
@@ -560,4 +560,58 @@ fn a_block_whose_zero_folds_are_written_again_is_looked_at_less_often() {
         "resting folds half as much or less, the block that stays zero included: \
          {folded} against {folded_off}"
     );
+}
+
+/// Scans a block of zero pages on anonymous memory or frames 24 times,
+/// writing zeros over it (`write`) or reading it between scans; returns
+/// the zero pages folded and the stats.
+fn refolds(fresh: Fresh, write: bool) -> (u64, pagefold_engine::Stats) {
+    let pages = 64;
+    let e = Engine::new(Config {
+        smart_scan: false,
+        sample_scan: false,
+        fresh,
+        ..Config::default()
+    });
+    let p = e.alloc(pages * PAGE, Hint::None);
+    zero_pages(p, 0, pages);
+    let mut folded = 0;
+    let mut sum = 0u64;
+    for _ in 0..24 {
+        folded += e.scan().zero_folded;
+        if write {
+            zero_pages(p, 0, pages);
+        } else {
+            // SAFETY: reads inside the live block.
+            sum += (0..pages)
+                .map(|k| unsafe { *p.add(k * PAGE + 8) } as u64)
+                .sum::<u64>();
+        }
+    }
+    assert_eq!(sum, 0);
+    assert_reads_zero(p, 0..pages);
+    let s = e.stats();
+    // SAFETY: the block this test allocated, freed once.
+    unsafe { e.free(p) };
+    (folded, s)
+}
+
+#[test]
+fn zeros_written_over_folded_pages_count_as_refills_and_the_block_rests() {
+    for fresh in [Fresh::Anon, Fresh::Frames] {
+        let (folded, s) = refolds(fresh, true);
+        assert!(
+            s.zero_refilled >= 64 && s.block_rests > 0,
+            "{fresh:?}: zeros written back are refills: {s:?}"
+        );
+        assert!(
+            folded <= 6 * 64,
+            "{fresh:?}: the resting block is folded a few times, not every other scan: {folded}"
+        );
+    }
+    // Reading folded anonymous pages maps the shared zero page: no memory
+    // comes back, so nothing is refilled and nothing rests.
+    let (folded, s) = refolds(Fresh::Anon, false);
+    assert_eq!((s.zero_refilled, s.block_rests), (0, 0), "{s:?}");
+    assert_eq!(folded, 64, "folded once and left alone");
 }
