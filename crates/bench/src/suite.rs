@@ -121,15 +121,24 @@ pub(crate) fn log(bar: &indicatif::ProgressBar, line: String) {
 }
 
 fn run_line(workload: &str, rep: usize, o: &Outcome) -> String {
+    let footprint = if o.samples == 0 {
+        "footprint not sampled (left out of the footprint figures)".to_string()
+    } else {
+        format!(
+            "avg {:>7.1} MiB, peak {:>7.1} MiB",
+            mib(o.average_bytes),
+            mib(o.peak_bytes)
+        )
+    };
     format!(
-        "  {workload:<16} {:<10} run {}: avg {:>7.1} MiB, peak {:>7.1} MiB, wall {:>6.2} s, cpu {:>6.2} s{}, exit {}",
+        "  {workload:<16} {:<10} run {}: {footprint}, wall {:>6.2} s, cpu {:>6.2} s{}, exit {}",
         o.config,
         rep + 1,
-        mib(o.average_bytes),
-        mib(o.peak_bytes),
         o.wall_s,
         o.cpu_s,
-        o.ksmd_cpu_s.map(|k| format!(" + ksmd {k:.2} s")).unwrap_or_default(),
+        o.ksmd_cpu_s
+            .map(|k| format!(" + ksmd {k:.2} s"))
+            .unwrap_or_default(),
         o.exit_code
     )
 }
@@ -168,9 +177,16 @@ pub fn summarize(configs: &[String], runs: &[Outcome]) -> Vec<ConfigStats> {
     let spread = |name: &str, f: &dyn Fn(&Outcome) -> f64| {
         Spread::of(&of(name).into_iter().map(f).collect::<Vec<_>>())
     };
+    // A run the sampler never read (the program ended before its first
+    // sample could be taken) has no footprint: it is left out of the
+    // footprint figures, not counted as zero.
+    let footprint = |name: &str, f: &dyn Fn(&Outcome) -> f64| {
+        let sampled = of(name).into_iter().filter(|o| o.samples > 0);
+        Spread::of(&sampled.map(f).collect::<Vec<_>>())
+    };
     let total_cpu = |o: &Outcome| o.cpu_s + o.ksmd_cpu_s.unwrap_or(0.0);
-    let base_avg = spread(base_name, &|o| mib(o.average_bytes)).median;
-    let base_peak = spread(base_name, &|o| mib(o.peak_bytes)).median;
+    let base_avg = footprint(base_name, &|o| mib(o.average_bytes)).median;
+    let base_peak = footprint(base_name, &|o| mib(o.peak_bytes)).median;
     let base_wall = spread(base_name, &|o| o.wall_s).median;
     let base_cpu = spread(base_name, &total_cpu).median;
     let faults = |o: &Outcome| o.minor_faults as f64;
@@ -178,8 +194,8 @@ pub fn summarize(configs: &[String], runs: &[Outcome]) -> Vec<ConfigStats> {
     configs
         .iter()
         .map(|c| {
-            let average = spread(c, &|o| mib(o.average_bytes));
-            let peak = spread(c, &|o| mib(o.peak_bytes));
+            let average = footprint(c, &|o| mib(o.average_bytes));
+            let peak = footprint(c, &|o| mib(o.peak_bytes));
             let wall = spread(c, &|o| o.wall_s);
             let cpu = spread(c, &total_cpu);
             let minor = spread(c, &faults);
@@ -687,6 +703,25 @@ mod tests {
         assert!(s
             .iter()
             .all(|c| c.identical && c.runs == 3 && c.failed_runs == 0));
+    }
+
+    #[test]
+    fn a_run_the_sampler_never_read_is_left_out_of_the_footprint_not_counted_as_zero() {
+        let mut unsampled = outcome("pagefold", 0, 8.0, "x");
+        unsampled.samples = 0;
+        unsampled.peak_bytes = 0;
+        let runs = vec![
+            outcome("plain", 100, 10.0, "x"),
+            outcome("pagefold", 50, 10.0, "x"),
+            outcome("plain", 100, 10.0, "x"),
+            unsampled.clone(),
+        ];
+        let s = summarize(&configs()[..2], &runs);
+        assert_eq!(s[1].average_mib.median, 50.0, "the sampled run alone");
+        assert_eq!(s[1].peak_ratio.median, 0.5, "100 MiB against 200");
+        assert_eq!(s[1].runs, 2, "the run still counts for time and output");
+        assert!((s[1].wall_ratio.median - 0.9).abs() < 1e-12);
+        assert!(run_line("w", 1, &unsampled).contains("footprint not sampled"));
     }
 
     #[test]
