@@ -803,7 +803,18 @@ impl Worker {
                 len,
             });
             let rng = &mut self.rng;
-            let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+            // Half the time the destination's even pages get zeros, which a
+            // sparse copy leaves out where the page reads zero already.
+            let sparse = rng.gen_bool(0.5);
+            let data: Vec<u8> = (0..len)
+                .map(|i| {
+                    if sparse && (off + i) / PAGE % 2 == 0 {
+                        0
+                    } else {
+                        rng.gen()
+                    }
+                })
+                .collect();
             // SAFETY: both ranges lie inside live blocks this test allocated, each at least the
             // length copied.
             unsafe { self.engine.copy(ptr.add(off), data.as_ptr(), len) };
@@ -1458,6 +1469,10 @@ fn shadow_fresh_anonymous() {
     let (_, s) = run(cfg, Opts::new("fresh_anon"));
     exercised(&s, "fresh_anon");
     assert!(s.pages_adopted > 0, "{s:?}");
+    assert!(
+        s.zero_pages_not_copied > 0,
+        "no sparse copy left a page out: {s:?}"
+    );
 }
 
 #[test]
