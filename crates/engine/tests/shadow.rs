@@ -808,7 +808,7 @@ impl Worker {
             let sparse = rng.gen_bool(0.5);
             let data: Vec<u8> = (0..len)
                 .map(|i| {
-                    if sparse && (off + i) / PAGE % 2 == 0 {
+                    if sparse && ((off + i) / PAGE).is_multiple_of(2) {
                         0
                     } else {
                         rng.gen()
