@@ -30,7 +30,7 @@ pub struct Config {
     /// takes before copy evidence decides (fresh.rs, `worth_taking`).
     pub take_first: u32,
     /// Which mallocs are left to the caller's own allocator when it holds at
-    /// least as many bytes freed (`Engine::take_beside_heap`; state.rs
+    /// least as many bytes freed (`Engine::take_beside_heap`; placement.rs,
     /// `leave_to_heap`): reusing its freed, resident memory faults nothing,
     /// where an engine block faults in every page afresh.
     pub heap_first: HeapFirst,
@@ -311,8 +311,8 @@ impl Default for Config {
     }
 }
 
-/// Which mallocs the caller's heap serves first when it has room (state.rs
-/// `leave_to_heap`).
+/// Which mallocs the caller's heap serves first when it has room
+/// (placement.rs, `leave_to_heap`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeapFirst {
     /// None: the engine takes what `plain_below` and `take_first` give it.

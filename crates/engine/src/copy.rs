@@ -116,7 +116,9 @@ impl State {
             b.shared_at = Some(std::time::Instant::now());
         }
         if shared > 0 && sb != db {
-            self.note_copy_out(sb, db);
+            if let Some(b) = self.blocks.get_mut(&sb) {
+                b.note_copy_out(db);
+            }
         }
         if self.cfg.copy_learn {
             self.placement.shared_by_copy(dst_block_pages, shared);

@@ -11,7 +11,8 @@ use std::time::Duration;
 use crate::clock::Allow;
 use crate::config::Config;
 use crate::fork;
-use crate::state::{Hint, Inner};
+use crate::placement::Hint;
+use crate::state::Inner;
 use crate::stats::{EvictReport, Stats};
 use crate::store::PageStore;
 use crate::sys::{self, PAGE};
@@ -65,7 +66,7 @@ impl Engine {
     /// Whether `take_beside_heap` would look at `heap_free` for this
     /// allocation, so a caller can skip counting its heap when not.
     pub fn heap_matters(&self, len: usize, hint: Hint) -> bool {
-        crate::state::heap_first_applies(&self.inner.cfg, len, hint)
+        crate::placement::heap_first_applies(&self.inner.cfg, len, hint)
     }
 
     /// Frees a block returned by `alloc` or `take`. False if `ptr` is not one.
@@ -116,10 +117,11 @@ impl Engine {
             if src_engine || dst_engine {
                 st.stats.bytes_copied_plain += len as u64;
             }
+            let state = &mut *st;
             if !src_engine {
-                st.copied_from_plain(len);
+                state.placement.copied_from_plain(&state.cfg, len);
             } else if !dst_engine {
-                st.copied_into_plain(len);
+                state.placement.copied_into_plain(&state.cfg, len);
             }
             let cfg = &self.inner.cfg;
             let untouched = (cfg.zero && cfg.sparse_copy && dst_engine)

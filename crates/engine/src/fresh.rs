@@ -19,7 +19,7 @@
 //! which only makes the engine start anonymous again.
 //!
 //! Below `Config::plain_below` the engine may also leave an allocation to
-//! the caller's own allocator (state.rs, `take`): glibc's heap hands back
+//! the caller's own allocator (placement.rs, `take`): glibc's heap hands back
 //! freed memory that is still mapped and resident, where any engine block
 //! is a fresh mapping faulted in page by page, which recycling freed blocks
 //! (recycle.rs) only partly makes up for. R's glm fits allocate 4 MiB and
@@ -193,7 +193,8 @@ pub struct Lifetime {
     pub below_pages: usize,
 }
 
-/// What the engine has learnt about copies, per size class (pages).
+/// What the engine has learnt about copies, per size class (pages). The
+/// placement decisions that read and count in it are placement.rs's.
 #[derive(Default)]
 pub struct Placement {
     classes: HashMap<usize, Class>,
@@ -235,7 +236,7 @@ impl Placement {
     }
 
     /// Whether the engine should take a block of `npages` from the program's
-    /// own allocator (state.rs, `take`): there a block costs a fault per
+    /// own allocator (placement.rs, `take`): there a block costs a fault per
     /// page that the allocator's reused heap would not, and only blocks that
     /// share pay it back. A class is taken until `take_first` allocations
     /// of it were seen (the first block of a size may be the source of many

@@ -79,9 +79,10 @@
 //!    thread (fault.rs) with the held pages (held.rs) and patches
 //!    (patches.rs) it keeps, the pin guard's state (guard.rs), recycled
 //!    blocks (recycle.rs), the count of mappings and their budget
-//!    (mappings.rs), whether ksmd runs (ksm_link.rs), and the scan's and
+//!    (mappings.rs), whether ksmd runs (ksm_link.rs), the scan's and
 //!    clock's pure decisions (idle.rs, sample.rs, budget.rs, fresh.rs,
-//!    clock.rs, governor.rs, colour.rs).
+//!    clock.rs, governor.rs, colour.rs), and where allocations go: taken or
+//!    left to the caller's heap, on frames or anonymous (placement.rs).
 //! 3. The page table (state.rs): `State` and the operations every mechanism
 //!    builds on (allocate, free, remap, freeze, divergence, the mapping
 //!    budget); what a change of mapping invalidates below (holds, records of
@@ -126,6 +127,7 @@ pub mod memlimit;
 mod pass;
 mod patches;
 mod patching;
+mod placement;
 mod pressure;
 #[doc(hidden)]
 pub mod protect;
@@ -147,8 +149,8 @@ pub use clock::{Allow, ClockStats, PassCounts};
 pub use config::{Config, HeapFirst, Inject, Tier};
 pub use engine::Engine;
 pub use fresh::Fresh;
+pub use placement::Hint;
 pub use pressure::Reading as PressureReading;
-pub use state::Hint;
 pub use stats::{EvictReport, Fallbacks, ScanReport, Stats, LIFETIME_BUCKETS, STATS_SCHEMA};
 pub use store::{Handle, PageStore, StoreBytes, StoreError};
 pub use sys::PAGE;

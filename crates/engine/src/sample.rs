@@ -227,8 +227,8 @@ impl ClassYields {
     }
 
     /// Whether the last verdict a block of `npages` gave was fruitful: a
-    /// scan folded, merged or froze pages of it (state.rs takes such sizes
-    /// even where the caller's heap could serve them).
+    /// scan folded, merged or froze pages of it (the engine takes such sizes
+    /// even where the caller's heap could serve them: placement.rs).
     pub fn fruitful(&self, npages: usize) -> bool {
         self.fruitless.get(&npages) == Some(&0)
     }

@@ -90,6 +90,9 @@ pub fn continues(a: Page, b: Page) -> bool {
     }
 }
 
+/// Most copies a block remembers having shared its frames into (`Block::copies_out`).
+const COPIES_REMEMBERED: usize = 8;
+
 /// One allocation.
 pub struct Block {
     pub base: *mut u8,
@@ -152,6 +155,15 @@ impl Block {
         self.evicted =
             self.evicted + page.is_evicted() as usize - self.pages[k].is_evicted() as usize;
         self.pages[k] = page;
+    }
+
+    /// A copy out of this block shared its frames into the block at `dst`.
+    pub fn note_copy_out(&mut self, dst: usize) {
+        self.copies_out.retain(|&d| d != dst);
+        if self.copies_out.len() == COPIES_REMEMBERED {
+            self.copies_out.remove(0);
+        }
+        self.copies_out.push(dst);
     }
 
     /// Cuts the pages from `k` on off the block; returns them.

@@ -8,8 +8,10 @@
 //! guard's scratch range (guard.rs), the held pages (held.rs), the
 //! eviction table shared with the fault thread (fault.rs), the patching data
 //! (patches.rs), the clock (clock.rs), the count of the process's mappings
-//! and the engine's budget of them (mappings.rs), and whether ksmd runs
-//! (ksm_link.rs).
+//! and the engine's budget of them (mappings.rs), whether ksmd runs
+//! (ksm_link.rs), and what copies taught about size classes (fresh.rs), on
+//! which placement.rs decides whether an allocation is the engine's and
+//! where a fresh block starts.
 //!
 //! Here are the page table's own operations: allocating and freeing blocks,
 //! remapping pages onto frames, freezing, refreshing divergence, the mapping
@@ -26,35 +28,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::clock::Clock;
-use crate::config::{Config, HeapFirst};
+use crate::config::Config;
 use crate::fault::{Restoring, Table};
 use crate::frames::{FrameId, Pool};
-use crate::fresh::Fresh;
 use crate::guard::Guard;
 use crate::held::Holds;
 use crate::index::ContentIndex;
 use crate::ksm_link::KsmLink;
 use crate::mappings::Mappings;
 use crate::patches::Patching;
+use crate::placement::{Hint, Taking};
 use crate::protect::Protector;
 use crate::recycle::Recycler;
 use crate::space::{runs, Block, Page, Restores};
 use crate::stats::Stats;
 use crate::sys::{self, PAGE};
-
-/// How a block will be used.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Hint {
-    None,
-    /// The caller writes every page at once: populate now instead of one fault per page.
-    FullWrite,
-    /// The caller needs no zeroed memory (malloc): a recently freed block of
-    /// the same size may come back as it was (see recycle.rs).
-    Uninit,
-    /// The caller asked for zeroed memory (calloc) and may read pages it never
-    /// writes: the block starts where `Config::fresh_zeroed` says (fresh.rs).
-    Zeroed,
-}
 
 pub(crate) struct Inner {
     pub cfg: Config,
@@ -94,7 +82,8 @@ pub(crate) struct State {
     pub scanning: bool,
     /// The tiering clock's state between passes.
     pub clock: Clock,
-    /// What copies taught about where fresh blocks should start (fresh.rs).
+    /// What copies taught about where fresh blocks should start (fresh.rs),
+    /// and the placement decisions made on it (placement.rs).
     pub placement: crate::fresh::Placement,
     /// What scans of each size class yielded: whether new blocks start sampled (sample.rs).
     pub class_yields: crate::sample::ClassYields,
@@ -152,19 +141,6 @@ impl Drop for Inner {
             ev.stop.store(true, Ordering::SeqCst);
         }
     }
-}
-
-/// Whether `Config::heap_first` covers a `len`-byte allocation asked with
-/// `hint` (state.rs `leave_to_heap`): mallocs only, of the configured sizes.
-/// With `plain_below` 0 (the engine takes every allocation) `Large` covers
-/// none.
-pub(crate) fn heap_first_applies(cfg: &Config, len: usize, hint: Hint) -> bool {
-    let sized = match cfg.heap_first {
-        HeapFirst::Off => false,
-        HeapFirst::Large => cfg.plain_below > 0 && len >= cfg.plain_below,
-        HeapFirst::Every => true,
-    };
-    sized && hint == Hint::Uninit
 }
 
 impl State {
@@ -240,109 +216,29 @@ impl State {
     }
 
     /// A block for `len` bytes if the engine takes the allocation, None if
-    /// it leaves it to the caller's own allocator (`Config::plain_below`):
-    /// below that size, a block of a class that is seldom copied from gains
-    /// little from being the engine's, and costs a fresh mapping where the
-    /// caller's heap would reuse memory it has already faulted in (fresh.rs,
-    /// `worth_taking`). The declined allocation is still counted for its
-    /// class, so that copies of blocks of that size (`copied_from_plain`)
-    /// can bring the class back to the engine.
-    ///
-    /// At `plain_below` and above, a malloc that fits in the `heap_free`
-    /// bytes the caller's allocator holds freed is left to it
-    /// (`leave_to_heap`).
+    /// it leaves it to the caller's own allocator (placement.rs,
+    /// `Placement::take`), or not even plain anonymous memory could be had.
     pub fn take(&mut self, len: usize, hint: Hint, heap_free: usize) -> Option<*mut u8> {
-        let npages = len.max(1).div_ceil(PAGE);
-        if self.leave_to_heap(len, hint, heap_free) {
-            self.placement.on_frames(Fresh::Adaptive, npages);
-            self.stats.allocs_left_to_heap += 1;
-            return None;
-        }
-        if len < self.cfg.plain_below
-            && self.fresh_policy(hint) == Fresh::Adaptive
-            && (crate::fds::lost() || !self.placement.worth_taking(npages, self.cfg.take_first))
-        {
-            self.placement.on_frames(Fresh::Adaptive, npages);
-            self.stats.allocs_declined += 1;
-            return None;
-        }
-        let p = self.alloc(len, hint);
-        (!p.is_null()).then_some(p)
-    }
-
-    /// Whether a malloc of `len` bytes, at least `Config::plain_below`, is
-    /// better left to the caller's heap, which holds `heap_free` bytes freed
-    /// (`Config::heap_first`). glibc maps such a request only when no freed
-    /// chunk fits it: R frees its 42 MiB design matrices into glibc's heap
-    /// and the next one of that size is carved out of memory that is still
-    /// resident. An engine block faults in every page afresh, and the freed
-    /// heap stays resident beside it: taking those blocks cost glm 79 MB of
-    /// peak and 50,000 faults. So the engine leaves such a malloc to the
-    /// heap unless blocks of its size are copied from (a copy of an engine
-    /// block is virtual), the last block of its size a scan judged was
-    /// fruitful (its zero or duplicate pages fold; sample.rs), or a recycled
-    /// block of its own fits it. Below `plain_below`, `take`'s own rule
-    /// decides: its first blocks of a size are taken to learn what the size
-    /// yields, heap or not (they hold most of what R's random forest folds),
-    /// unless `HeapFirst::Every` leaves those to the heap too.
-    /// Only malloc: calloc from the heap must clear what it reuses, where a
-    /// fresh block reads as zero for free.
-    fn leave_to_heap(&self, len: usize, hint: Hint, heap_free: usize) -> bool {
-        if !heap_first_applies(&self.cfg, len, hint) || heap_free < len {
-            return false;
-        }
-        let npages = len.max(1).div_ceil(PAGE);
-        self.fresh_policy(hint) == Fresh::Adaptive
-            && !self.placement.copied_often(npages)
-            && !self.class_yields.fruitful(npages)
-            && !self.recycler.fits(
-                npages,
-                self.placement.would_be_on_frames(Fresh::Adaptive, npages),
-            )
-    }
-
-    /// Where a fresh block asked for with `hint` starts (fresh.rs).
-    fn fresh_policy(&self, hint: Hint) -> Fresh {
-        match hint {
-            Hint::Zeroed => self.cfg.fresh_zeroed,
-            _ => self.cfg.fresh,
-        }
-    }
-
-    /// A plain copy of `len` bytes out of memory that is not the engine's:
-    /// if allocations of its size were declined (`take`), the size classes
-    /// its source block may have (the copy's length in pages, or one more
-    /// for an allocation header) count a copy, as an engine block's would,
-    /// unless copies into the class were mostly written over.
-    pub fn copied_from_plain(&mut self, len: usize) {
-        let heap_first = self.cfg.heap_first != HeapFirst::Off;
-        if self.cfg.plain_below == 0 || (len >= self.cfg.plain_below && !heap_first) {
-            return;
-        }
-        self.count_copy_of_length(len);
-    }
-
-    /// A plain copy of `len` bytes out of an engine block into memory that
-    /// is not the engine's. At or above `plain_below` under heap first the
-    /// destination was likely left to the caller's heap (`leave_to_heap`),
-    /// and the copy could not map: numpy's `x.copy()` of a 64 MB vector
-    /// allocates its destination just before. So the size classes of its
-    /// length count a copy, and the next allocations of that size are the
-    /// engine's, whose copies map.
-    pub fn copied_into_plain(&mut self, len: usize) {
-        if self.cfg.heap_first == HeapFirst::Off || len < self.cfg.plain_below {
-            return;
-        }
-        self.count_copy_of_length(len);
-    }
-
-    /// The size classes a block copied in full for `len` bytes may have (the
-    /// length in pages, or one more for an allocation header) count a copy,
-    /// unless copies into the class were mostly written over.
-    fn count_copy_of_length(&mut self, len: usize) {
-        for npages in [len.div_ceil(PAGE), len.div_ceil(PAGE) + 1] {
-            if !(self.cfg.copy_learn && self.placement.copies_wasted(npages)) {
-                self.placement.copied_from(npages);
+        let taking = self.placement.take(
+            &self.cfg,
+            len,
+            hint,
+            heap_free,
+            &self.class_yields,
+            &self.recycler,
+        );
+        match taking {
+            Taking::LeftToHeap => {
+                self.stats.allocs_left_to_heap += 1;
+                None
+            }
+            Taking::Declined => {
+                self.stats.allocs_declined += 1;
+                None
+            }
+            Taking::Taken => {
+                let p = self.alloc(len, hint);
+                (!p.is_null()).then_some(p)
             }
         }
     }
@@ -350,17 +246,20 @@ impl State {
     pub fn alloc(&mut self, len: usize, hint: Hint) -> *mut u8 {
         let npages = len.max(1).div_ceil(PAGE);
         self.expire_recycled();
-        let policy = self.fresh_policy(hint);
         let frames_usable = !crate::fds::lost();
-        if hint == Hint::Uninit {
-            let on_frames = frames_usable && self.placement.would_be_on_frames(policy, npages);
+        let recycled = self
+            .placement
+            .recycled_kind(&self.cfg, hint, npages, frames_usable);
+        if let Some(on_frames) = recycled {
             if let Some(block) = self.reuse(npages, on_frames) {
                 let ptr = block.base;
                 self.blocks.insert(ptr as usize, block);
                 return ptr;
             }
         }
-        let on_frames = frames_usable && self.placement.on_frames(policy, npages);
+        let on_frames = self
+            .placement
+            .fresh_on_frames(&self.cfg, hint, npages, frames_usable);
         let (ptr, pages) = match on_frames.then(|| self.alloc_frames(npages)).flatten() {
             Some(x) => x,
             None => match self.map_anonymous(npages) {
@@ -482,45 +381,12 @@ impl State {
         let Some(mut block) = self.blocks.remove(&(ptr as usize)) else {
             return false;
         };
-        self.judge_copy_lifetime(&block);
+        let freed_young = self.placement.judge_copy_lifetime(&self.cfg, &block);
+        self.stats.copy_pages_freed_young += freed_young as u64;
         let copies = std::mem::take(&mut block.copies_out);
         self.free_block(block);
         self.refresh_copies(&copies);
         true
-    }
-
-    /// A freed block into which a copy shared pages still unwritten: if the
-    /// copy died young, its class learns it (fresh.rs, `freed_after_copy`).
-    fn judge_copy_lifetime(&mut self, block: &Block) {
-        let Some(at) = block.shared_at.filter(|_| self.cfg.copy_learn) else {
-            return;
-        };
-        let rule = crate::fresh::Lifetime {
-            young: self.cfg.copy_young,
-            below_pages: self.cfg.plain_below.div_ceil(PAGE),
-        };
-        let unwritten = block.copy_shared;
-        if self
-            .placement
-            .freed_after_copy(block.pages.len(), unwritten, at.elapsed(), rule)
-        {
-            self.stats.copy_pages_freed_young += unwritten as u64;
-        }
-    }
-
-    /// Most copies a block remembers having shared its frames into.
-    const COPIES_REMEMBERED: usize = 8;
-
-    /// A copy out of block `src` shared its frames into block `dst`.
-    pub(crate) fn note_copy_out(&mut self, src: usize, dst: usize) {
-        let Some(b) = self.blocks.get_mut(&src) else {
-            return;
-        };
-        b.copies_out.retain(|&d| d != dst);
-        if b.copies_out.len() == Self::COPIES_REMEMBERED {
-            b.copies_out.remove(0);
-        }
-        b.copies_out.push(dst);
     }
 
     /// A freed block's frames may now be needed only by copies of it that

@@ -111,7 +111,7 @@ pub struct Stats {
     pub mappings_given_back: u64,
     pub mapping_shortages: u64,
     /// Mallocs left to the caller's heap, which held enough freed memory
-    /// to serve them (state.rs `leave_to_heap`).
+    /// to serve them (placement.rs, `leave_to_heap`).
     pub allocs_left_to_heap: u64,
     /// Allocations served by a recycled block (recycle.rs).
     pub recycled: u64,

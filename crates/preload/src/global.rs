@@ -21,7 +21,8 @@
 //! starts on plain anonymous memory unless its size is often copied from, and a copy out of
 //! anonymous memory adopts its source onto frames: the engine's fresh.rs and adopt.rs);
 //! `PAGEFOLD_PLAIN_BELOW` defaults to 32 MiB here with `adaptive` (a block below it whose size
-//! is not copied from is left to glibc, whose heap reuses freed memory: the engine's state.rs);
+//! is not copied from is left to glibc, whose heap reuses freed memory: the engine's
+//! placement.rs);
 //! `PAGEFOLD_COPY_LEARN` defaults to 1 here (copies into a size class whose copies were
 //! mostly written over, or below `PAGEFOLD_PLAIN_BELOW` freed young, are made plainly:
 //! fresh.rs);
