@@ -3,17 +3,15 @@
 //! mechanism); the rest is copied plainly.
 //!
 //! A plain copy into an engine block skips the zero pages of its source
-//! where the destination page reads zero already: a plain anonymous page
-//! the kernel has neither mapped nor swapped (never touched since the block
-//! was mapped, or discarded). Writing zeros there would fault the page in,
-//! clear it, copy 4 KiB of zeros over it, and leave the scan to read it and
-//! fold it again; numpy's `.copy()` of an array that is mostly zero (a
-//! simulation's snapshots) is made of such pages. Which destination pages
-//! read zero: an anonymous page that pagemap shows neither mapped nor
-//! swapped (never touched, or discarded), and an owned page whose frame is
-//! a hole in the memfd (SEEK_DATA, which counts a swapped frame as data).
-//! Shared, diverged and evicted pages are always written: their content
-//! lies where no page table or hole shows it.
+//! where the destination page reads zero already: an anonymous page that
+//! pagemap shows neither mapped nor swapped (never touched since the block
+//! was mapped, or discarded), or an owned page whose frame is a hole in the
+//! memfd (SEEK_DATA, which counts a swapped frame as data). Writing zeros
+//! there would fault the page in, clear it, copy 4 KiB of zeros over it, and
+//! leave the scan to read it and fold it again; numpy's `.copy()` of an
+//! array that is mostly zero is made of such pages. Shared, diverged and
+//! evicted pages are always written: their content lies where no page table
+//! or hole shows it.
 
 use crate::frames::FrameId;
 use crate::space::{runs, unit_runs, Page};
