@@ -19,10 +19,9 @@
 //! file. The engine's count is reckoned, not read, and can drift from the
 //! kernel's, so the file is read again at a scan's start (every scan once
 //! the process holds a quarter of the limit, else when the last read is
-//! `RECOUNT_AGE` old: a program with thousands of mappings makes the read
-//! cost milliseconds, a third of a scan's time on a numpy simulation),
-//! whenever the limit would say no after remaps, and otherwise at intervals
-//! that grow with the count. A few spare mappings are kept too, to be given up when
+//! `RECOUNT_AGE` old: the read costs time in proportion to the mappings),
+//! whenever `vm.max_map_count` (not the engine's own budget) would say no
+//! after remaps, and otherwise at intervals that grow with the count. A few spare mappings are kept too, to be given up when
 //! the process has none left, so that the engine can make the temporary
 //! mappings it needs to give its own back (advice.rs, `give_back_mappings`).
 
