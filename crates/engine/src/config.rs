@@ -136,6 +136,11 @@ pub struct Config {
     /// An allocation no recycled block fits may be served by smaller
     /// recycled blocks laid side by side (recycle.rs `gather`).
     pub recycle_join: bool,
+    /// Freed blocks kept for reuse never raise the process's peak: before
+    /// fresh memory is mapped, the oldest are given back until the
+    /// process's resident bytes, less them, plus the fresh block are within
+    /// the most it ever had resident (recycle.rs `make_room`).
+    pub recycle_under_peak: bool,
     /// Allow `Engine::evict` (pages to the page store, restored on touch).
     /// Nothing calls it unless the program or a policy does.
     pub evict: bool,
@@ -286,6 +291,7 @@ impl Default for Config {
             recycle_live_percent: 12,
             recycle_age: Duration::from_millis(250),
             recycle_join: true,
+            recycle_under_peak: true,
             evict: true,
             evict_untested: true,
             evict_store_bytes: u64::MAX,
@@ -430,6 +436,7 @@ impl Config {
         flag("PAGEFOLD_PIN_GUARD", &mut c.pin_guard);
         flag("PAGEFOLD_PIN_HOLD", &mut c.pin_hold);
         flag("PAGEFOLD_RECYCLE_JOIN", &mut c.recycle_join);
+        flag("PAGEFOLD_RECYCLE_UNDER_PEAK", &mut c.recycle_under_peak);
         flag("PAGEFOLD_EVICT", &mut c.evict);
         flag("PAGEFOLD_EVICT_UNTESTED", &mut c.evict_untested);
         if let Some(t) = std::env::var("PAGEFOLD_TIER").ok().map(|s| Tier::parse(&s)) {

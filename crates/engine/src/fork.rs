@@ -206,6 +206,7 @@ impl State {
     fn reopen_process_handles(&mut self) {
         self.pagemap = sys::Pagemap::open().ok();
         self.mappings.reopen();
+        self.recycler.after_fork_in_child();
         if let Some(thread) = self.restoring.fault_thread.take() {
             // The fault thread is not here: its handle must not be joined or
             // detached, and the references it held will never be dropped.

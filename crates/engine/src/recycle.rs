@@ -22,6 +22,18 @@
 //! iteration to the next would otherwise never fit a freed one and fault in
 //! fresh memory every time.
 //!
+//! Memory kept for reuse never raises the process's peak. glibc reuses a
+//! freed chunk in place, so its peak is about what the program holds at
+//! once; a kept block that no allocation fits would instead stack on top
+//! of the fresh memory mapped beside it, and on top of the freed chunks
+//! glibc's heap keeps (scikit-learn's pipeline reached 1.10-1.12 of plain's
+//! peak resident memory that way, 1.07 with this). So before fresh memory is mapped while
+//! blocks are kept, the process's resident bytes now and at their highest
+//! are read, and the oldest kept blocks are given back until what is
+//! resident, less them, plus the fresh block is within that highest
+//! (`make_room`): a program that grows keeps nothing, one that shrank keeps
+//! up to the budget.
+//!
 //! Recycled blocks are not blocks: no scan, copy or lookup sees them. They
 //! are released for good when the budget overflows (oldest first), when they
 //! waited longer than `Config::recycle_age` (checked on every allocation and
@@ -34,6 +46,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::space::{Block, Page};
+use crate::sys;
 
 /// Most recycled blocks laid side by side into one allocation (each costs a
 /// system call and may cost a mapping).
@@ -52,6 +65,9 @@ struct Recycled {
 pub(crate) struct Recycler {
     list: Vec<Recycled>,
     bytes: usize,
+    /// The process's resident bytes (`make_room`); None where the file
+    /// cannot be opened (then nothing is given back for the peak's sake).
+    resident: Option<sys::Resident>,
 }
 
 /// A block taken for reuse, and the mappings the blocks count before and
@@ -98,6 +114,42 @@ impl Recycler {
         let mut out = Vec::new();
         while self.bytes > budget {
             out.push(self.remove(0));
+        }
+        out
+    }
+
+    /// Opens what `make_room` reads, when it is to be used.
+    pub fn new(cfg: &Config) -> Recycler {
+        let used = cfg.recycle_bytes > 0 && cfg.recycle_under_peak;
+        Recycler {
+            resident: used.then(|| sys::Resident::open().ok()).flatten(),
+            ..Default::default()
+        }
+    }
+
+    /// In a child right after fork: the inherited statm file describes the
+    /// parent.
+    pub fn after_fork_in_child(&mut self) {
+        if self.resident.is_some() {
+            self.resident = sys::Resident::open().ok();
+        }
+    }
+
+    /// The oldest kept blocks to give back before `fresh_bytes` of fresh
+    /// memory are mapped, so that what the process has resident (kept
+    /// blocks included, counted whole) plus the fresh block stays within
+    /// the most it ever had resident.
+    pub fn make_room(&mut self, fresh_bytes: usize) -> Vec<Block> {
+        let mut out = Vec::new();
+        let Some(now) = self.resident.as_ref().and_then(sys::Resident::now) else {
+            return out;
+        };
+        let peak = sys::peak_resident();
+        let mut after = now + fresh_bytes;
+        while after > peak && !self.list.is_empty() {
+            let b = self.remove(0);
+            after = after.saturating_sub(b.len());
+            out.push(b);
         }
         out
     }

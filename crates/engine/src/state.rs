@@ -162,7 +162,7 @@ impl State {
         State {
             pools,
             blocks: BTreeMap::new(),
-            recycler: Default::default(),
+            recycler: Recycler::new(&cfg),
             protector,
             guard: Default::default(),
             holds: Holds::default(),
@@ -257,6 +257,7 @@ impl State {
                 return ptr;
             }
         }
+        self.make_room_for_fresh(npages);
         let on_frames = self
             .placement
             .fresh_on_frames(&self.cfg, hint, npages, frames_usable);
@@ -901,6 +902,17 @@ impl State {
         let blocks = &self.blocks;
         let live = || blocks.values().map(|b| b.len()).sum();
         for b in self.recycler.keep(block, &self.cfg, live) {
+            self.release_block(b);
+        }
+    }
+
+    /// Gives back the recycled blocks that would raise the process's peak
+    /// once `npages` of fresh memory are mapped (recycle.rs `make_room`).
+    fn make_room_for_fresh(&mut self, npages: usize) {
+        if self.recycler.is_empty() {
+            return;
+        }
+        for b in self.recycler.make_room(npages * PAGE) {
             self.release_block(b);
         }
     }

@@ -480,6 +480,49 @@ impl ProcMaps {
     }
 }
 
+/// The process's resident memory: now (`/proc/self/statm`, through one
+/// descriptor kept for the engine's life) and at its highest (getrusage).
+pub struct Resident {
+    file: KeptFile,
+}
+
+impl Resident {
+    /// Opens the statm file; refused where its descriptor would take one of
+    /// the program's numbers (the engine can do without it).
+    pub fn open() -> io::Result<Resident> {
+        Ok(Resident {
+            file: KeptFile::open_spare(std::path::Path::new("/proc/self/statm"))?,
+        })
+    }
+
+    /// Bytes resident now; None if the file cannot be read. Allocates
+    /// nothing (it is asked from inside malloc).
+    pub fn now(&self) -> Option<usize> {
+        let mut buf = [0u8; 128];
+        let n = self.file.read_at(&mut buf, 0).ok()?;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        statm_resident(text)
+    }
+}
+
+/// Resident bytes in the text of /proc/self/statm (its second field, in pages).
+pub fn statm_resident(text: &str) -> Option<usize> {
+    let pages: usize = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * PAGE)
+}
+
+/// The most bytes this process has had resident at once (getrusage's
+/// maxrss); 0 if it cannot be asked.
+pub fn peak_resident() -> usize {
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: usage is a live, exclusively borrowed rusage the call fills.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0;
+    }
+    usage.ru_maxrss.max(0) as usize * 1024
+}
+
 /// Reads whether ksmd runs (`/sys/kernel/mm/ksm/run` is 1) through one
 /// descriptor kept for the engine's life: each read at offset 0 asks the
 /// kernel afresh, and no scan opens a file (a descriptor opened at the

@@ -2,17 +2,22 @@
 //! back to a same-sized `Hint::Uninit` allocation (several smaller ones laid
 //! side by side to a larger one), never to one that needs
 //! zeroed memory, never when it shared frames with another block, and goes
-//! away after the age limit, over the budget, and before fork. Off by default
-//! (the preload turns it on). The test that forks runs in a process of its
+//! away after the age limit, over the budget, before fork, and before fresh
+//! memory would take the process past its peak. Off by default (the preload
+//! turns it on). The test that forks runs in a process of its
 //! own (`common::in_own_process`), so its child finds no lock held by another
 //! test's thread.
 
 mod common;
 use pagefold_engine::{Config, Engine, Hint, PAGE};
 
+/// An engine keeping up to `recycle_mb` of freed blocks. The peak rule is
+/// off: it reads the process's resident bytes, which the tests running
+/// beside this one move; its own tests run in processes of their own.
 fn engine(recycle_mb: usize) -> Engine {
     Engine::new(Config {
         recycle_bytes: recycle_mb << 20,
+        recycle_under_peak: false,
         ..Config::default()
     })
 }
@@ -419,4 +424,92 @@ fn freed_memory_kept_for_reuse_stays_small_beside_what_the_program_holds() {
     assert_eq!(held_for(1024, 12), 64 * mib);
     // Without the share only the fixed budget counts.
     assert_eq!(held_for(100, 0), 64 * mib);
+}
+
+/// Runs `body` in a process of its own (its resident bytes and their peak
+/// are this test's alone), with an engine keeping up to 16 MiB of freed
+/// blocks, under the peak rule or not.
+fn alone_with_peak_rule(test_name: &str, under_peak: bool, body: impl FnOnce(&Engine)) {
+    if !common::in_own_process(test_name) {
+        return;
+    }
+    let e = Engine::new(Config {
+        recycle_bytes: 16 << 20,
+        recycle_under_peak: under_peak,
+        ..Config::default()
+    });
+    body(&e);
+}
+
+/// Holds three 1 MiB blocks, frees two (kept for reuse), then maps 5 MiB
+/// that no kept block fits; what is kept afterwards.
+fn kept_after_growing(e: &Engine) -> u64 {
+    let mib = 1 << 20;
+    let held: Vec<_> = (0..3).map(|_| e.alloc(mib, Hint::Uninit)).collect();
+    for &p in &held {
+        fill(p, mib, 3);
+    }
+    // SAFETY: blocks this test allocated, freed once, not used after.
+    unsafe {
+        e.free(held[0]);
+        e.free(held[1]);
+    }
+    assert_eq!(e.stats().recycled_bytes, 2 * mib as u64);
+    let big = e.alloc(5 * mib, Hint::Uninit);
+    let kept = e.stats().recycled_bytes;
+    fill(big, 5 * mib, 4);
+    assert!(all(held[2], mib, 3), "live blocks are untouched");
+    kept
+}
+
+#[test]
+fn kept_blocks_never_raise_the_peak() {
+    alone_with_peak_rule("kept_blocks_never_raise_the_peak", true, |e| {
+        assert_eq!(
+            kept_after_growing(e),
+            0,
+            "the process grows past its peak: nothing kept stays beside it"
+        );
+    });
+}
+
+#[test]
+fn without_the_peak_rule_kept_blocks_stay_beside_fresh_memory() {
+    alone_with_peak_rule(
+        "without_the_peak_rule_kept_blocks_stay_beside_fresh_memory",
+        false,
+        |e| assert_eq!(kept_after_growing(e), 2 << 20),
+    );
+}
+
+#[test]
+fn a_program_that_shrank_keeps_its_freed_blocks_for_reuse() {
+    alone_with_peak_rule(
+        "a_program_that_shrank_keeps_its_freed_blocks_for_reuse",
+        true,
+        |e| {
+            let mib = 1 << 20;
+            // 8 MiB resident once, then freed (too large to keep: over a
+            // quarter of the budget): the peak stays far above what follows.
+            let ballast = e.alloc(8 * mib, Hint::Uninit);
+            fill(ballast, 8 * mib, 2);
+            // SAFETY: the block allocated above, freed once, not used after.
+            unsafe { e.free(ballast) };
+            assert_eq!(e.stats().recycled_bytes, 0);
+            let a = e.alloc(mib, Hint::Uninit);
+            fill(a, mib, 1);
+            // SAFETY: the block allocated above, freed once, not used after.
+            unsafe { e.free(a) };
+            // Fresh memory too small to cut the kept block for, well under
+            // the peak: the kept block stays, and serves its size again.
+            let c = e.alloc(3 * PAGE, Hint::Uninit);
+            assert_eq!(e.stats().recycled_bytes, mib as u64);
+            assert_eq!(e.alloc(mib, Hint::Uninit), a, "the kept block is reused");
+            // SAFETY: blocks this test allocated, freed once, not used after.
+            unsafe {
+                e.free(a);
+                e.free(c);
+            }
+        },
+    );
 }
