@@ -450,14 +450,17 @@ impl State {
             .copied()
             .filter(|&k| !guard || self.guarded(base, k))
             .collect();
-        if self.may_act(base, &candidates, unstable) {
+        let mut zero = Vec::new();
+        if self.may_act(base, &candidates, unstable, &mut zero) {
             return true;
         }
         rep.pages_scanned += looked.len() as u64;
         // Zero pages here changed since their last look: recorded as zero.
-        let (zero, nonzero): (Vec<usize>, Vec<usize>) = candidates
+        // may_act read every candidate, none shared, and noted the zero ones.
+        let nonzero: Vec<usize> = candidates
             .into_iter()
-            .partition(|&k| sys::is_zero(self.fold_content(base, k)));
+            .filter(|k| zero.binary_search(k).is_err())
+            .collect();
         self.settled(base, zero, true, rep);
         for k in self.settled(base, nonzero, false, rep) {
             let ptr = self.blocks[&base].page_addr(k);
@@ -504,8 +507,15 @@ impl State {
     /// or it looks as at its previous look and is zero or a duplicate (of a
     /// frame in the stable index, of a page earlier in this scan, or of
     /// another page of `pages`). Changes nothing but the indexes' entries
-    /// found stale.
-    fn may_act(&mut self, base: usize, pages: &[usize], unstable: &mut Unstable) -> bool {
+    /// found stale. The pages read before the answer that are zero go to
+    /// `zero` (in order): all of `pages` that are zero when it says no.
+    fn may_act(
+        &mut self,
+        base: usize,
+        pages: &[usize],
+        unstable: &mut Unstable,
+        zero_pages: &mut Vec<usize>,
+    ) -> bool {
         let mut samples = std::collections::HashSet::with_capacity(pages.len());
         let mut stable = std::mem::take(&mut self.stable);
         let found = pages.iter().any(|&k| {
@@ -515,6 +525,9 @@ impl State {
                 return true;
             }
             let zero = sys::is_zero(self.fold_content(base, k));
+            if zero {
+                zero_pages.push(k);
+            }
             if !self.looks_as_before(base, k, zero) {
                 return false;
             }
