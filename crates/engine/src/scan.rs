@@ -54,7 +54,9 @@
 //! records each look, so a write any scan sees marks the page for the next pass.
 //!
 //! Without userfaultfd, steps 4-5 would race with writers and are skipped;
-//! step 2 is safe on its own (divergence never reverts).
+//! step 2 is safe on its own (divergence never reverts). With folding,
+//! merging and virtual copies all off, a scan that is not a clock pass walks
+//! no block at all: nothing is shared, and nothing could be acted on.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -160,7 +162,11 @@ pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
     };
     let spilled = pass.as_mut().map_or(0, |p| p.spill_now());
     let chunk = inner.cfg.scan_chunk_pages.max(1);
-    for base in bases {
+    // With folding, merging and virtual copies all off and no clock pass,
+    // no page is shared and nothing would be acted on: no block is walked.
+    let cfg = &inner.cfg;
+    let idle = !cfg.zero && !cfg.merge && !cfg.copy && pass.is_none();
+    for base in bases.into_iter().filter(|_| !idle) {
         let mut i = 0;
         loop {
             let mut st = inner.lock();

@@ -615,3 +615,32 @@ fn zeros_written_over_folded_pages_count_as_refills_and_the_block_rests() {
     assert_eq!((s.zero_refilled, s.block_rests), (0, 0), "{s:?}");
     assert_eq!(folded, 64, "folded once and left alone");
 }
+
+#[test]
+fn with_every_mechanism_off_a_scan_reads_no_page() {
+    let pages = 64;
+    let scanned = |on: bool| {
+        let e = Engine::new(Config {
+            zero: on,
+            merge: on,
+            copy: on,
+            ..Config::default()
+        });
+        let p = e.alloc(pages * PAGE, Hint::None);
+        fill_unique(p, pages / 2, 7);
+        // SAFETY: the upper half of the live block this test allocated.
+        unsafe { std::ptr::write_bytes(p.add(pages / 2 * PAGE), 0, pages / 2 * PAGE) };
+        let rep = (0..3).map(|_| e.scan()).fold(0, |n, r| {
+            n + r.pages_scanned + r.chunks_protected + r.chunks_unprotected
+        });
+        // SAFETY: the block allocated above, freed once.
+        unsafe { e.free(p) };
+        rep
+    };
+    assert!(scanned(true) > 0);
+    assert_eq!(
+        scanned(false),
+        0,
+        "nothing could be acted on: no block walked"
+    );
+}
