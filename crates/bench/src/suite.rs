@@ -191,6 +191,8 @@ pub fn summarize(configs: &[String], runs: &[Outcome]) -> Vec<ConfigStats> {
     let base_cpu = spread(base_name, &total_cpu).median;
     let faults = |o: &Outcome| o.minor_faults as f64;
     let base_faults = spread(base_name, &faults).median;
+    let memory_time = |o: &Outcome| mib(o.average_bytes) * o.wall_s;
+    let base_memory_time = footprint(base_name, &memory_time).median;
     configs
         .iter()
         .map(|c| {
@@ -199,6 +201,7 @@ pub fn summarize(configs: &[String], runs: &[Outcome]) -> Vec<ConfigStats> {
             let wall = spread(c, &|o| o.wall_s);
             let cpu = spread(c, &total_cpu);
             let minor = spread(c, &faults);
+            let held = footprint(c, &memory_time);
             ConfigStats {
                 config: c.clone(),
                 runs: of(c).len(),
@@ -215,6 +218,8 @@ pub fn summarize(configs: &[String], runs: &[Outcome]) -> Vec<ConfigStats> {
                 sys_s: spread(c, &|o| o.sys_s),
                 minor_faults: minor,
                 faults_ratio: minor.over(base_faults),
+                memory_time: held,
+                memory_time_ratio: held.over(base_memory_time),
                 identical: reference.is_some_and(|r| {
                     of(c)
                         .iter()
@@ -272,6 +277,7 @@ pub fn assemble(
                 wall_ratio: g(&|s| s.wall_ratio.median),
                 cpu_ratio: g(&|s| s.cpu_ratio.median),
                 faults_ratio: g(&|s| s.faults_ratio.median),
+                memory_time_ratio: g(&|s| s.memory_time_ratio.median),
             }
         })
         .collect();
@@ -320,7 +326,7 @@ pub fn markdown(r: &SuiteResult) -> String {
         r.runs,
         r.interval_ms
     );
-    let tables: [Table; 5] = [
+    let tables: [Table; 6] = [
         (
             "Average footprint",
             &|s| (s.average_mib, s.average_ratio),
@@ -332,6 +338,12 @@ pub fn markdown(r: &SuiteResult) -> String {
             &|s| (s.peak_mib, s.peak_ratio),
             &|g| g.peak_ratio,
             "MiB",
+        ),
+        (
+            "Footprint x time (average footprint times wall time: the memory a run holds over its life; a run that is faster with the same footprint curve has a higher average but holds less)",
+            &|s| (s.memory_time, s.memory_time_ratio),
+            &|g| g.memory_time_ratio,
+            "MiB s",
         ),
         (
             "Wall time",
@@ -703,6 +715,35 @@ mod tests {
         assert!(s
             .iter()
             .all(|c| c.identical && c.runs == 3 && c.failed_runs == 0));
+    }
+
+    #[test]
+    fn a_faster_run_with_a_higher_average_can_hold_less_memory_over_time() {
+        let runs = vec![
+            outcome("plain", 100, 10.0, "x"),
+            outcome("pagefold", 110, 8.0, "x"),
+        ];
+        let s = summarize(&configs()[..2], &runs);
+        assert!((s[1].average_ratio.median - 1.1).abs() < 1e-12);
+        assert!((s[1].memory_time.median - 880.0 * mib(1 << 20)).abs() < 1e-9);
+        assert!(
+            (s[1].memory_time_ratio.median - 0.88).abs() < 1e-12,
+            "110 MiB for 8 s against 100 MiB for 10 s"
+        );
+        let r = assemble(
+            "python",
+            configs()[..2].to_vec(),
+            1,
+            Duration::from_millis(50),
+            vec![WorkloadResult {
+                name: "w".into(),
+                cmd: vec![],
+                stats: s,
+                outcomes: vec![],
+            }],
+        );
+        assert!((r.geomeans[1].memory_time_ratio - 0.88).abs() < 1e-12);
+        assert!(markdown(&r).contains("**Footprint x time"));
     }
 
     #[test]

@@ -38,6 +38,13 @@ pub struct ConfigStats {
     pub minor_faults: Spread,
     #[serde(default = "Spread::none")]
     pub faults_ratio: Spread,
+    /// Average footprint times wall time (MiB s): the memory a run holds
+    /// over its life, which a faster run with the same footprint curve
+    /// holds for less time; and its ratio to plain's.
+    #[serde(default = "Spread::none")]
+    pub memory_time: Spread,
+    #[serde(default = "Spread::none")]
+    pub memory_time_ratio: Spread,
     /// Every run printed what the first plain run printed and exited alike.
     pub identical: bool,
     pub failed_runs: usize,
@@ -71,6 +78,8 @@ pub struct Geomean {
     pub cpu_ratio: f64,
     #[serde(default = "nan", deserialize_with = "nan_if_null")]
     pub faults_ratio: f64,
+    #[serde(default = "nan", deserialize_with = "nan_if_null")]
+    pub memory_time_ratio: f64,
 }
 
 fn nan() -> f64 {
