@@ -24,16 +24,11 @@
 //! is a fresh mapping faulted in page by page, which recycling freed blocks
 //! (recycle.rs) only partly makes up for. R's glm fits allocate 4 MiB and
 //! 2 MiB vectors about 1,300 times, one in four copied from: taking them all
-//! cost 1.3 million minor faults against plain's 0.78 million. So the first
-//! `Config::take_first` allocations of each size bucket are taken (the first
-//! block of a size may be the source of many copies), and afterwards a class
-//! only while one block in `TAKEN_EVERY` is copied from; copies out of the
-//! caller's memory count for the class of their length, so a class can come
-//! back. The bucket holds sizes within an eighth of a power of two of one
-//! another (`bucket`): an interpreter whose vectors grow a few pages at a time
-//! asks for a new exact size almost every time (lssvm.R: 164 sizes in 1,096
-//! allocations of 1 MiB or more, most within a few pages of each other), and
-//! learning each of them anew took most of its blocks from glibc's heap.
+//! cost 1.3 million minor faults against plain's 0.78 million. So a class is
+//! taken for its first `Config::take_first` allocations (the first block of a size
+//! may be the source of many copies) and afterwards only while one block in
+//! `TAKEN_EVERY` is copied from; copies out of the caller's memory count for
+//! the class of their length, so a class can come back.
 //!
 //! A block the caller asked zeroed (`Hint::Zeroed`, calloc) follows its own
 //! policy, adaptive by default: such blocks are often tables sized for the
@@ -132,18 +127,6 @@ const PROBE_EVERY: u32 = 16;
 /// ... or in this many while it follows all classes, having no evidence of its own.
 const PRIOR_PROBE_EVERY: u32 = 4;
 
-/// The size bucket of a block of `npages`: its size rounded down to its
-/// four leading bits (eight buckets between two powers of two, so sizes
-/// within an eighth of the lower one of each other may share one; below 16
-/// pages each size is its own).
-fn bucket(npages: usize) -> usize {
-    if npages < 16 {
-        return npages;
-    }
-    let shift = usize::BITS - 4 - npages.leading_zeros();
-    (npages >> shift) << shift
-}
-
 #[derive(Clone, Copy, Default)]
 struct Class {
     allocs: u32,
@@ -215,9 +198,6 @@ pub struct Lifetime {
 #[derive(Default)]
 pub struct Placement {
     classes: HashMap<usize, Class>,
-    /// Allocations seen per size bucket (`bucket`), for `worth_taking`'s
-    /// first allocations.
-    bucket_allocs: HashMap<usize, u32>,
     /// Over all classes: the prior of a class with too little evidence of
     /// its own, so that a program whose copies are written over pays for
     /// one judged copy, not for one in every size it copies. Copies freed
@@ -233,11 +213,6 @@ impl Placement {
         if self.classes.len() >= MAX_CLASSES && !self.classes.contains_key(&npages) {
             self.classes.clear();
         }
-        if self.bucket_allocs.len() >= MAX_CLASSES && !self.bucket_allocs.contains_key(&npages) {
-            self.bucket_allocs.clear();
-        }
-        let seen = self.bucket_allocs.entry(bucket(npages)).or_default();
-        *seen = seen.saturating_add(1);
         let c = self.classes.entry(npages).or_default();
         c.allocs += 1;
         if c.allocs >= DECAY_AT {
@@ -263,15 +238,15 @@ impl Placement {
     /// Whether the engine should take a block of `npages` from the program's
     /// own allocator (placement.rs, `take`): there a block costs a fault per
     /// page that the allocator's reused heap would not, and only blocks that
-    /// share pay it back. A block is taken until `take_first` allocations
-    /// of its size bucket were seen (the first block of a size may be the
-    /// source of many copies), and afterwards while one block in
-    /// `TAKEN_EVERY` of its class is copied from, which means about every
-    /// block of the class is a copy's source or destination.
+    /// share pay it back. A class is taken until `take_first` allocations
+    /// of it were seen (the first block of a size may be the source of many
+    /// copies), and afterwards while one block in `TAKEN_EVERY` is copied
+    /// from, which means about every block of the class is a copy's source
+    /// or destination.
     pub fn worth_taking(&self, npages: usize, take_first: u32) -> bool {
-        self.bucket_allocs
-            .get(&bucket(npages))
-            .is_none_or(|&n| n < take_first)
+        self.classes
+            .get(&npages)
+            .is_none_or(|c| c.allocs < take_first)
             || self.copied_often(npages)
     }
 
@@ -367,36 +342,6 @@ impl Placement {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_within_an_eighth_of_a_power_of_two_share_a_bucket() {
-        assert_eq!(bucket(7), 7);
-        assert_eq!(bucket(15), 15);
-        assert_eq!(bucket(16), 16);
-        assert_eq!(bucket(17), 16);
-        assert_eq!(bucket(18), 18);
-        // lssvm.R's vectors of 636 to 641 pages: 512 + 64k.
-        assert_eq!(bucket(636), 576);
-        assert_eq!(bucket(639), 576);
-        assert_eq!(bucket(640), 640);
-        assert_eq!(bucket(641), 640);
-        assert_eq!(bucket(703), 640);
-        assert_eq!(bucket(1 << 20), 1 << 20);
-    }
-
-    #[test]
-    fn the_first_allocations_are_counted_per_bucket() {
-        let mut p = Placement::default();
-        for n in 640..644 {
-            assert!(p.worth_taking(n, 4), "allocation {} of the bucket", n - 639);
-            p.on_frames(Fresh::Adaptive, n);
-        }
-        assert!(
-            !p.worth_taking(650, 4),
-            "a fifth size of the bucket is not taken"
-        );
-        assert!(p.worth_taking(704, 4), "the next bucket is learnt afresh");
-    }
 
     #[test]
     fn fixed_policies_ignore_history() {
