@@ -27,10 +27,10 @@
 //! once; a kept block that no allocation fits would instead stack on top
 //! of the fresh memory mapped beside it, and on top of the freed chunks
 //! glibc's heap keeps (scikit-learn's pipeline reached 1.10-1.12 of plain's
-//! peak resident memory that way, 1.07 with this). So before fresh memory is mapped while
-//! blocks are kept, the process's resident bytes now and at their highest
-//! are read, and the oldest kept blocks are given back until what is
-//! resident, less them, plus the fresh block is within that highest
+//! peak resident memory that way, 1.07 with this). So before fresh memory
+//! is mapped while blocks are kept, the process's resident bytes now and at
+//! their highest are read, and the oldest kept blocks are given back until
+//! what is resident, less them, plus the fresh block is within that highest
 //! (`make_room`): a program that grows keeps nothing, one that shrank keeps
 //! up to the budget.
 //!

@@ -166,7 +166,8 @@ pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
     // no page is shared and nothing would be acted on: no block is walked.
     let cfg = &inner.cfg;
     let idle = !cfg.zero && !cfg.merge && !cfg.copy && pass.is_none();
-    for base in bases.into_iter().filter(|_| !idle) {
+    let bases = if idle { Vec::new() } else { bases };
+    for base in bases {
         let mut i = 0;
         loop {
             let mut st = inner.lock();
