@@ -1,4 +1,4 @@
-//! `pagefold demo`: one interpreter-like workload run three ways, side by
+//! `pagefold demo`: one interpreter-like workload run four ways, side by
 //! side, with measured footprints.
 //!
 //! The workload imitates an interpreter with pass-by-value semantics (R is
@@ -18,13 +18,23 @@
 //! exactly the same operations and must produce the same checksum.
 //!
 //! Variants, each in its own forked child so that footprints do not mix:
-//! - plain: vectors are anonymous mmap regions, copies are memcpy;
-//! - engine: vectors are engine blocks (`Engine::alloc`, `copy`, `free`, with
-//!   `Hint::FullWrite` for results), and every garbage collection wakes the
-//!   engine's background scanner (the R paper folded zero pages after GC;
-//!   here the scan runs beside the program, within the scanner's CPU cap,
-//!   as under the preload). The engine's configuration comes from the
-//!   `PAGEFOLD_*` environment;
+//! - plain: vectors come from glibc's malloc (calloc where zeroes are read),
+//!   copies are memcpy: what the interpreter gets without pagefold;
+//! - engine: the engine as the preload serves the interpreter: the malloc
+//!   configuration (`Config::malloc_from_env`), vectors of at least
+//!   `PAGEFOLD_THRESHOLD` (1 MiB) offered to it and the others glibc's, the
+//!   engine taking a vector where its size is copied from (or to learn) and
+//!   leaving it to glibc otherwise, every copy through `Engine::copy`;
+//! - engine, all: the engine taking every vector (`Engine::alloc`), every
+//!   copy mapped: what sharing reaches on this workload and what it costs.
+//!   A vector the interpreter writes whole (a result, `numeric(n)`) may
+//!   reuse a freed one (`Hint::UninitFullWrite`); a copy's destination is
+//!   fresh and mapped by the copy. Configuration: `PAGEFOLD_*` over the
+//!   library's defaults, with freed blocks kept as the malloc configuration
+//!   keeps them;
+//!   in both engine variants every garbage collection wakes the engine's
+//!   background scanner (the R paper folded zero pages after GC; here the
+//!   scan runs beside the program, within the scanner's CPU cap);
 //! - KSM (root only, unless `--no-ksm`): plain, with the child opted into the
 //!   kernel's KSM by prctl(PR_SET_MEMORY_MERGE) and ksmd running at
 //!   pages_to_scan=1000, sleep_millisecs=20; the knobs are restored afterwards
@@ -41,7 +51,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::fd::FromRawFd;
 use std::time::{Duration, Instant};
 
-use pagefold_engine::{Config, Engine, Hint};
+use pagefold_engine::{Config, Engine, Hint, MALLOC_THRESHOLD};
 use pagefold_measure::{Sampler, Series};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -84,6 +94,8 @@ pub struct Args {
 enum Variant {
     Plain,
     Engine,
+    #[serde(rename = "engine_all")]
+    EngineAll,
     Ksm,
 }
 
@@ -92,6 +104,7 @@ impl Variant {
         match self {
             Variant::Plain => "plain",
             Variant::Engine => "engine",
+            Variant::EngineAll => "engine, all",
             Variant::Ksm => "KSM",
         }
     }
@@ -102,7 +115,7 @@ pub fn run(a: Args) -> i32 {
         eprintln!("demo: --size-mb, --iterations and --sample-ms must be positive");
         return 1;
     }
-    let mut variants = vec![Variant::Plain, Variant::Engine];
+    let mut variants = vec![Variant::Plain, Variant::Engine, Variant::EngineAll];
     let mut notes: Vec<String> = Vec::new();
     let guard = if a.no_ksm {
         notes.push("KSM variant skipped (--no-ksm)".into());
@@ -332,11 +345,30 @@ fn child_main(v: Variant, a: &Args, report_fd: i32, release_fd: i32) -> i32 {
             a,
         ),
         Variant::Engine => {
-            let engine = Engine::new(Config::from_env());
+            // The malloc configuration starts the engine's scanner thread,
+            // which scans beside the program, as under the preload.
+            let threshold = std::env::var("PAGEFOLD_THRESHOLD")
+                .ok()
+                .and_then(|t| t.trim().parse::<usize>().ok())
+                .map_or(MALLOC_THRESHOLD, |t| t.max(PAGE));
+            let mut backend = EngineMem {
+                engine: Engine::new(Config::malloc_from_env()),
+                threshold,
+            };
+            let mut r = run_workload(&mut backend, a);
+            r.engine = serde_json::to_value(backend.engine.stats()).ok();
+            r
+        }
+        Variant::EngineAll => {
+            let cfg = Config {
+                recycle_bytes: Config::malloc_from_env().recycle_bytes,
+                ..Config::from_env()
+            };
+            let engine = Engine::new(cfg);
             // The scan after a collection runs on the engine's scanner
-            // thread, beside the program, as the preload's does.
+            // thread, beside the program.
             engine.start_background(SCAN_INTERVAL);
-            let mut backend = EngineMem { engine };
+            let mut backend = EngineAllMem { engine };
             let mut r = run_workload(&mut backend, a);
             r.engine = serde_json::to_value(backend.engine.stats()).ok();
             r
@@ -377,9 +409,23 @@ fn cpu_now() -> Duration {
     pagefold_bench::timing::process_cpu()
 }
 
-/// Where vectors live. `alloc` returns zero-filled, page-aligned memory.
+/// How the interpreter fills a new vector before it reads it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fill {
+    /// Written in places only: the rest must read zero.
+    Sparse,
+    /// Every byte written at once, by a computation or by the interpreter's
+    /// own zeroing (`numeric(n)`); what the memory held before is never read.
+    Whole,
+    /// The destination of `Mem::copy`, which fills it.
+    CopyTarget,
+}
+
+/// Where vectors live. `alloc` returns page-aligned memory of `bytes`,
+/// zero-filled unless `fill` says every byte is written before it is read
+/// (an interpreter's malloc).
 trait Mem {
-    fn alloc(&mut self, bytes: usize, full_write: bool) -> Option<*mut u8>;
+    fn alloc(&mut self, bytes: usize, fill: Fill) -> Option<*mut u8>;
     /// # Safety
     /// Both ranges valid for `bytes`, not overlapping.
     unsafe fn copy(&mut self, dst: *mut u8, src: *const u8, bytes: usize);
@@ -389,33 +435,49 @@ trait Mem {
     fn after_gc(&mut self) {}
 }
 
+/// glibc's malloc, as an interpreter's vectors get it: freed memory is
+/// reused from its heap (glibc raises its mmap threshold to the size of a
+/// freed mapped chunk, up to 32 MiB, so vectors of these sizes come from
+/// the heap after the first free).
 struct Plain {
     madvise_mergeable: bool,
 }
 
-impl Mem for Plain {
-    fn alloc(&mut self, bytes: usize, _full_write: bool) -> Option<*mut u8> {
-        // SAFETY: a new private anonymous mapping at an address the kernel
-        // picks; it replaces nothing.
+impl Plain {
+    fn malloc(bytes: usize, fill: Fill) -> Option<*mut u8> {
+        // SAFETY: calloc and malloc have no preconditions; a null result is
+        // handled below.
         let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
+            if fill == Fill::Sparse {
+                libc::calloc(1, bytes)
+            } else {
+                libc::malloc(bytes)
+            }
         };
-        if p == libc::MAP_FAILED {
-            return None;
-        }
+        (!p.is_null()).then_some(p.cast())
+    }
+}
+
+impl Mem for Plain {
+    fn alloc(&mut self, bytes: usize, fill: Fill) -> Option<*mut u8> {
+        let p = Plain::malloc(bytes, fill)?;
         if self.madvise_mergeable {
-            // SAFETY: p is the mapping of `bytes` just made; MADV_MERGEABLE
-            // changes no contents.
-            unsafe { libc::madvise(p, bytes, libc::MADV_MERGEABLE) };
+            // The whole pages inside the chunk.
+            let start = (p as usize).next_multiple_of(PAGE);
+            let end = (p as usize + bytes) / PAGE * PAGE;
+            if end > start {
+                // SAFETY: [start, end) lies inside the chunk just allocated;
+                // MADV_MERGEABLE changes no contents.
+                unsafe {
+                    libc::madvise(
+                        start as *mut libc::c_void,
+                        end - start,
+                        libc::MADV_MERGEABLE,
+                    )
+                };
+            }
         }
-        Some(p.cast())
+        Some(p)
     }
     /// # Safety
     /// As for [`Mem::copy`].
@@ -425,27 +487,76 @@ impl Mem for Plain {
     }
     /// # Safety
     /// As for [`Mem::free`].
-    unsafe fn free(&mut self, p: *mut u8, bytes: usize) {
-        // SAFETY: p is a mapping of `bytes` made by `alloc`, not used again
+    unsafe fn free(&mut self, p: *mut u8, _bytes: usize) {
+        // SAFETY: p came from malloc or calloc (`alloc`), not used again
         // (the caller's guarantee).
-        unsafe { libc::munmap(p.cast(), bytes) };
+        unsafe { libc::free(p.cast()) };
     }
 }
 
+/// The engine as the preload serves an interpreter: vectors of at least
+/// `threshold` bytes are offered to it (`Engine::take`), with its malloc
+/// configuration (`Config::malloc_from_env`), and what it leaves goes to
+/// glibc; copies of at least `threshold` go through `Engine::copy`, which
+/// maps them where both sides are its blocks and learns from the others.
 struct EngineMem {
     engine: Engine,
+    threshold: usize,
 }
 
 impl Mem for EngineMem {
-    fn alloc(&mut self, bytes: usize, full_write: bool) -> Option<*mut u8> {
-        let p = self.engine.alloc(
-            bytes,
-            if full_write {
-                Hint::FullWrite
-            } else {
-                Hint::None
-            },
-        );
+    fn alloc(&mut self, bytes: usize, fill: Fill) -> Option<*mut u8> {
+        let hint = match fill {
+            Fill::Sparse => Hint::Zeroed,
+            Fill::Whole | Fill::CopyTarget => Hint::Uninit,
+        };
+        let taken = (bytes >= self.threshold)
+            .then(|| self.engine.take(bytes, hint))
+            .flatten();
+        taken.or_else(|| Plain::malloc(bytes, fill))
+    }
+    /// # Safety
+    /// As for [`Mem::copy`].
+    unsafe fn copy(&mut self, dst: *mut u8, src: *const u8, bytes: usize) {
+        // SAFETY: both ranges valid for `bytes` (the caller's guarantee),
+        // which is the engine copy's contract.
+        unsafe { self.engine.copy(dst, src, bytes) };
+    }
+    /// # Safety
+    /// As for [`Mem::free`].
+    unsafe fn free(&mut self, p: *mut u8, _bytes: usize) {
+        // SAFETY: p came from `alloc`, not used again (the caller's
+        // guarantee): an engine block or else glibc's chunk.
+        if !unsafe { self.engine.free(p) } {
+            // SAFETY: not the engine's, so glibc's (`Plain::malloc`).
+            unsafe { libc::free(p.cast()) };
+        }
+    }
+    fn after_gc(&mut self) {
+        self.engine.request_scan();
+    }
+}
+
+/// The engine taking every vector (`Engine::alloc`): what sharing reaches
+/// when every copy is mapped and every block scanned, and what that costs.
+/// A vector the interpreter writes whole may reuse a freed one
+/// (`Hint::UninitFullWrite`, with freed vectors kept as the malloc
+/// configuration keeps them); a copy's destination is fresh, never
+/// faulted, and mapped by the copy.
+struct EngineAllMem {
+    engine: Engine,
+}
+
+impl Mem for EngineAllMem {
+    fn alloc(&mut self, bytes: usize, fill: Fill) -> Option<*mut u8> {
+        let hint = match fill {
+            // Zero-filled and populated at once: the data set is written
+            // right after.
+            Fill::Sparse => Hint::FullWrite,
+            Fill::Whole => Hint::UninitFullWrite,
+            Fill::CopyTarget => Hint::None,
+        };
+        let p = self.engine.alloc(bytes, hint);
         (!p.is_null()).then_some(p)
     }
     /// # Safety
@@ -489,7 +600,9 @@ impl Rng {
 /// One interpreter vector: `n` doubles at `p`.
 ///
 /// Invariant: `p` is a live allocation of the workload's `Mem` holding `n`
-/// initialised doubles (`alloc` zero-fills), freed only by `Interp::gc`,
+/// initialised doubles (zero-filled by `alloc`, or bytes of an earlier
+/// vector, which the statement making this one overwrites before anything
+/// reads them; every bit pattern is a double), freed only by `Interp::gc`,
 /// which consumes the vector.
 struct Vector {
     p: *mut f64,
@@ -531,12 +644,11 @@ struct Interp<'m, M: Mem> {
 }
 
 impl<M: Mem> Interp<'_, M> {
-    fn new_vector(&mut self, n: usize, full_write: bool) -> Result<Vector, String> {
+    fn new_vector(&mut self, n: usize, fill: Fill) -> Result<Vector, String> {
         let p = self
             .mem
-            .alloc(n * 8, full_write)
+            .alloc(n * 8, fill)
             .ok_or_else(|| format!("allocation of {} bytes failed", n * 8))?;
-        debug_assert_eq!(p as usize % PAGE, 0);
         self.live_bytes += n * 8;
         self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
         self.allocated_bytes += (n * 8) as u64;
@@ -557,7 +669,7 @@ impl<M: Mem> Interp<'_, M> {
     fn load_data_set(&mut self) -> Result<(), String> {
         for k in 0..8 {
             let n = LENGTHS[self.rng.below(LENGTHS.len() as u64) as usize];
-            let mut v = self.new_vector(n, true)?;
+            let mut v = self.new_vector(n, Fill::Sparse)?;
             let s = v.slice_mut();
             match k % 4 {
                 // Measurements: every page different.
@@ -595,7 +707,7 @@ impl<M: Mem> Interp<'_, M> {
                 let x = self.pick();
                 (x.p, x.n)
             };
-            let mut y = self.new_vector(n, false)?;
+            let mut y = self.new_vector(n, Fill::CopyTarget)?;
             // SAFETY: `src` belongs to a live vector of n doubles (picked
             // above) and `y` is a new one of the same length, a different
             // allocation: both valid for n * 8 bytes, not overlapping.
@@ -609,7 +721,7 @@ impl<M: Mem> Interp<'_, M> {
         } else if r < 65 {
             // y <- numeric(n); y[i] <- v for a few i. The interpreter zero-fills.
             let n = LENGTHS[self.rng.below(LENGTHS.len() as u64) as usize];
-            let mut y = self.new_vector(n, false)?;
+            let mut y = self.new_vector(n, Fill::Whole)?;
             // SAFETY: `y` is a new vector of n doubles, not yet borrowed.
             unsafe { std::ptr::write_bytes(y.p, 0, n) };
             let s = y.slice_mut();
@@ -626,7 +738,7 @@ impl<M: Mem> Interp<'_, M> {
             };
             let op = self.rng.below(3);
             let (m, b) = (self.rng.unit() * 2.0, (self.rng.below(3) as f64) - 1.0);
-            let mut y = self.new_vector(n, true)?;
+            let mut y = self.new_vector(n, Fill::Whole)?;
             // SAFETY: `src` belongs to a live vector of n initialised doubles
             // (picked above; only gc frees, and it runs after this slice's
             // last use). `y` is a new allocation, so the mutable slice of it
@@ -812,10 +924,10 @@ fn print_table(a: &Args, results: &[VariantResult], notes: &[String], checksums_
         mib(c.allocated_bytes),
         mib(c.peak_live_bytes)
     );
-    if let Some(e) = results
+    for (name, e) in results
         .iter()
-        .find(|r| r.variant == Variant::Engine)
-        .map(|r| &r.child.engine)
+        .filter(|r| matches!(r.variant, Variant::Engine | Variant::EngineAll))
+        .map(|r| (r.variant.name(), &r.child.engine))
     {
         let g = |p: &[&str]| stat(e, p).unwrap_or(0);
         let fb = ["memfd", "mmap", "vma_budget", "uffd", "frames"]
@@ -824,14 +936,16 @@ fn print_table(a: &Args, results: &[VariantResult], notes: &[String], checksums_
             .map(|k| format!("{k}={}", g(&["fallbacks", k])))
             .collect::<Vec<_>>();
         println!(
-            "engine: {} pages shared by copy, {} zero pages folded, {} pages merged, {} frames released after divergence",
+            "{name}: {} pages shared by copy, {} zero pages folded, {} pages merged, {} frames released after divergence",
             g(&["pages_shared_by_copy"]),
             g(&["zero_folded"]),
             g(&["merged"]),
             g(&["diverged_released"])
         );
         println!(
-            "        {} scans ({:.2} s CPU), {:.0} MiB copied plainly, {} VMAs, {:.1} KiB metadata at the end, fallbacks: {}",
+            "        {} allocations left to glibc, {} blocks reused, {} scans ({:.2} s CPU), {:.0} MiB copied plainly, {} VMAs, {:.1} KiB metadata at the end, fallbacks: {}",
+            g(&["allocs_declined"]) + g(&["allocs_left_to_heap"]),
+            g(&["recycled"]),
             g(&["scans"]),
             g(&["scan_cpu_ns"]) as f64 / 1e9,
             mib(g(&["bytes_copied_plain"])),

@@ -169,6 +169,13 @@ fn demo_json_has_a_schema() {
     let doc = json(&out.stdout);
     assert_eq!(doc["schema"], "pagefold-demo/1", "{doc}");
     assert_eq!(doc["checksums_match"], true, "{doc}");
+    let variants: Vec<&str> = doc["variants"]
+        .as_array()
+        .expect("variants")
+        .iter()
+        .map(|v| v["variant"].as_str().expect("variant name"))
+        .collect();
+    assert_eq!(variants, ["plain", "engine", "engine_all"], "{doc}");
 }
 
 /// One quick workload under two configurations, run from an empty

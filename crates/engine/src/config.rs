@@ -4,6 +4,7 @@
 //! Everything can be set from the environment (`PAGEFOLD_*`), so the preload
 //! and the C ABI share one vocabulary with the Rust API.
 
+use crate::fresh::Fresh;
 use std::time::Duration;
 
 /// What the engine may do and how much it may spend doing it.
@@ -363,6 +364,13 @@ impl Tier {
     }
 }
 
+/// The smallest malloc a caller that allocates as malloc does
+/// (`Config::malloc_from_env`) offers the engine. Below it glibc's heap
+/// reuses memory it has already faulted in, which a fresh engine block
+/// cannot; measured on the R and Python suites, 1 MiB keeps 87% of the R
+/// suite's saving at 8 KiB for 60% of its cost (docs/RESULTS.md).
+pub const MALLOC_THRESHOLD: usize = 1 << 20;
+
 /// The smallest automatic mapping budget (what the engine takes at the
 /// kernel's default `vm.max_map_count` of 65,530).
 pub const VMA_BUDGET_MIN: usize = 30_000;
@@ -399,7 +407,60 @@ impl Config {
     /// `PAGEFOLD_INJECT_NO_CGROUP`, `PAGEFOLD_INJECT_NO_PSI`, `PAGEFOLD_INJECT_SWAP_FREE_MB`.
     /// Unparsable values keep the default; the preload cannot report errors.
     pub fn from_env() -> Config {
-        let mut c = Config::default();
+        Config::from_env_over(Config::default())
+    }
+
+    /// The configuration for a program whose allocator hands its large
+    /// blocks to the engine (the preload under any program; `pagefold
+    /// demo`'s interpreter): `from_env`, over these defaults for what the
+    /// environment leaves unset.
+    /// - Plain memory stays plain: a block starts anonymous unless its size
+    ///   class is often copied from (`PAGEFOLD_FRESH=adaptive`), and below
+    ///   glibc's largest mmap threshold (32 MiB) a class that is not copied
+    ///   from is left to the caller's heap, which reuses freed memory
+    ///   without a fault (`PAGEFOLD_PLAIN_BELOW`). The first copy out of
+    ///   anonymous memory adopts its source onto frames
+    ///   (`PAGEFOLD_COPY_THROUGH`). With tiering always on (`PAGEFOLD_TIER=1`)
+    ///   blocks stay on frames, where patches find their reference pages.
+    /// - Copies into a size class the program writes over, or frees young,
+    ///   are made plainly (`PAGEFOLD_COPY_LEARN`).
+    /// - Freed blocks are kept for reuse as glibc's heap keeps freed chunks
+    ///   (`PAGEFOLD_RECYCLE_MB`, 256).
+    /// - A frame the scan froze from an owned page waits 200 ms before it is
+    ///   folded or shared (`PAGEFOLD_PIN_AGE_MS`): any program may read files
+    ///   with O_DIRECT into its heap, and a direct read longer than that is a
+    ///   stalled disk. Under pressure-driven tiering only pages with a pin
+    ///   test leave memory (`PAGEFOLD_EVICT_UNTESTED=0`: anonymous pages,
+    ///   through the pin guard); with tiering always on, untested eviction
+    ///   behind the pin grace is what lets tiering evict.
+    /// - The scanner runs every second (`PAGEFOLD_SCAN_INTERVAL_MS`).
+    pub fn malloc_from_env() -> Config {
+        let set = |name: &str| std::env::var_os(name).is_some();
+        let mut c = Config::from_env_over(Config {
+            scan_interval: Some(Duration::from_millis(1000)),
+            recycle_bytes: 256 << 20,
+            pin_age: Duration::from_millis(200),
+            copy_through: true,
+            copy_learn: true,
+            ..Config::default()
+        });
+        if c.tier != Tier::On {
+            if !set("PAGEFOLD_FRESH") {
+                c.fresh = Fresh::Adaptive;
+            }
+            if !set("PAGEFOLD_EVICT_UNTESTED") {
+                c.evict_untested = false;
+            }
+        }
+        if !set("PAGEFOLD_PLAIN_BELOW") && c.fresh == Fresh::Adaptive {
+            c.plain_below = 32 << 20;
+        }
+        c
+    }
+
+    /// `base`, with every setting the environment gives replaced.
+    fn from_env_over(base: Config) -> Config {
+        let mut c = base;
         let flag = |name: &str, v: &mut bool| {
             if let Ok(s) = std::env::var(name) {
                 *v = !matches!(s.trim(), "0" | "off" | "false" | "no");

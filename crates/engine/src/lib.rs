@@ -146,7 +146,7 @@ mod threads;
 mod tier_store;
 
 pub use clock::{Allow, ClockStats, PassCounts};
-pub use config::{Config, HeapFirst, Inject, Tier};
+pub use config::{Config, HeapFirst, Inject, Tier, MALLOC_THRESHOLD};
 pub use engine::Engine;
 pub use fresh::Fresh;
 pub use placement::Hint;

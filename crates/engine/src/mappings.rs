@@ -21,7 +21,9 @@
 //! the process holds a quarter of the limit, else when the last read is
 //! `RECOUNT_AGE` old: the read costs time in proportion to the mappings),
 //! whenever `vm.max_map_count` (not the engine's own budget) would say no
-//! after remaps, and otherwise at intervals that grow with the count. A few spare mappings are kept too, to be given up when
+//! after remaps, and otherwise at intervals that grow with the count, once
+//! the remaps since the last read could have brought the process near the
+//! limit. A few spare mappings are kept too, to be given up when
 //! the process has none left, so that the engine can make the temporary
 //! mappings it needs to give its own back (advice.rs, `give_back_mappings`).
 
@@ -36,6 +38,9 @@ const MAPPINGS_SLACK: usize = 16;
 
 /// Remaps between two reads of `/proc/self/maps` at the least.
 const RECOUNT_REMAPS: usize = 1024;
+
+/// Most mappings one remap can add beyond what the engine reckons.
+const DRIFT_PER_REMAP: usize = 2;
 
 /// Oldest count a scan starts from while the process holds less than a
 /// quarter of `vm.max_map_count`.
@@ -149,11 +154,23 @@ impl Mappings {
     /// Re-counts after a remap when it is due. The read costs time in
     /// proportion to the mappings: every `RECOUNT_REMAPS` remaps, or every
     /// eighth of the engine's mappings when it holds more, so the reads stay
-    /// a small share of the remaps at any count.
+    /// a small share of the remaps at any count; and only when the count
+    /// could be near the limit (`far_from_limit`): an interpreter mapping
+    /// its copies spent 8% of its time reading the file otherwise.
     pub(crate) fn recount_if_due(&mut self) {
-        if self.remaps_since_count >= (self.used / 8).max(RECOUNT_REMAPS) {
+        if self.remaps_since_count >= (self.used / 8).max(RECOUNT_REMAPS) && !self.far_from_limit()
+        {
             self.recount();
         }
+    }
+
+    /// Whether the process holds less than a quarter of the limit even if
+    /// every remap since the last read added `DRIFT_PER_REMAP` mappings the
+    /// engine did not reckon: a remap maps one range over part of a
+    /// mapping, which splits it in three at most.
+    fn far_from_limit(&self) -> bool {
+        let worst = self.others + self.used + DRIFT_PER_REMAP * self.remaps_since_count;
+        4 * worst < self.max_map_count
     }
 
     /// Whether the process is within `MAPPINGS_SLACK` of the kernel's limit
@@ -178,5 +195,46 @@ impl Mappings {
     /// In a child right after fork: the inherited maps file describes the parent.
     pub(crate) fn reopen(&mut self) {
         self.proc_maps = sys::ProcMaps::open().ok();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mappings_under(max_map_count: usize) -> Mappings {
+        let mut cfg = Config::default();
+        cfg.inject.max_map_count = Some(max_map_count);
+        Mappings::new(&cfg)
+    }
+
+    /// Remaps enough for a read, `RECOUNT_REMAPS`, each reckoned as one
+    /// mapping more; whether `recount_if_due` then read the file.
+    fn read_after_due_remaps(m: &mut Mappings) -> bool {
+        for _ in 0..RECOUNT_REMAPS {
+            m.remapped(1, 2);
+        }
+        m.recount_if_due();
+        m.remaps_since_count == 0
+    }
+
+    #[test]
+    fn far_from_the_limit_remaps_do_not_read_the_maps_file() {
+        let mut m = mappings_under(1 << 30);
+        assert!(!read_after_due_remaps(&mut m));
+        assert_eq!(m.remaps_since_count, RECOUNT_REMAPS);
+    }
+
+    #[test]
+    fn remaps_that_could_near_the_limit_read_the_maps_file() {
+        // The process's own mappings plus the drift the remaps may have
+        // caused come within a quarter of the limit.
+        let mut m = mappings_under(1 << 30);
+        m.max_map_count = 4 * (m.others + RECOUNT_REMAPS + DRIFT_PER_REMAP * RECOUNT_REMAPS);
+        assert!(read_after_due_remaps(&mut m));
+        // Remaps that are not due never read, near or not.
+        m.remapped(1, 2);
+        m.recount_if_due();
+        assert_eq!(m.remaps_since_count, 1);
     }
 }

@@ -26,6 +26,10 @@ pub enum Hint {
     /// The caller needs no zeroed memory (malloc): a recently freed block of
     /// the same size may come back as it was (see recycle.rs).
     Uninit,
+    /// Both: the caller writes every byte before it reads one (the result of
+    /// a computation into a new buffer). A recently freed block may come
+    /// back as it was; fresh memory is populated at once.
+    UninitFullWrite,
     /// The caller asked for zeroed memory (calloc) and may read pages it never
     /// writes: the block starts where `Config::fresh_zeroed` says (fresh.rs).
     Zeroed,
@@ -73,7 +77,10 @@ impl Placement {
     /// caller's heap would reuse memory it has already faulted in (fresh.rs,
     /// `worth_taking`). The allocation not taken is still counted for its
     /// class, so that copies of blocks of that size (`copied_from_plain`)
-    /// can bring the class back to the engine.
+    /// can bring the class back to the engine. A block the engine keeps for
+    /// reuse that fits is taken all the same: reusing it costs no fault,
+    /// and left unused it would sit beside the heap's growth until it
+    /// expires (an interpreter's vectors reached 1.05 of plain's peak so).
     ///
     /// At `plain_below` and above, a malloc that fits in the `heap_free`
     /// bytes the caller's allocator holds freed is left to it
@@ -94,12 +101,21 @@ impl Placement {
         }
         if len < cfg.plain_below
             && fresh_policy(cfg, hint) == Fresh::Adaptive
-            && (crate::fds::lost() || !self.worth_taking(npages, cfg.take_first))
+            && (crate::fds::lost()
+                || !(self.worth_taking(npages, cfg.take_first)
+                    || self.reusable(cfg, hint, npages, recycler)))
         {
             self.on_frames(Fresh::Adaptive, npages);
             return Taking::Declined;
         }
         Taking::Taken
+    }
+
+    /// Whether a recycled block would serve an allocation of `npages` asked
+    /// with `hint` (whole or cut, as `Recycler::take` would find it).
+    fn reusable(&self, cfg: &Config, hint: Hint, npages: usize, recycler: &Recycler) -> bool {
+        self.recycled_kind(cfg, hint, npages, true)
+            .is_some_and(|on_frames| recycler.fits(npages, on_frames))
     }
 
     /// Whether a malloc of `len` bytes, at least `Config::plain_below`, is
@@ -149,7 +165,7 @@ impl Placement {
         npages: usize,
         frames_usable: bool,
     ) -> Option<bool> {
-        (hint == Hint::Uninit)
+        matches!(hint, Hint::Uninit | Hint::UninitFullWrite)
             .then(|| frames_usable && self.would_be_on_frames(fresh_policy(cfg, hint), npages))
     }
 

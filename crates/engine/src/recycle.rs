@@ -141,10 +141,13 @@ impl Recycler {
     /// the most it ever had resident.
     pub fn make_room(&mut self, fresh_bytes: usize) -> Vec<Block> {
         let mut out = Vec::new();
-        let Some(now) = self.resident.as_ref().and_then(sys::Resident::now) else {
+        let Some(resident) = self.resident.as_ref() else {
             return out;
         };
-        let peak = sys::peak_resident();
+        let Some(now) = resident.now() else {
+            return out;
+        };
+        let peak = resident.peak();
         let mut after = now + fresh_bytes;
         while after > peak && !self.list.is_empty() {
             let b = self.remove(0);

@@ -227,6 +227,11 @@ impl State {
             &self.class_yields,
             &self.recycler,
         );
+        // The caller's allocator may map fresh memory for what the engine
+        // leaves to it: kept blocks must not raise the peak either way.
+        if taking != Taking::Taken {
+            self.make_room_for_fresh(len.max(1).div_ceil(PAGE));
+        }
         match taking {
             Taking::LeftToHeap => {
                 self.stats.allocs_left_to_heap += 1;
@@ -268,7 +273,7 @@ impl State {
                 None => return std::ptr::null_mut(),
             },
         };
-        if hint == Hint::FullWrite {
+        if matches!(hint, Hint::FullWrite | Hint::UninitFullWrite) {
             let _ = sys::madvise(ptr, npages * PAGE, libc::MADV_POPULATE_WRITE);
         }
         let mut block = Block::new(ptr, pages);

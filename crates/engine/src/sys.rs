@@ -480,18 +480,26 @@ impl ProcMaps {
     }
 }
 
-/// The process's resident memory: now (`/proc/self/statm`, through one
-/// descriptor kept for the engine's life) and at its highest (getrusage).
+/// The process's resident memory: now (`/proc/self/statm`) and at its
+/// highest (`VmHWM` in `/proc/self/status`), each through one descriptor
+/// kept for the engine's life.
+///
+/// The highest is the address space's own. getrusage's maxrss is not: the
+/// kernel carries it across execve, so a program started by a large
+/// process would start with that process's peak as its own.
 pub struct Resident {
-    file: KeptFile,
+    statm: KeptFile,
+    status: Option<KeptFile>,
 }
 
 impl Resident {
-    /// Opens the statm file; refused where its descriptor would take one of
-    /// the program's numbers (the engine can do without it).
+    /// Opens the files; refused where the statm descriptor would take one
+    /// of the program's numbers (the engine can do without it). Without the
+    /// status file the highest is getrusage's.
     pub fn open() -> io::Result<Resident> {
         Ok(Resident {
-            file: KeptFile::open_spare(std::path::Path::new("/proc/self/statm"))?,
+            statm: KeptFile::open_spare(std::path::Path::new("/proc/self/statm"))?,
+            status: KeptFile::open_spare(std::path::Path::new("/proc/self/status")).ok(),
         })
     }
 
@@ -499,10 +507,33 @@ impl Resident {
     /// nothing (it is asked from inside malloc).
     pub fn now(&self) -> Option<usize> {
         let mut buf = [0u8; 128];
-        let n = self.file.read_at(&mut buf, 0).ok()?;
+        let n = self.statm.read_at(&mut buf, 0).ok()?;
         let text = std::str::from_utf8(&buf[..n]).ok()?;
         statm_resident(text)
     }
+
+    /// The most bytes this address space has had resident at once.
+    /// Allocates nothing.
+    pub fn peak(&self) -> usize {
+        let mut buf = [0u8; 4096];
+        self.status
+            .as_ref()
+            .and_then(|f| f.read_at(&mut buf, 0).ok())
+            .and_then(|n| std::str::from_utf8(&buf[..n]).ok())
+            .and_then(status_peak)
+            .unwrap_or_else(peak_resident)
+    }
+}
+
+/// `VmHWM` of a /proc/PID/status text, in bytes.
+pub fn status_peak(text: &str) -> Option<usize> {
+    let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: usize = line["VmHWM:".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 /// Resident bytes in the text of /proc/self/statm (its second field, in pages).
@@ -649,4 +680,23 @@ pub fn restore_signals(mask: &libc::sigset_t) {
     // SAFETY: mask points to a live sigset_t, as filled in by block_signals; the old-mask
     // pointer may be null.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, std::ptr::null_mut()) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_peak_is_read_from_the_status_text() {
+        let text = "Name:\tx\nVmPeak:\t  9000 kB\nVmHWM:\t    1234 kB\nVmRSS:\t  1000 kB\n";
+        assert_eq!(status_peak(text), Some(1234 * 1024));
+        assert_eq!(status_peak("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn the_peak_of_this_address_space_is_at_least_what_is_resident() {
+        let r = Resident::open().expect("statm");
+        let now = r.now().expect("resident now");
+        assert!(r.peak() >= now, "{} < {now}", r.peak());
+    }
 }

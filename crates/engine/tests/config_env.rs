@@ -1,10 +1,22 @@
 //! Config::from_env, in a test binary of its own: it sets process-wide
 //! environment variables that would leak into engines other tests start.
+//! Each test holds `ENV` while it sets and reads them: tests run on
+//! threads of one process, and one test's variable must not reach another.
 
-use pagefold_engine::{Config, Tier};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use pagefold_engine::{Config, Fresh, Tier};
+
+static ENV: Mutex<()> = Mutex::new(());
+
+fn env_lock() -> MutexGuard<'static, ()> {
+    ENV.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 #[test]
 fn config_reads_fault_injection_from_the_environment() {
+    let _env = env_lock();
     std::env::set_var("PAGEFOLD_INJECT_FAIL_MEMFD", "1");
     std::env::set_var("PAGEFOLD_INJECT_FAIL_UFFD", "0");
     std::env::set_var("PAGEFOLD_INJECT_MMAP_AFTER", "7");
@@ -45,6 +57,7 @@ fn config_reads_fault_injection_from_the_environment() {
 
 #[test]
 fn config_reads_recycling_from_the_environment() {
+    let _env = env_lock();
     std::env::set_var("PAGEFOLD_RECYCLE_MB", "64");
     std::env::set_var("PAGEFOLD_RECYCLE_MS", "2000");
     let c = Config::from_env();
@@ -62,6 +75,7 @@ fn config_reads_recycling_from_the_environment() {
 
 #[test]
 fn config_reads_tiering_from_the_environment() {
+    let _env = env_lock();
     let d = Config::default();
     assert!(d.tier == Tier::Pressure && d.tier_patch && d.tier_compress && d.high_water.is_none());
     let vars = [
@@ -89,6 +103,7 @@ fn config_reads_tiering_from_the_environment() {
 
 #[test]
 fn config_reads_the_tiering_mode_the_memory_limit_and_the_pressure_marks() {
+    let _env = env_lock();
     for (v, t) in [
         ("0", Tier::Off),
         ("off", Tier::Off),
@@ -125,6 +140,7 @@ fn config_reads_the_tiering_mode_the_memory_limit_and_the_pressure_marks() {
 
 #[test]
 fn config_reads_the_swap_file_from_the_environment() {
+    let _env = env_lock();
     assert!(
         Config::from_env().swap_file.is_none(),
         "no swap unless asked for"
@@ -143,6 +159,7 @@ fn config_reads_the_swap_file_from_the_environment() {
 
 #[test]
 fn config_reads_patching_from_the_environment() {
+    let _env = env_lock();
     let vars = [
         ("PAGEFOLD_PATCH_BLOCKS", "2"),
         ("PAGEFOLD_PATCH_BLOCK_BYTES", "64"),
@@ -170,4 +187,42 @@ fn config_reads_patching_from_the_environment() {
         (d.patch_blocks, d.patch_block_bytes, d.inject.fail_patch),
         (8, 8, false)
     );
+}
+
+#[test]
+fn malloc_configuration_has_the_preloads_defaults_and_the_environment_wins() {
+    let _env = env_lock();
+    let c = Config::malloc_from_env();
+    assert_eq!(c.fresh, Fresh::Adaptive);
+    assert_eq!(c.plain_below, 32 << 20);
+    assert!(c.copy_through && c.copy_learn && !c.evict_untested);
+    assert_eq!(c.recycle_bytes, 256 << 20);
+    assert_eq!(c.pin_age, Duration::from_millis(200));
+    assert_eq!(c.scan_interval, Some(Duration::from_secs(1)));
+    let d = Config::from_env();
+    assert!(d.fresh != Fresh::Adaptive && d.plain_below == 0 && d.recycle_bytes == 0);
+
+    let vars = [
+        ("PAGEFOLD_RECYCLE_MB", "8"),
+        ("PAGEFOLD_COPY_LEARN", "0"),
+        ("PAGEFOLD_SCAN_INTERVAL_MS", "0"),
+        ("PAGEFOLD_PLAIN_BELOW", "4096"),
+    ];
+    vars.iter().for_each(|(k, v)| std::env::set_var(k, v));
+    let c = Config::malloc_from_env();
+    vars.iter().for_each(|(k, _)| std::env::remove_var(k));
+    assert_eq!((c.recycle_bytes, c.plain_below), (8 << 20, 4096));
+    assert!(!c.copy_learn && c.scan_interval.is_none());
+
+    // Blocks on frames: no size is left to the caller's heap.
+    std::env::set_var("PAGEFOLD_FRESH", "frames");
+    let c = Config::malloc_from_env();
+    std::env::remove_var("PAGEFOLD_FRESH");
+    assert_eq!((c.fresh, c.plain_below), (Fresh::Frames, 0));
+
+    // Tiering always on keeps blocks on frames and evicts untested pages.
+    std::env::set_var("PAGEFOLD_TIER", "1");
+    let c = Config::malloc_from_env();
+    std::env::remove_var("PAGEFOLD_TIER");
+    assert!(c.fresh == Fresh::Frames && c.plain_below == 0 && c.evict_untested);
 }

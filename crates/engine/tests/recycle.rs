@@ -284,6 +284,44 @@ fn anonymous_blocks_serve_mallocs_that_start_anonymous() {
     unsafe { e.free(a) };
 }
 
+/// An engine that leaves every allocation it is offered to the caller's
+/// allocator (`take`) unless a block it keeps fits: blocks start anonymous,
+/// no size is taken to learn, none is copied from.
+fn declining_engine(under_peak: bool) -> Engine {
+    Engine::new(Config {
+        recycle_bytes: 16 << 20,
+        recycle_under_peak: under_peak,
+        fresh: pagefold_engine::Fresh::Adaptive,
+        plain_below: 64 << 20,
+        take_first: 0,
+        ..Config::default()
+    })
+}
+
+#[test]
+fn a_kept_block_that_fits_is_taken_where_its_size_would_be_left_to_the_heap() {
+    let e = declining_engine(false);
+    let len = 8 * PAGE;
+    // Both sizes seen once (the first block of a size is not declined).
+    let a = e.alloc(len, Hint::Uninit);
+    let b = e.alloc(2 * len, Hint::Uninit);
+    fill(a, len, 6);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
+    unsafe { e.free(a) };
+    assert_eq!(e.take(len, Hint::Zeroed), None, "calloc never reuses");
+    assert_eq!(e.take(2 * len, Hint::Uninit), None, "too small for it");
+    assert_eq!(e.take(len, Hint::Uninit), Some(a), "reused, no fault");
+    assert!(all(a, len, 6));
+    let s = e.stats();
+    assert_eq!((s.recycled, s.allocs_declined), (1, 2));
+    // SAFETY: as above.
+    unsafe {
+        e.free(a);
+        e.free(b);
+    }
+}
+
 #[test]
 fn blocks_sharing_frames_are_not_recycled() {
     let e = engine(32);
@@ -471,6 +509,53 @@ fn kept_blocks_never_raise_the_peak() {
             "the process grows past its peak: nothing kept stays beside it"
         );
     });
+}
+
+/// As `kept_after_growing`, but the 5 MiB are offered and left to the
+/// caller's allocator, which would map them.
+fn kept_after_the_caller_grows(e: &Engine) -> u64 {
+    let mib = 1 << 20;
+    // The size is seen once (the first block of a size is not declined);
+    // never touched, it adds nothing resident, and it is too large to keep.
+    let seen = e.alloc(5 * mib, Hint::Uninit);
+    // SAFETY: the block allocated above, freed once, not used after.
+    unsafe { e.free(seen) };
+    let held: Vec<_> = (0..3).map(|_| e.alloc(mib, Hint::Uninit)).collect();
+    for &p in &held {
+        fill(p, mib, 3);
+    }
+    // SAFETY: blocks this test allocated, freed once, not used after.
+    unsafe {
+        e.free(held[0]);
+        e.free(held[1]);
+    }
+    assert_eq!(e.stats().recycled_bytes, 2 * mib as u64);
+    assert_eq!(e.take(5 * mib, Hint::Uninit), None);
+    e.stats().recycled_bytes
+}
+
+#[test]
+fn kept_blocks_never_raise_the_peak_beside_the_callers_heap() {
+    alone_with_peak_rule(
+        "kept_blocks_never_raise_the_peak_beside_the_callers_heap",
+        true,
+        |_| {
+            let e = declining_engine(true);
+            assert_eq!(kept_after_the_caller_grows(&e), 0);
+        },
+    );
+}
+
+#[test]
+fn without_the_peak_rule_kept_blocks_stay_beside_the_callers_heap() {
+    alone_with_peak_rule(
+        "without_the_peak_rule_kept_blocks_stay_beside_the_callers_heap",
+        true,
+        |_| {
+            let e = declining_engine(false);
+            assert_eq!(kept_after_the_caller_grows(&e), 2 << 20);
+        },
+    );
 }
 
 #[test]

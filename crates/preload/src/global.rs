@@ -36,9 +36,8 @@
 use std::cell::Cell;
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::time::Duration;
 
-use pagefold_engine::{Config, Engine, Fresh, Tier};
+use pagefold_engine::{Config, Engine};
 
 const UNINIT: u8 = 0;
 const STARTING: u8 = 1;
@@ -48,28 +47,14 @@ const OFF: u8 = 3;
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static mut ENGINE: Option<Engine> = None;
 pub static THRESHOLD: AtomicUsize = AtomicUsize::new(DEFAULT_THRESHOLD);
-/// How long a frame the scan froze from an owned page waits before it is
-/// folded or shared (the scanner comes back for it then). The programs run
-/// here are nobody's test subjects: any may read files with O_DIRECT into
-/// its heap. A direct read that takes longer than this is a stalled disk.
-const PIN_AGE_DEFAULT: Duration = Duration::from_millis(200);
 
 /// Smallest block the engine serves unless `PAGEFOLD_THRESHOLD` says
-/// otherwise. Below it glibc's heap reuses memory it has already faulted in,
-/// which a fresh engine block cannot; measured on the R and Python suites,
-/// 1 MiB keeps 87% of the R suite's saving at 8 KiB for 60% of its cost
-/// (docs/RESULTS.md).
-pub const DEFAULT_THRESHOLD: usize = 1 << 20;
-/// Allocations below this size whose size class is not copied from are
-/// glibc's (`PAGEFOLD_PLAIN_BELOW`): glibc's largest dynamic mmap threshold
-/// on 64-bit systems, below which its heap may serve them.
-const PLAIN_BELOW_DEFAULT: usize = 32 << 20;
+/// otherwise (`pagefold_engine::MALLOC_THRESHOLD`).
+pub const DEFAULT_THRESHOLD: usize = pagefold_engine::MALLOC_THRESHOLD;
 /// Smallest copy offered to the engine (see hooks::engine_copy).
 pub static COPY_MIN: AtomicUsize = AtomicUsize::new(128 << 10);
 static FREED: AtomicUsize = AtomicUsize::new(0);
 static SCAN_AFTER_FREE: AtomicUsize = AtomicUsize::new(64 << 20);
-/// Freed engine memory kept for reuse, as glibc keeps freed heap chunks.
-const RECYCLE_DEFAULT: usize = 256 << 20;
 /// The `"schema"` of the exit report `PAGEFOLD_REPORT` asks for.
 const REPORT_SCHEMA: &str = "pagefold-preload-report/1";
 
@@ -139,50 +124,7 @@ fn start() -> Option<&'static Engine> {
     if let Some(mb) = env_usize(c"PAGEFOLD_SCAN_AFTER_FREE_MB") {
         SCAN_AFTER_FREE.store(mb << 20, Ordering::Relaxed);
     }
-    let engine = with_busy(|| {
-        let mut cfg = Config::from_env();
-        if env_usize(c"PAGEFOLD_SCAN_INTERVAL_MS").is_none() {
-            cfg.scan_interval = Some(Duration::from_millis(1000));
-        }
-        if env_usize(c"PAGEFOLD_RECYCLE_MB").is_none() {
-            cfg.recycle_bytes = RECYCLE_DEFAULT;
-        }
-        if env_usize(c"PAGEFOLD_PIN_AGE_MS").is_none() {
-            cfg.pin_age = PIN_AGE_DEFAULT;
-        }
-        // Plain memory stays plain: a block starts anonymous unless its
-        // size class is often copied from, and the first copy out of
-        // anonymous memory adopts the source onto frames. Tiering driven by
-        // pressure compresses and evicts anonymous pages as well; with
-        // tiering always on, blocks stay on frames, where patches find
-        // their reference pages.
-        if with_env(c"PAGEFOLD_FRESH", |_| ()).is_none() && cfg.tier != Tier::On {
-            cfg.fresh = Fresh::Adaptive;
-        }
-        // Below glibc's largest mmap threshold, glibc's heap reuses freed
-        // memory without a fault; a block of a size class that is not
-        // copied from is left to it.
-        if env_usize(c"PAGEFOLD_PLAIN_BELOW").is_none() && cfg.fresh == Fresh::Adaptive {
-            cfg.plain_below = PLAIN_BELOW_DEFAULT;
-        }
-        if with_env(c"PAGEFOLD_COPY_THROUGH", |_| ()).is_none() {
-            cfg.copy_through = true;
-        }
-        // Under tiering driven by pressure only pages with a pin test leave
-        // memory (anonymous pages, through the pin guard): a program may
-        // have pinned any page (O_DIRECT, io_uring), and a write through a
-        // pin to an evicted page would be lost. With tiering always on,
-        // blocks stay on frames, which have no pin test, and untested
-        // eviction (behind the pin grace) is what lets tiering evict.
-        if with_env(c"PAGEFOLD_EVICT_UNTESTED", |_| ()).is_none() && cfg.tier != Tier::On {
-            cfg.evict_untested = false;
-        }
-        // Copies into a size class the program writes over are made plainly.
-        if with_env(c"PAGEFOLD_COPY_LEARN", |_| ()).is_none() {
-            cfg.copy_learn = true;
-        }
-        Engine::new(cfg)
-    })?;
+    let engine = with_busy(|| Engine::new(Config::malloc_from_env()))?;
     // SAFETY: only the thread that moved STATE from UNINIT to STARTING gets
     // here, once; ENGINE is read only after STATE is READY, which is stored
     // just below, so nothing reads it while it is written.
