@@ -17,9 +17,12 @@
 //! The program's own mappings are the lines of `/proc/self/maps` less the
 //! engine's, read through a descriptor kept open so that no scan opens a
 //! file. The engine's count is reckoned, not read, and can drift from the
-//! kernel's, so the file is read again at a scan's start (every scan once
-//! the process holds a quarter of the limit, else when the last read is
-//! `RECOUNT_AGE` old: the read costs time in proportion to the mappings),
+//! kernel's, so the file is read again in each scan that may remap (every
+//! scan once the process holds a quarter of the limit, else when the last
+//! read is `RECOUNT_AGE` old: the read costs time in proportion to the
+//! mappings; a scan marks it due and the read waits for the scan's first
+//! question that its own budget would answer yes, so an idle program at its
+//! budget reads nothing),
 //! whenever `vm.max_map_count` (not the engine's own budget) would say no
 //! after remaps, and otherwise at intervals that grow with the count, once
 //! the remaps since the last read could have brought the process near the
@@ -63,6 +66,8 @@ pub(crate) struct Mappings {
     proc_maps: Option<sys::ProcMaps>,
     /// When `others` was read.
     counted_at: std::time::Instant,
+    /// A read is due before the next remap (`recount_for_scan`).
+    stale: bool,
 }
 
 impl Mappings {
@@ -81,6 +86,7 @@ impl Mappings {
             spares: None,
             proc_maps,
             counted_at: std::time::Instant::now(),
+            stale: false,
         }
     }
 
@@ -114,14 +120,20 @@ impl Mappings {
     /// left free for the program (`Config::vma_reserve`). Looks at the real
     /// mapping count once more before saying no.
     pub(crate) fn room(&mut self, cost: usize, reserve: usize) -> bool {
+        // Reading /proc/self/maps costs milliseconds at tens of thousands of
+        // mappings, and a fresh count cannot lift the engine's own budget.
+        if self.used + cost > self.budget {
+            return false;
+        }
+        if self.stale {
+            self.recount();
+        }
         if self.fits(cost, reserve) {
             return true;
         }
-        // Reading /proc/self/maps costs milliseconds at tens of thousands of
-        // mappings: only when our own count has changed since the last read,
-        // and only when the program's mappings are what stands in the way
-        // (a fresh count cannot lift the engine's own budget).
-        if self.remaps_since_count == 0 || self.used + cost > self.budget {
+        // Read again only when our own count has changed since the last
+        // read: the program's mappings are what stands in the way.
+        if self.remaps_since_count == 0 {
             return false;
         }
         self.recount();
@@ -135,19 +147,21 @@ impl Mappings {
 
     /// Reads the program's own mappings from `/proc/self/maps` again.
     pub(crate) fn recount(&mut self) {
+        self.stale = false;
         self.remaps_since_count = 0;
         self.counted_at = std::time::Instant::now();
         let maps = self.proc_maps.as_ref().map_or(0, sys::ProcMaps::count);
         self.others = maps.saturating_sub(self.used);
     }
 
-    /// Re-counts at a scan's start when it is due: the process holds a
-    /// quarter of the limit or more, or the last count is `RECOUNT_AGE` old.
+    /// At a scan's start, marks a read due before its first remap when the
+    /// process holds a quarter of the limit or more, or the last count is
+    /// `RECOUNT_AGE` old (`room` reads it).
     pub(crate) fn recount_for_scan(&mut self) {
         if 4 * (self.others + self.used) >= self.max_map_count
             || self.counted_at.elapsed() >= RECOUNT_AGE
         {
-            self.recount();
+            self.stale = true;
         }
     }
 
@@ -223,6 +237,25 @@ mod tests {
         let mut m = mappings_under(1 << 30);
         assert!(!read_after_due_remaps(&mut m));
         assert_eq!(m.remaps_since_count, RECOUNT_REMAPS);
+    }
+
+    #[test]
+    fn a_scan_reads_the_maps_file_only_once_its_own_budget_leaves_room() {
+        let mut m = mappings_under(1 << 30);
+        (m.budget, m.used) = (10, 10);
+        m.counted_at = std::time::Instant::now()
+            .checked_sub(RECOUNT_AGE)
+            .expect("an instant two seconds ago");
+        m.recount_for_scan();
+        assert!(m.stale, "the last read is old: a read is due");
+        assert!(!m.room(1, 0));
+        assert!(m.stale, "at its own budget the engine reads nothing");
+        m.used = 5;
+        assert!(m.room(1, 0));
+        assert!(
+            !m.stale,
+            "the first question it could answer yes read the file"
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The scan: zero folding and identical-page merging.
 //!
 //! Blocks are walked in chunks of `scan_chunk_pages`, under the engine lock
-//! one chunk at a time. For each chunk:
+//! one chunk at a time. For each chunk, its shared pages' divergence is read
+//! from pagemap first (in a chunk with no page due, every 8th scan only),
+//! then:
 //!
 //! 0. outside clock passes, look first (`look_unprotected`): read and hash
 //!    the pages due a look (step 3's rules) without protecting anything. If
@@ -75,6 +77,9 @@ use crate::state::{Inner, State};
 use crate::stats::ScanReport;
 use crate::sys::{self, PAGE};
 
+/// How often a scan reads the divergence of a chunk with no page due.
+const DIVERGENCE_EVERY: u64 = 8;
+
 /// Pages seen earlier in this scan, by content: (block base, page index).
 type Unstable = ContentIndex<(usize, usize)>;
 
@@ -90,14 +95,23 @@ struct ScanChunk<'a> {
 impl ChunkWork for ScanChunk<'_> {
     const HOLDS: ChunkHolds = ChunkHolds::Decide;
 
-    /// Divergence first (frames of pages written since they were shared
-    /// are released even where nothing is due), then the pages due a look:
-    /// with none, nothing is read and no writer need be stopped; with
-    /// `look_first`, neither while none of them may be folded or merged
-    /// (`look_unprotected`).
+    /// Divergence (frames of pages written since they were shared are
+    /// released), then the pages due a look: with none, nothing is read and
+    /// no writer need be stopped; with `look_first`, neither while none of
+    /// them may be folded or merged (`look_unprotected`). A chunk with no
+    /// page due has its divergence read every `DIVERGENCE_EVERY`th scan
+    /// only: an idle program's shared pages seldom diverge, and reading
+    /// pagemap for all of them every scan was a quarter of its scanner's
+    /// time. A clock pass reads it first, for the writes it classifies.
     fn before(&mut self, st: &mut State, base: usize, i: usize, c: usize) -> bool {
-        self.rep.diverged_released += st.refresh_divergence(base, i, c);
-        self.due = st.due_pages(base, i, c, self.pass.is_some(), self.rep);
+        let pass = self.pass.is_some();
+        if pass {
+            self.rep.diverged_released += st.refresh_divergence(base, i, c);
+        }
+        self.due = st.due_pages(base, i, c, pass, self.rep);
+        if !pass && (!self.due.is_empty() || st.stats.scans.is_multiple_of(DIVERGENCE_EVERY)) {
+            self.rep.diverged_released += st.refresh_divergence(base, i, c);
+        }
         if self.due.is_empty() {
             return false;
         }
@@ -596,7 +610,10 @@ impl State {
     }
 
     /// Raises the idle level of the pages looked at and left alone; resets
-    /// it for those folded, merged or frozen (`zero` and `frozen` sorted).
+    /// it for those folded, merged or frozen (`zero` and `frozen` sorted). A
+    /// planned merge the mapping budget refused leaves its page alone: it
+    /// is looked at as seldom as a page with nothing to share, so the
+    /// duplicates the budget cannot take cost an idle program little.
     fn record_looks(
         &mut self,
         base: usize,
@@ -610,9 +627,11 @@ impl State {
         };
         let n = block.seen.len();
         for &k in looked.iter().filter(|&&k| k < n) {
-            let acted = plan.contains_key(&k)
-                || zero.binary_search(&k).is_ok()
-                || frozen.binary_search(&k).is_ok();
+            let merged = plan
+                .get(&k)
+                .is_some_and(|&f| block.pages[k] == Page::Shared(f));
+            let acted =
+                merged || zero.binary_search(&k).is_ok() || frozen.binary_search(&k).is_ok();
             block.seen[k] = idle::after_look(block.seen[k], acted);
             block.found.acted(acted as usize);
         }
