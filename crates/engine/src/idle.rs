@@ -13,12 +13,11 @@
 //!
 //! Kernel KSM stops at every 8th scan, but ksmd's rate is set apart
 //! (`pages_to_scan`); here a scan looks at every page due, once a second
-//! under the preload, so the cap is what an idle program pays: a program
-//! idling on 1 GiB of pages with nothing more to share re-read all of them
-//! every 8 seconds at a cap of 8 scans (0.25 s of CPU each time, 3% of a
-//! core), every 64 seconds at this one. A page written after it went idle
-//! waits up to that long to be shared, which a program of a few minutes
-//! never sees: its pages reach the slowest level after 64 scans.
+//! under the preload, so the cap is what an idle program pays: at a cap of
+//! 8 scans a program idling on 1 GiB would re-read all of it every 8
+//! seconds, at this one every 64. A page written after it went idle waits
+//! up to two such periods to be shared (the volatility check needs two
+//! looks); a page reaches the slowest level only after 64 scans.
 //!
 //! The level lives in the page's `seen` word, beside what the previous look
 //! saw and the clock's bits (seen.rs says which bits are which).

@@ -77,10 +77,7 @@ impl Placement {
     /// caller's heap would reuse memory it has already faulted in (fresh.rs,
     /// `worth_taking`). The allocation not taken is still counted for its
     /// class, so that copies of blocks of that size (`copied_from_plain`)
-    /// can bring the class back to the engine. A block the engine keeps for
-    /// reuse that fits is taken all the same: reusing it costs no fault,
-    /// and left unused it would sit beside the heap's growth until it
-    /// expires (an interpreter's vectors reached 1.05 of plain's peak so).
+    /// can bring the class back to the engine.
     ///
     /// At `plain_below` and above, a malloc that fits in the `heap_free`
     /// bytes the caller's allocator holds freed is left to it
@@ -101,21 +98,12 @@ impl Placement {
         }
         if len < cfg.plain_below
             && fresh_policy(cfg, hint) == Fresh::Adaptive
-            && (crate::fds::lost()
-                || !(self.worth_taking(npages, cfg.take_first)
-                    || self.reusable(cfg, hint, npages, recycler)))
+            && (crate::fds::lost() || !self.worth_taking(npages, cfg.take_first))
         {
             self.on_frames(Fresh::Adaptive, npages);
             return Taking::Declined;
         }
         Taking::Taken
-    }
-
-    /// Whether a recycled block would serve an allocation of `npages` asked
-    /// with `hint` (whole or cut, as `Recycler::take` would find it).
-    fn reusable(&self, cfg: &Config, hint: Hint, npages: usize, recycler: &Recycler) -> bool {
-        self.recycled_kind(cfg, hint, npages, true)
-            .is_some_and(|on_frames| recycler.fits(npages, on_frames))
     }
 
     /// Whether a malloc of `len` bytes, at least `Config::plain_below`, is

@@ -65,6 +65,24 @@ fn a_freed_block_serves_the_next_uninit_allocation_of_its_size() {
 }
 
 #[test]
+fn a_result_written_whole_reuses_a_freed_block_and_fresh_ones_read_zero() {
+    let e = engine(32);
+    let len = 16 * PAGE;
+    let fresh = e.alloc(len, Hint::UninitFullWrite);
+    assert!(all(fresh, len, 0), "fresh memory is zero, populated or not");
+    fill(fresh, len, 4);
+    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
+    // after this free.
+    unsafe { e.free(fresh) };
+    let again = e.alloc(len, Hint::UninitFullWrite);
+    assert_eq!(again, fresh);
+    assert!(all(again, len, 4), "it comes back as it was");
+    assert_eq!(e.stats().recycled, 1);
+    // SAFETY: as above.
+    unsafe { e.free(again) };
+}
+
+#[test]
 fn a_larger_block_is_split_and_its_tail_stays_recycled() {
     let e = engine(32);
     let a = e.alloc(16 * PAGE, Hint::Uninit);
@@ -285,8 +303,8 @@ fn anonymous_blocks_serve_mallocs_that_start_anonymous() {
 }
 
 /// An engine that leaves every allocation it is offered to the caller's
-/// allocator (`take`) unless a block it keeps fits: blocks start anonymous,
-/// no size is taken to learn, none is copied from.
+/// allocator (`take`): blocks start anonymous, no size is taken to learn
+/// (beyond its first block), none is copied from.
 fn declining_engine(under_peak: bool) -> Engine {
     Engine::new(Config {
         recycle_bytes: 16 << 20,
@@ -296,30 +314,6 @@ fn declining_engine(under_peak: bool) -> Engine {
         take_first: 0,
         ..Config::default()
     })
-}
-
-#[test]
-fn a_kept_block_that_fits_is_taken_where_its_size_would_be_left_to_the_heap() {
-    let e = declining_engine(false);
-    let len = 8 * PAGE;
-    // Both sizes seen once (the first block of a size is not declined).
-    let a = e.alloc(len, Hint::Uninit);
-    let b = e.alloc(2 * len, Hint::Uninit);
-    fill(a, len, 6);
-    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
-    // after this free.
-    unsafe { e.free(a) };
-    assert_eq!(e.take(len, Hint::Zeroed), None, "calloc never reuses");
-    assert_eq!(e.take(2 * len, Hint::Uninit), None, "too small for it");
-    assert_eq!(e.take(len, Hint::Uninit), Some(a), "reused, no fault");
-    assert!(all(a, len, 6));
-    let s = e.stats();
-    assert_eq!((s.recycled, s.allocs_declined), (1, 2));
-    // SAFETY: as above.
-    unsafe {
-        e.free(a);
-        e.free(b);
-    }
 }
 
 #[test]
