@@ -28,11 +28,14 @@
 //! of the fresh memory mapped beside it, and on top of the freed chunks
 //! glibc's heap keeps (scikit-learn's pipeline reached 1.10-1.12 of plain's
 //! peak resident memory that way, 1.07 with this). So before fresh memory
-//! is mapped while blocks are kept, the process's resident bytes now and at
-//! their highest are read, and the oldest kept blocks are given back until
-//! what is resident, less them, plus the fresh block is within that highest
-//! (`make_room`): a program that grows keeps nothing, one that shrank keeps
-//! up to the budget.
+//! is mapped while blocks are kept (by the engine, or by the caller's
+//! allocator for an allocation the engine leaves to it), the process's
+//! resident bytes now and at their highest are read, and the oldest kept
+//! blocks are given back until what is resident, less them, plus the fresh
+//! block is within that highest (`make_room`): a program that grows keeps
+//! nothing, one that shrank keeps up to the budget. A kept block reused does
+//! not count as an allocation of its size class (fresh.rs): a class served
+//! by reuse stays within the first allocations the engine takes to learn.
 //!
 //! Recycled blocks are not blocks: no scan, copy or lookup sees them. They
 //! are released for good when the budget overflows (oldest first), when they
