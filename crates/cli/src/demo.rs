@@ -421,9 +421,9 @@ enum Fill {
     CopyTarget,
 }
 
-/// Where vectors live. `alloc` returns page-aligned memory of `bytes`,
-/// zero-filled unless `fill` says every byte is written before it is read
-/// (an interpreter's malloc).
+/// Where vectors live. `alloc` returns memory of `bytes` (page-aligned
+/// where it is the engine's), zero-filled unless `fill` says every byte is
+/// written before it is read (an interpreter's malloc).
 trait Mem {
     fn alloc(&mut self, bytes: usize, fill: Fill) -> Option<*mut u8>;
     /// # Safety
@@ -497,8 +497,9 @@ impl Mem for Plain {
 /// The engine as the preload serves an interpreter: vectors of at least
 /// `threshold` bytes are offered to it (`Engine::take`), with its malloc
 /// configuration (`Config::malloc_from_env`), and what it leaves goes to
-/// glibc; copies of at least `threshold` go through `Engine::copy`, which
-/// maps them where both sides are its blocks and learns from the others.
+/// glibc; every copy goes through `Engine::copy` (the preload offers copies
+/// of 128 KiB and more; every vector here is larger), which maps it where
+/// both sides are its blocks and learns from the others.
 struct EngineMem {
     engine: Engine,
     threshold: usize,
