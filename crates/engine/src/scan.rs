@@ -101,7 +101,7 @@ impl ChunkWork for ScanChunk<'_> {
     /// them may be folded or merged (`look_unprotected`). A chunk with no
     /// page due has its divergence read every `DIVERGENCE_EVERY`th scan
     /// only: an idle program's shared pages seldom diverge, and reading
-    /// pagemap for all of them every scan was a quarter of its scanner's
+    /// pagemap for all of them every scan takes a quarter of its scanner's
     /// time. A clock pass reads it first, for the writes it classifies.
     fn before(&mut self, st: &mut State, base: usize, i: usize, c: usize) -> bool {
         let pass = self.pass.is_some();
