@@ -66,7 +66,7 @@ pub(crate) struct Mappings {
     proc_maps: Option<sys::ProcMaps>,
     /// When `others` was read.
     counted_at: std::time::Instant,
-    /// A read is due before the next remap (`recount_for_scan`).
+    /// A read is due before the next remap (`mark_due_for_scan`).
     stale: bool,
 }
 
@@ -157,7 +157,7 @@ impl Mappings {
     /// At a scan's start, marks a read due before its first remap when the
     /// process holds a quarter of the limit or more, or the last count is
     /// `RECOUNT_AGE` old (`room` reads it).
-    pub(crate) fn recount_for_scan(&mut self) {
+    pub(crate) fn mark_due_for_scan(&mut self) {
         if 4 * (self.others + self.used) >= self.max_map_count
             || self.counted_at.elapsed() >= RECOUNT_AGE
         {
@@ -246,7 +246,7 @@ mod tests {
         m.counted_at = std::time::Instant::now()
             .checked_sub(RECOUNT_AGE)
             .expect("an instant two seconds ago");
-        m.recount_for_scan();
+        m.mark_due_for_scan();
         assert!(m.stale, "the last read is old: a read is due");
         assert!(!m.room(1, 0));
         assert!(m.stale, "at its own budget the engine reads nothing");

@@ -328,9 +328,11 @@ pub fn parse_swap_free(text: &str) -> Option<u64> {
     Some(kib << 10)
 }
 
-/// Resident bytes of this process, from /proc/self/statm.
+/// Resident bytes of this process, from /proc/self/statm (its second
+/// field, in pages).
 pub fn parse_statm(text: &str) -> Option<u64> {
-    crate::sys::statm_resident(text).map(|b| b as u64)
+    let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * crate::sys::PAGE as u64)
 }
 
 /// Where a limit came from.

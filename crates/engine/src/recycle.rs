@@ -130,7 +130,7 @@ impl Recycler {
         }
     }
 
-    /// In a child right after fork: the inherited statm file describes the
+    /// In a child right after fork: the inherited status file describes the
     /// parent.
     pub fn after_fork_in_child(&mut self) {
         if self.resident.is_some() {
@@ -144,13 +144,9 @@ impl Recycler {
     /// the most it ever had resident.
     pub fn make_room(&mut self, fresh_bytes: usize) -> Vec<Block> {
         let mut out = Vec::new();
-        let Some(resident) = self.resident.as_ref() else {
+        let Some((now, peak)) = self.resident.as_ref().and_then(sys::Resident::read) else {
             return out;
         };
-        let Some(now) = resident.now() else {
-            return out;
-        };
-        let peak = resident.peak();
         let mut after = now + fresh_bytes;
         while after > peak && !self.list.is_empty() {
             let b = self.remove(0);

@@ -164,7 +164,7 @@ pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
         st.expire_recycled();
         st.prune_young();
         st.prune_holds();
-        st.mappings.recount_for_scan();
+        st.mappings.mark_due_for_scan();
         st.ksm.begin_scan();
         if st.protector.is_none() {
             st.stats.fallbacks.uffd += 1;

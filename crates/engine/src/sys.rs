@@ -480,78 +480,42 @@ impl ProcMaps {
     }
 }
 
-/// The process's resident memory: now (`/proc/self/statm`) and at its
-/// highest (`VmHWM` in `/proc/self/status`), each through one descriptor
-/// kept for the engine's life.
+/// The process's resident memory, now and at its highest: `VmRSS` and
+/// `VmHWM` of `/proc/self/status`, one read through one descriptor kept for
+/// the engine's life.
 ///
 /// The highest is the address space's own. getrusage's maxrss is not: the
 /// kernel carries it across execve, so a program started by a large
 /// process would start with that process's peak as its own.
 pub struct Resident {
-    statm: KeptFile,
-    status: Option<KeptFile>,
+    status: KeptFile,
 }
 
 impl Resident {
-    /// Opens the files; refused where the statm descriptor would take one
-    /// of the program's numbers (the engine can do without it). Without the
-    /// status file the highest is getrusage's.
+    /// Opens the status file; refused where its descriptor would take one
+    /// of the program's numbers (the engine can do without it).
     pub fn open() -> io::Result<Resident> {
         Ok(Resident {
-            statm: KeptFile::open_spare(std::path::Path::new("/proc/self/statm"))?,
-            status: KeptFile::open_spare(std::path::Path::new("/proc/self/status")).ok(),
+            status: KeptFile::open_spare(std::path::Path::new("/proc/self/status"))?,
         })
     }
 
-    /// Bytes resident now; None if the file cannot be read. Allocates
-    /// nothing (it is asked from inside malloc).
-    pub fn now(&self) -> Option<usize> {
-        let mut buf = [0u8; 128];
-        let n = self.statm.read_at(&mut buf, 0).ok()?;
-        let text = std::str::from_utf8(&buf[..n]).ok()?;
-        statm_resident(text)
-    }
-
-    /// The most bytes this address space has had resident at once.
-    /// Allocates nothing.
-    pub fn peak(&self) -> usize {
+    /// Bytes resident now and at the highest; None if the file cannot be
+    /// read. Allocates nothing (it is asked from inside malloc).
+    pub fn read(&self) -> Option<(usize, usize)> {
         let mut buf = [0u8; 4096];
-        self.status
-            .as_ref()
-            .and_then(|f| f.read_at(&mut buf, 0).ok())
-            .and_then(|n| std::str::from_utf8(&buf[..n]).ok())
-            .and_then(status_peak)
-            .unwrap_or_else(peak_resident)
+        let n = self.status.read_at(&mut buf, 0).ok()?;
+        status_resident(std::str::from_utf8(&buf[..n]).ok()?)
     }
 }
 
-/// `VmHWM` of a /proc/PID/status text, in bytes.
-pub fn status_peak(text: &str) -> Option<usize> {
-    let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: usize = line["VmHWM:".len()..]
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
-}
-
-/// Resident bytes in the text of /proc/self/statm (its second field, in pages).
-pub fn statm_resident(text: &str) -> Option<usize> {
-    let pages: usize = text.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * PAGE)
-}
-
-/// The most bytes this process has had resident at once (getrusage's
-/// maxrss); 0 if it cannot be asked.
-pub fn peak_resident() -> usize {
-    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: usage is a live, exclusively borrowed rusage the call fills.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
-        return 0;
-    }
-    usage.ru_maxrss.max(0) as usize * 1024
+/// `VmRSS` and `VmHWM` of a /proc/PID/status text, in bytes.
+pub fn status_resident(text: &str) -> Option<(usize, usize)> {
+    let kib = |key: &str| -> Option<usize> {
+        let line = text.lines().find_map(|l| l.strip_prefix(key))?;
+        line.split_whitespace().next()?.parse().ok()
+    };
+    Some((kib("VmRSS:")? * 1024, kib("VmHWM:")? * 1024))
 }
 
 /// Reads whether ksmd runs (`/sys/kernel/mm/ksm/run` is 1) through one
@@ -687,16 +651,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_peak_is_read_from_the_status_text() {
+    fn resident_bytes_and_their_peak_are_read_from_the_status_text() {
         let text = "Name:\tx\nVmPeak:\t  9000 kB\nVmHWM:\t    1234 kB\nVmRSS:\t  1000 kB\n";
-        assert_eq!(status_peak(text), Some(1234 * 1024));
-        assert_eq!(status_peak("Name:\tx\n"), None);
+        assert_eq!(status_resident(text), Some((1000 * 1024, 1234 * 1024)));
+        assert_eq!(status_resident("Name:\tx\nVmRSS:\t 1 kB\n"), None);
     }
 
     #[test]
     fn the_peak_of_this_address_space_is_at_least_what_is_resident() {
-        let r = Resident::open().expect("statm");
-        let now = r.now().expect("resident now");
-        assert!(r.peak() >= now, "{} < {now}", r.peak());
+        let r = Resident::open().expect("status");
+        let (now, peak) = r.read().expect("resident now and at the highest");
+        assert!(peak >= now, "{peak} < {now}");
     }
 }

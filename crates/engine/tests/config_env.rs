@@ -14,6 +14,14 @@ fn env_lock() -> MutexGuard<'static, ()> {
     ENV.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What `read` returns with the variables `vars` set; they are removed after.
+fn with_vars<R>(vars: &[(&str, &str)], read: impl FnOnce() -> R) -> R {
+    vars.iter().for_each(|(k, v)| std::env::set_var(k, v));
+    let r = read();
+    vars.iter().for_each(|(k, _)| std::env::remove_var(k));
+    r
+}
+
 #[test]
 fn config_reads_fault_injection_from_the_environment() {
     let _env = env_lock();
@@ -87,9 +95,7 @@ fn config_reads_tiering_from_the_environment() {
         ("PAGEFOLD_HIGH_MB", "512"),
         ("PAGEFOLD_LOW_MB", "0"),
     ];
-    vars.iter().for_each(|(k, v)| std::env::set_var(k, v));
-    let c = Config::from_env();
-    vars.iter().for_each(|(k, _)| std::env::remove_var(k));
+    let c = with_vars(&vars, Config::from_env);
     assert!(c.tier == Tier::On && !c.tier_patch && !c.tier_compress);
     assert_eq!(c.clock_interval, std::time::Duration::from_millis(250));
     assert_eq!(c.cold_passes, 7, "capped to the age the clock can count");
@@ -208,21 +214,15 @@ fn malloc_configuration_has_the_preloads_defaults_and_the_environment_wins() {
         ("PAGEFOLD_SCAN_INTERVAL_MS", "0"),
         ("PAGEFOLD_PLAIN_BELOW", "4096"),
     ];
-    vars.iter().for_each(|(k, v)| std::env::set_var(k, v));
-    let c = Config::malloc_from_env();
-    vars.iter().for_each(|(k, _)| std::env::remove_var(k));
+    let c = with_vars(&vars, Config::malloc_from_env);
     assert_eq!((c.recycle_bytes, c.plain_below), (8 << 20, 4096));
     assert!(!c.copy_learn && c.scan_interval.is_none());
 
     // Blocks on frames: no size is left to the caller's heap.
-    std::env::set_var("PAGEFOLD_FRESH", "frames");
-    let c = Config::malloc_from_env();
-    std::env::remove_var("PAGEFOLD_FRESH");
+    let c = with_vars(&[("PAGEFOLD_FRESH", "frames")], Config::malloc_from_env);
     assert_eq!((c.fresh, c.plain_below), (Fresh::Frames, 0));
 
     // Tiering always on keeps blocks on frames and evicts untested pages.
-    std::env::set_var("PAGEFOLD_TIER", "1");
-    let c = Config::malloc_from_env();
-    std::env::remove_var("PAGEFOLD_TIER");
+    let c = with_vars(&[("PAGEFOLD_TIER", "1")], Config::malloc_from_env);
     assert!(c.fresh == Fresh::Frames && c.plain_below == 0 && c.evict_untested);
 }

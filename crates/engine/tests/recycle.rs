@@ -64,22 +64,27 @@ fn a_freed_block_serves_the_next_uninit_allocation_of_its_size() {
     assert_eq!(e.block_len(b), Some(len));
 }
 
-#[test]
-fn a_result_written_whole_reuses_a_freed_block_and_fresh_ones_read_zero() {
-    let e = engine(32);
-    let len = 16 * PAGE;
-    let fresh = e.alloc(len, Hint::UninitFullWrite);
+/// A fresh block of `len` asked with `first` reads zero; written and freed,
+/// it comes back as it was to the next allocation asked with `again`.
+fn freed_block_comes_back(e: &Engine, len: usize, first: Hint, again: Hint) {
+    let fresh = e.alloc(len, first);
     assert!(all(fresh, len, 0), "fresh memory is zero, populated or not");
-    fill(fresh, len, 4);
+    fill(fresh, len, 0x5A);
     // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
     // after this free.
     unsafe { e.free(fresh) };
-    let again = e.alloc(len, Hint::UninitFullWrite);
-    assert_eq!(again, fresh);
-    assert!(all(again, len, 4), "it comes back as it was");
+    let reused = e.alloc(len, again);
+    assert_eq!(reused, fresh);
+    assert!(all(reused, len, 0x5A), "it comes back as it was");
     assert_eq!(e.stats().recycled, 1);
     // SAFETY: as above.
-    unsafe { e.free(again) };
+    unsafe { e.free(reused) };
+}
+
+#[test]
+fn a_result_written_whole_reuses_a_freed_block_and_fresh_ones_read_zero() {
+    let e = engine(32);
+    freed_block_comes_back(&e, 16 * PAGE, Hint::UninitFullWrite, Hint::UninitFullWrite);
 }
 
 #[test]
@@ -288,18 +293,7 @@ fn anonymous_blocks_serve_mallocs_that_start_anonymous() {
         fresh: pagefold_engine::Fresh::Anon,
         ..Config::default()
     });
-    let len = 8 * PAGE;
-    let z = e.alloc(len, Hint::Zeroed);
-    fill(z, len, 0x5A);
-    // SAFETY: the pointer is a block this test got from the engine's alloc, and nothing uses it
-    // after this free.
-    unsafe { e.free(z) };
-    let a = e.alloc(len, Hint::Uninit);
-    assert_eq!(a, z);
-    assert!(all(a, len, 0x5A), "it comes back as it was");
-    assert_eq!(e.stats().recycled, 1);
-    // SAFETY: as above.
-    unsafe { e.free(a) };
+    freed_block_comes_back(&e, 8 * PAGE, Hint::Zeroed, Hint::Uninit);
 }
 
 /// An engine that leaves every allocation it is offered to the caller's
@@ -459,23 +453,27 @@ fn freed_memory_kept_for_reuse_stays_small_beside_what_the_program_holds() {
 }
 
 /// Runs `body` in a process of its own (its resident bytes and their peak
-/// are this test's alone), with an engine keeping up to 16 MiB of freed
-/// blocks, under the peak rule or not.
-fn alone_with_peak_rule(test_name: &str, under_peak: bool, body: impl FnOnce(&Engine)) {
+/// are this test's alone) with the engine `engine` makes there.
+fn alone(test_name: &str, engine: impl FnOnce() -> Engine, body: impl FnOnce(&Engine)) {
     if !common::in_own_process(test_name) {
         return;
     }
-    let e = Engine::new(Config {
+    body(&engine());
+}
+
+/// An engine keeping up to 16 MiB of freed blocks, under the peak rule or
+/// not.
+fn keeping_engine(under_peak: bool) -> Engine {
+    Engine::new(Config {
         recycle_bytes: 16 << 20,
         recycle_under_peak: under_peak,
         ..Config::default()
-    });
-    body(&e);
+    })
 }
 
-/// Holds three 1 MiB blocks, frees two (kept for reuse), then maps 5 MiB
-/// that no kept block fits; what is kept afterwards.
-fn kept_after_growing(e: &Engine) -> u64 {
+/// Holds three 1 MiB blocks, frees two (kept for reuse), then lets `grow`
+/// take the process 5 MiB further; what is kept afterwards.
+fn kept_after(e: &Engine, grow: impl FnOnce(&Engine)) -> u64 {
     let mib = 1 << 20;
     let held: Vec<_> = (0..3).map(|_| e.alloc(mib, Hint::Uninit)).collect();
     for &p in &held {
@@ -487,85 +485,81 @@ fn kept_after_growing(e: &Engine) -> u64 {
         e.free(held[1]);
     }
     assert_eq!(e.stats().recycled_bytes, 2 * mib as u64);
-    let big = e.alloc(5 * mib, Hint::Uninit);
-    let kept = e.stats().recycled_bytes;
-    fill(big, 5 * mib, 4);
+    grow(e);
     assert!(all(held[2], mib, 3), "live blocks are untouched");
-    kept
+    e.stats().recycled_bytes
+}
+
+/// The engine maps 5 MiB that no kept block fits.
+fn engine_grows(e: &Engine) {
+    let big = e.alloc(5 << 20, Hint::Uninit);
+    fill(big, 5 << 20, 4);
+}
+
+/// 5 MiB are offered to the engine and left to the caller's allocator,
+/// which would map them.
+fn caller_grows(e: &Engine) {
+    assert_eq!(e.take(5 << 20, Hint::Uninit), None);
+}
+
+/// A declining engine that has seen the 5 MiB size once (the first block
+/// of a size is not declined); never touched, that block adds nothing
+/// resident, and it is too large to keep.
+fn declining_engine_that_saw_the_size(under_peak: bool) -> Engine {
+    let e = declining_engine(under_peak);
+    let seen = e.alloc(5 << 20, Hint::Uninit);
+    // SAFETY: the block allocated above, freed once, not used after.
+    unsafe { e.free(seen) };
+    e
 }
 
 #[test]
 fn kept_blocks_never_raise_the_peak() {
-    alone_with_peak_rule("kept_blocks_never_raise_the_peak", true, |e| {
-        assert_eq!(
-            kept_after_growing(e),
-            0,
-            "the process grows past its peak: nothing kept stays beside it"
-        );
-    });
-}
-
-/// As `kept_after_growing`, but the 5 MiB are offered and left to the
-/// caller's allocator, which would map them.
-fn kept_after_the_caller_grows(e: &Engine) -> u64 {
-    let mib = 1 << 20;
-    // The size is seen once (the first block of a size is not declined);
-    // never touched, it adds nothing resident, and it is too large to keep.
-    let seen = e.alloc(5 * mib, Hint::Uninit);
-    // SAFETY: the block allocated above, freed once, not used after.
-    unsafe { e.free(seen) };
-    let held: Vec<_> = (0..3).map(|_| e.alloc(mib, Hint::Uninit)).collect();
-    for &p in &held {
-        fill(p, mib, 3);
-    }
-    // SAFETY: blocks this test allocated, freed once, not used after.
-    unsafe {
-        e.free(held[0]);
-        e.free(held[1]);
-    }
-    assert_eq!(e.stats().recycled_bytes, 2 * mib as u64);
-    assert_eq!(e.take(5 * mib, Hint::Uninit), None);
-    e.stats().recycled_bytes
+    alone(
+        "kept_blocks_never_raise_the_peak",
+        || keeping_engine(true),
+        |e| {
+            assert_eq!(
+                kept_after(e, engine_grows),
+                0,
+                "the process grows past its peak: nothing kept stays beside it"
+            );
+        },
+    );
 }
 
 #[test]
 fn kept_blocks_never_raise_the_peak_beside_the_callers_heap() {
-    alone_with_peak_rule(
+    alone(
         "kept_blocks_never_raise_the_peak_beside_the_callers_heap",
-        true,
-        |_| {
-            let e = declining_engine(true);
-            assert_eq!(kept_after_the_caller_grows(&e), 0);
-        },
+        || declining_engine_that_saw_the_size(true),
+        |e| assert_eq!(kept_after(e, caller_grows), 0),
     );
 }
 
 #[test]
 fn without_the_peak_rule_kept_blocks_stay_beside_the_callers_heap() {
-    alone_with_peak_rule(
+    alone(
         "without_the_peak_rule_kept_blocks_stay_beside_the_callers_heap",
-        true,
-        |_| {
-            let e = declining_engine(false);
-            assert_eq!(kept_after_the_caller_grows(&e), 2 << 20);
-        },
+        || declining_engine_that_saw_the_size(false),
+        |e| assert_eq!(kept_after(e, caller_grows), 2 << 20),
     );
 }
 
 #[test]
 fn without_the_peak_rule_kept_blocks_stay_beside_fresh_memory() {
-    alone_with_peak_rule(
+    alone(
         "without_the_peak_rule_kept_blocks_stay_beside_fresh_memory",
-        false,
-        |e| assert_eq!(kept_after_growing(e), 2 << 20),
+        || keeping_engine(false),
+        |e| assert_eq!(kept_after(e, engine_grows), 2 << 20),
     );
 }
 
 #[test]
 fn a_program_that_shrank_keeps_its_freed_blocks_for_reuse() {
-    alone_with_peak_rule(
+    alone(
         "a_program_that_shrank_keeps_its_freed_blocks_for_reuse",
-        true,
+        || keeping_engine(true),
         |e| {
             let mib = 1 << 20;
             // 8 MiB resident once, then freed (too large to keep: over a
