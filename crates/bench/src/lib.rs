@@ -20,7 +20,9 @@
 //! time per mechanism (see `de`). The workload suite `dask` runs Dask jobs
 //! (bench/dask) on a two-worker LocalCluster, with what the jobs report
 //! about themselves, bytes spilled and each worker's peak, tabulated beside
-//! the harness's own figures (see `reported`). The suite `banks` runs a streaming and a
+//! the harness's own figures (see `reported`). The `sharing-limit`
+//! configuration of any workload suite gives each workload's sharing limit
+//! and the share of it the others captured (see `sharing_limit`). The suite `banks` runs a streaming and a
 //! random-access program together with their frames from shared and from
 //! disjoint DRAM banks (page colouring), next to the row-buffer model (see `banks`).
 
@@ -42,6 +44,7 @@ pub mod plot;
 pub mod program;
 pub mod report;
 pub mod reported;
+pub mod sharing_limit;
 pub mod stats;
 pub mod suite;
 pub mod suite_result;
@@ -114,6 +117,8 @@ pub struct Args {
     /// ksm-100, ksm-1000, ksm-10000 (KSM ones need root; its knobs are restored afterwards),
     /// pagefold+ksm-10000 (pagefold handing blocks it cannot merge to KSM at that rate),
     /// de-share, de-patch, de-compress, de-all (Difference Engine's mechanisms, see docs/BENCHMARKS.md),
+    /// sharing-limit (the program alone, sampled for what sharing could reach at best; the
+    /// report then shows the share of it each configuration captured; needs root),
     /// and pagefold:KEY=V:... (pagefold with PAGEFOLD_KEY=V, for a variable docs/CONFIG.md
     /// lists; KEY with or without its PAGEFOLD_ prefix). Default:
     /// plain,pagefold,copy,zero,merge,ksm-100,ksm-1000,ksm-10000; for the de suite

@@ -34,6 +34,10 @@ const PR_SET_MEMORY_MERGE: libc::c_int = 67;
 #[serde(rename_all = "lowercase", tag = "kind")]
 pub enum Setup {
     Plain,
+    /// The program alone, sampled for its sharing limit as well
+    /// (pagefold_measure's limit.rs): every sample reads every anonymous
+    /// page, which slows the program, so its times are not comparable.
+    Limit,
     /// Under the preload, with these `PAGEFOLD_*` variables.
     Pagefold {
         env: Vec<(String, String)>,
@@ -86,6 +90,10 @@ pub struct Config {
 /// Every configuration name `parse_config` knows, with what it means.
 pub const CONFIG_NAMES: &[(&str, &str)] = &[
     ("plain", "the program alone"),
+    (
+        "sharing-limit",
+        "the program alone, sampled for its sharing limit (footprint with every zero page and repeated anonymous content folded) at most twice a second; slowed by the sampling, so only its footprints count",
+    ),
     ("pagefold", "pagefold, every mechanism"),
     ("copy", "pagefold, virtual copies only"),
     ("zero", "pagefold, zero-page folding only"),
@@ -175,6 +183,7 @@ pub fn parse_config(name: &str) -> Result<Config, String> {
     }
     let setup = match name {
         "plain" => Setup::Plain,
+        "sharing-limit" => Setup::Limit,
         "pagefold" => Setup::Pagefold { env: Vec::new() },
         "copy" | "zero" | "merge" => only(name),
         "ksm" | "ksm-100" => ksm(100),
@@ -290,6 +299,9 @@ pub struct Outcome {
     pub engine: Vec<Value>,
     /// Footprint over time: (ms since start, bytes).
     pub timeline: Vec<(u64, u64)>,
+    /// Time-weighted average of the sharing limit (the `limit` configuration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_average_bytes: Option<u64>,
     /// Quantities the program reported about itself (see [`reported_metrics`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metrics: BTreeMap<String, f64>,
@@ -327,7 +339,7 @@ pub fn run_in(
         }
         None => None,
     };
-    let result = run_command(&mut cmd, inv, &|| {
+    let result = run_command(&mut cmd, inv, config.setup == Setup::Limit, &|| {
         cgroup.iter().for_each(|g| g.kill_members())
     });
     if let (true, Some(guard)) = (config.setup.runs_ksmd(), ksm) {
@@ -372,6 +384,7 @@ pub fn run_in(
             .iter()
             .map(|f| (f.timestamp_ms, f.footprint_bytes))
             .collect(),
+        limit_average_bytes: s.average_limit_bytes,
         metrics: reported_metrics(stderr.as_deref().unwrap_or_default()),
         stdout,
         stderr,
@@ -409,7 +422,7 @@ fn command(inv: &Invocation, setup: &Setup, reports: &Path) -> Command {
     let mut cmd = Command::new(&inv.cmd[0]);
     cmd.args(&inv.cmd[1..]);
     match setup {
-        Setup::Plain => {}
+        Setup::Plain | Setup::Limit => {}
         Setup::Pagefold { env } | Setup::PagefoldKsm { env, .. } => {
             let mut ld = inv.preload.as_os_str().to_owned();
             if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
@@ -470,17 +483,29 @@ struct Finished {
     timed_out: bool,
 }
 
-/// Runs the command to its end; `after_exit` runs once the program has exited,
-/// before its output pipes are drained.
+/// Least interval between two samples that read the sharing limit.
+const LIMIT_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Runs the command to its end, sampling its sharing limit too if
+/// `limit`; `after_exit` runs once the program has exited, before its
+/// output pipes are drained.
 fn run_command(
     cmd: &mut Command,
     inv: &Invocation,
+    limit: bool,
     after_exit: &dyn Fn(),
 ) -> Result<Finished, String> {
     let t0 = Instant::now();
     let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", inv.cmd[0]))?;
     let pid = child.id();
-    let sampler = Sampler::spawn(pid, inv.interval, true);
+    let interval = match limit {
+        true => inv.interval.max(LIMIT_INTERVAL),
+        false => inv.interval,
+    };
+    let sampler = Sampler::new(pid, interval)
+        .tree(true)
+        .sharing_limit(limit)
+        .start();
     let feeder = child.stdin.take().map(|mut w| {
         let data = inv.input.unwrap_or_default().to_vec();
         std::thread::spawn(move || {

@@ -220,6 +220,7 @@ pub fn summarize(configs: &[String], runs: &[Outcome]) -> Vec<ConfigStats> {
                 faults_ratio: minor.over(base_faults),
                 memory_time: held,
                 memory_time_ratio: held.over(base_memory_time),
+                limit_ratio: limit_ratio(&of(c)),
                 identical: reference.is_some_and(|r| {
                     of(c)
                         .iter()
@@ -231,6 +232,20 @@ pub fn summarize(configs: &[String], runs: &[Outcome]) -> Vec<ConfigStats> {
             }
         })
         .collect()
+}
+
+/// The sharing limit over the average footprint of the same run, over the
+/// runs that read it (none: NaN).
+fn limit_ratio(runs: &[&Outcome]) -> Spread {
+    let ratios: Vec<f64> = runs
+        .iter()
+        .filter(|o| o.samples > 0 && o.average_bytes > 0)
+        .filter_map(|o| {
+            o.limit_average_bytes
+                .map(|l| l as f64 / o.average_bytes as f64)
+        })
+        .collect();
+    Spread::of(&ratios)
 }
 
 /// Each top-level engine counter's median over the runs that used the engine.
@@ -399,6 +414,7 @@ pub fn markdown(r: &SuiteResult) -> String {
         }
         out += "\n\n";
     }
+    out += &crate::sharing_limit::markdown(r);
     out += &crate::reported::markdown(r);
     out += &crate::compass::markdown(r);
     out += &engine_table(r);
@@ -672,6 +688,7 @@ mod tests {
             method: "pfn".into(),
             engine: Vec::new(),
             timeline: Vec::new(),
+            limit_average_bytes: None,
             metrics: Default::default(),
             stdout: Some(out.as_bytes().to_vec()),
             stderr: Some(Vec::new()),
@@ -831,6 +848,41 @@ mod tests {
         assert!((r.geomeans[1].average_ratio - 0.5).abs() < 1e-12);
         let md = markdown(&r);
         assert!(md.contains("| **geomean** | | **0.500** |"), "{md}");
+    }
+
+    #[test]
+    fn the_sharing_limit_table_shows_the_share_captured() {
+        let configs: Vec<String> = vec!["plain".into(), "pagefold".into(), "sharing-limit".into()];
+        // The limit run: its limit is 40 MiB of its own 100 MiB average.
+        let mut limit = outcome("sharing-limit", 100, 3.0, "");
+        limit.limit_average_bytes = Some(40 << 20);
+        let w = WorkloadResult {
+            name: "w".into(),
+            cmd: vec![],
+            stats: summarize(
+                &configs,
+                &[
+                    outcome("plain", 100, 1.0, ""),
+                    outcome("pagefold", 70, 1.0, ""),
+                    limit,
+                ],
+            ),
+            outcomes: vec![],
+        };
+        assert!((w.stats[2].limit_ratio.median - 0.4).abs() < 1e-12);
+        assert!(w.stats[1].limit_ratio.median.is_nan(), "no limit sampled");
+        let r = assemble("t", configs, 1, Duration::from_millis(50), vec![w]);
+        let md = markdown(&r);
+        // (1 - 0.7) / (1 - 0.4) = 50%.
+        assert!(md.contains("| w | 0.40 | 0.70 | 50% |"), "{md}");
+        assert!(!markdown(&assemble(
+            "t",
+            self::configs(),
+            1,
+            Duration::from_millis(50),
+            vec![]
+        ))
+        .contains("Sharing limit"));
     }
 
     #[test]

@@ -45,6 +45,10 @@ pub struct ConfigStats {
     pub memory_time: Spread,
     #[serde(default = "Spread::none")]
     pub memory_time_ratio: Spread,
+    /// The `sharing-limit` configuration: its sharing limit over its own average
+    /// footprint, both sampled together (NaN for other configurations).
+    #[serde(default = "Spread::none")]
+    pub limit_ratio: Spread,
     /// Every run printed what the first plain run printed and exited alike.
     pub identical: bool,
     pub failed_runs: usize,

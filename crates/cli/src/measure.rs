@@ -7,7 +7,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use pagefold_measure::cli::{self, Failure, SeriesPlan};
-use pagefold_measure::{measure_pid, measure_tree, Footprint};
+use pagefold_measure::{
+    measure_pid, measure_pid_with_limit, measure_tree, measure_tree_with_limit, Footprint,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -26,6 +28,11 @@ pub struct Args {
     /// Include all descendants of PID, counting pages they share once.
     #[arg(long)]
     tree: bool,
+    /// Also read the sharing limit: the footprint if every all-zero page and
+    /// every repeated anonymous page content were folded (needs root; reads
+    /// every anonymous page, so each measurement takes longer).
+    #[arg(long)]
+    limit: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -50,10 +57,11 @@ fn run_checked(a: &Args) -> Result<(), Failure> {
 }
 
 fn one_shot(pid: u32, a: &Args) -> Result<(), Failure> {
-    let footprint = if a.tree {
-        measure_tree(pid)?
-    } else {
-        measure_pid(pid)?
+    let footprint = match (a.tree, a.limit) {
+        (true, false) => measure_tree(pid)?,
+        (true, true) => measure_tree_with_limit(pid)?,
+        (false, false) => measure_pid(pid)?,
+        (false, true) => measure_pid_with_limit(pid)?,
     };
     if a.json {
         println!("{}", cli::footprint_json(&footprint)?);
@@ -75,13 +83,14 @@ fn series(pid: u32, a: &Args, plan: &SeriesPlan) -> Result<(), Failure> {
     // SAFETY: the handler only stores to an atomic (async-signal-safe).
     let previous = unsafe { libc::signal(libc::SIGINT, handler as libc::sighandler_t) };
     let print_live = !a.json;
-    let result = plan
-        .sampler(pid, a.tree)
-        .run_with(&INTERRUPTED, |sample: &Footprint| {
+    let result = plan.sampler(pid, a.tree).sharing_limit(a.limit).run_with(
+        &INTERRUPTED,
+        |sample: &Footprint| {
             if print_live {
                 println!("{}", cli::sample_line(sample));
             }
-        });
+        },
+    );
     // SAFETY: restores the disposition saved above.
     unsafe { libc::signal(libc::SIGINT, previous) };
     let series = result?;

@@ -195,10 +195,32 @@ pub fn footprint_table(fp: &Footprint) -> String {
         ("swap", format_bytes(fp.swap_bytes)),
         ("peak rss", format_bytes(fp.vm_hwm_bytes)),
         ("ksm", ksm_text(fp)),
+        ("limit", limit_text(fp)),
     ];
     rows.iter()
         .map(|(name, value)| format!("{name:<10} {value}\n"))
         .collect()
+}
+
+fn limit_text(fp: &Footprint) -> String {
+    match &fp.sharing_limit {
+        Some(l) => format!(
+            "{} ({:.3} of the footprint): {} anonymous frames, {} of them zero, {} distinct contents in the rest",
+            format_bytes(l.limit_bytes),
+            ratio(l.limit_bytes, fp.footprint_bytes),
+            l.anon_frames,
+            l.zero_frames,
+            l.distinct_contents,
+        ),
+        None => "n/a (not asked for, or PFNs not readable)".to_string(),
+    }
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    match whole {
+        0 => 1.0,
+        w => part as f64 / w as f64,
+    }
 }
 
 fn pids_text(pids: &[u32]) -> String {
@@ -241,8 +263,11 @@ pub fn sample_line(fp: &Footprint) -> String {
         .ksm
         .as_ref()
         .map_or(String::new(), |k| format!("  ksm {}", k.merging_pages));
+    let limit = fp.sharing_limit.as_ref().map_or(String::new(), |l| {
+        format!("  limit {}", format_bytes(l.limit_bytes))
+    });
     format!(
-        "{:>8} ms  footprint {:>10}  rss {:>10}  pss {:>10}  uss {:>10}  swap {:>9}  pids {}{ksm}",
+        "{:>8} ms  footprint {:>10}  rss {:>10}  pss {:>10}  uss {:>10}  swap {:>9}  pids {}{ksm}{limit}",
         fp.timestamp_ms,
         format_bytes(fp.footprint_bytes),
         format_bytes(fp.rss_bytes),
@@ -257,8 +282,15 @@ pub fn sample_line(fp: &Footprint) -> String {
 pub fn summary_line(series: &Series) -> String {
     let s = &series.summary;
     let method = s.method.map_or("none".to_string(), |m| m.to_string());
+    let limit = s.average_limit_bytes.map_or(String::new(), |l| {
+        format!(
+            ", sharing limit {} on average ({:.3} of the footprint)",
+            format_bytes(l),
+            ratio(l, s.average_bytes)
+        )
+    });
     format!(
-        "{} samples over {:.2} s: peak {}, average {} (time-weighted; plain mean {}), method {method}, ended: {}",
+        "{} samples over {:.2} s: peak {}, average {} (time-weighted; plain mean {}), method {method}{limit}, ended: {}",
         s.samples,
         s.span_ms as f64 / 1000.0,
         format_bytes(s.peak_bytes),

@@ -30,6 +30,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::error::Error;
+use crate::limit::{self, ProcessPages, SharingLimit};
 use crate::memfd::{self, InodeKey};
 use crate::pagemap;
 use crate::procfs::{self, KsmStat, Rollup};
@@ -79,6 +80,10 @@ pub struct Footprint {
     pub ksm: Option<KsmStat>,
     /// Milliseconds since the start of the series (0 for a single measurement).
     pub timestamp_ms: u64,
+    /// What the footprint would be if sharing folded all it could (limit.rs);
+    /// read only when asked for, and only with PFNs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sharing_limit: Option<SharingLimit>,
 }
 
 /// Footprint of one process.
@@ -88,13 +93,24 @@ pub fn measure_pid(pid: u32) -> Result<Footprint, Error> {
 
 /// Footprint of several processes together; fails if any of them fails.
 pub fn measure_pids(pids: &[u32]) -> Result<Footprint, Error> {
-    measure_set(pids, |_| true)
+    measure_set(pids, |_| true, false)
 }
 
 /// Footprint of `root` and all its descendants together. A descendant that
 /// exits while being measured is left out; the root exiting is an error.
 pub fn measure_tree(root: u32) -> Result<Footprint, Error> {
-    measure_set(&tree::process_tree(root)?, |pid| pid == root)
+    measure_set(&tree::process_tree(root)?, |pid| pid == root, false)
+}
+
+/// `measure_tree`, with the tree's sharing limit (limit.rs) when PFNs are
+/// readable. Reads every anonymous page: far slower than the footprint alone.
+pub fn measure_tree_with_limit(root: u32) -> Result<Footprint, Error> {
+    measure_set(&tree::process_tree(root)?, |pid| pid == root, true)
+}
+
+/// `measure_pid`, with the process's sharing limit (limit.rs) when PFNs are readable.
+pub fn measure_pid_with_limit(pid: u32) -> Result<Footprint, Error> {
+    measure_set(&[pid], |_| true, true)
 }
 
 /// Footprint of the calling process (includes the few pages the measurement
@@ -112,17 +128,24 @@ struct ProcessScan {
     rollup: Rollup,
     vm_hwm: u64,
     ksm: Option<KsmStat>,
+    /// The anonymous pages, when the sharing limit is read.
+    anon: Option<ProcessPages>,
 }
 
-/// Measures `pids`; a process for which `required` is false may vanish.
-fn measure_set(pids: &[u32], required: impl Fn(u32) -> bool) -> Result<Footprint, Error> {
+/// Measures `pids`, with their sharing limit if `with_limit`; a process for
+/// which `required` is false may vanish.
+fn measure_set(
+    pids: &[u32],
+    required: impl Fn(u32) -> bool,
+    with_limit: bool,
+) -> Result<Footprint, Error> {
     let want_pfns = pagemap::probe().pfn_visible;
     let mut pfns = Vec::new();
     let mut scans = Vec::new();
     let mut measured = Vec::new();
     for &pid in pids {
         let kept = pfns.len();
-        match scan_process(pid, want_pfns, &mut pfns) {
+        match scan_process(pid, want_pfns, with_limit && want_pfns, &mut pfns) {
             Ok(scan) => {
                 scans.push(scan);
                 measured.push(pid);
@@ -132,10 +155,20 @@ fn measure_set(pids: &[u32], required: impl Fn(u32) -> bool) -> Result<Footprint
         }
     }
     let pfn_method = want_pfns && !scans.iter().any(|s| s.pfns_hidden);
-    Ok(combine(measured, scans, pfn_method.then_some(pfns)))
+    let anon: Vec<ProcessPages> = scans.iter_mut().filter_map(|s| s.anon.take()).collect();
+    let mut fp = combine(measured, scans, pfn_method.then_some(pfns));
+    if with_limit && pfn_method {
+        fp.sharing_limit = Some(limit::read(anon, fp.footprint_bytes));
+    }
+    Ok(fp)
 }
 
-fn scan_process(pid: u32, want_pfns: bool, pfns: &mut Vec<u64>) -> Result<ProcessScan, Error> {
+fn scan_process(
+    pid: u32,
+    want_pfns: bool,
+    with_limit: bool,
+    pfns: &mut Vec<u64>,
+) -> Result<ProcessScan, Error> {
     let stat = procfs::read_stat(pid)?;
     if stat.has_exited() {
         return Err(Error::ProcessExited(pid));
@@ -150,12 +183,17 @@ fn scan_process(pid: u32, want_pfns: bool, pfns: &mut Vec<u64>) -> Result<Proces
         let count = pagemap::collect_pfns(pid, &mappings, |m| memfds.accounts(m), pfns)?;
         pfns_hidden = count.hidden > 0;
     }
+    let anon = match with_limit {
+        true => Some(limit::collect(pid, &mappings)?),
+        false => None,
+    };
     Ok(ProcessScan {
         pfns_hidden,
         memfds: memfds.bytes_by_inode.into_iter().collect(),
         rollup: procfs::parse_smaps_rollup(&procfs::read_text(pid, "smaps_rollup")?),
         vm_hwm: procfs::parse_vm_hwm(&procfs::read_text(pid, "status")?),
         ksm: procfs::read_ksm_stat(pid),
+        anon,
     })
 }
 
@@ -196,6 +234,7 @@ fn combine(pids: Vec<u32>, scans: Vec<ProcessScan>, pfns: Option<Vec<u64>>) -> F
         vm_hwm_bytes,
         ksm,
         timestamp_ms: 0,
+        sharing_limit: None,
     }
 }
 
@@ -228,6 +267,7 @@ mod tests {
             },
             vm_hwm: 12,
             ksm: None,
+            anon: None,
         };
         let fp = combine(vec![9], vec![scan], None);
         assert_eq!(fp.method, Method::PssProxy);

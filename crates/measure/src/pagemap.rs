@@ -180,6 +180,58 @@ fn collect_pfns_via(
     Ok(count)
 }
 
+/// One present anonymous page (pagemap bit 61 clear: a private page of its
+/// own, whatever the mapping) and the frame it is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct AnonPage {
+    pub pfn: u64,
+    pub addr: u64,
+}
+
+/// Appends every present anonymous page of `mappings` to `pages`, except
+/// kernel special mappings and the zero page. Needs readable PFNs: a page
+/// whose PFN reads as 0 is counted in `hidden` and left out.
+pub(crate) fn collect_anon(
+    pid: u32,
+    mappings: &[Mapping],
+    pages: &mut Vec<AnonPage>,
+) -> Result<PfnCount, Error> {
+    let path = procfs::proc_path(pid, "pagemap");
+    let file = File::open(&path).map_err(|e| Error::from_proc_io(pid, path, e))?;
+    let mapped: Vec<&Mapping> = mappings.iter().filter(|m| !m.is_kernel_special()).collect();
+    let present = match (mapped.first(), mapped.last()) {
+        (Some(first), Some(last)) => scan_present(&file, first.start, last.end),
+        _ => None,
+    };
+    let mut reader = EntryReader::new(pid, file);
+    let mut count = PfnCount::default();
+    let zero_pfn = probe().zero_pfn;
+    let page = page_size();
+    for mapping in mapped {
+        for region in regions_of(present.as_deref(), mapping) {
+            if region.categories & (PAGE_IS_PFNZERO | PAGE_IS_FILE) != 0 {
+                continue;
+            }
+            let mut addr = region.start;
+            reader.for_each_chunk(region.start, region.end, |entries| {
+                for &entry in entries {
+                    let here = addr;
+                    addr += page;
+                    if entry & PRESENT == 0 || entry & FILE_OR_SHARED != 0 {
+                        continue;
+                    }
+                    match entry & PFN_MASK {
+                        0 => count.hidden += 1,
+                        pfn if Some(pfn) == zero_pfn => {}
+                        pfn => pages.push(AnonPage { pfn, addr: here }),
+                    }
+                }
+            })?;
+        }
+    }
+    Ok(count)
+}
+
 /// The runs of `mapping` to read: its present runs when PAGEMAP_SCAN listed
 /// them, else the whole mapping (categories unknown, so nothing is skipped).
 fn regions_of(present: Option<&[Region]>, mapping: &Mapping) -> Vec<Region> {

@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::footprint::{measure_pid, measure_tree, Footprint, Method};
+use crate::footprint::{
+    measure_pid, measure_pid_with_limit, measure_tree, measure_tree_with_limit, Footprint, Method,
+};
 use crate::procfs;
 
 /// Longest wait between two looks at the stop flag (a signal handler can set
@@ -58,6 +60,9 @@ pub struct Summary {
     pub interval_ms: u64,
     /// "pss-proxy" if any sample was a proxy; None without samples.
     pub method: Option<Method>,
+    /// Time-weighted mean of the sharing limit, when every sample read it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub average_limit_bytes: Option<u64>,
 }
 
 impl Summary {
@@ -75,7 +80,13 @@ impl Summary {
         Summary {
             samples: count,
             peak_bytes: samples.iter().map(|s| s.footprint_bytes).max().unwrap_or(0),
-            average_bytes: time_weighted_average(samples, interval_ms),
+            average_bytes: time_weighted_average(samples, interval_ms, |s| s.footprint_bytes),
+            average_limit_bytes: (count > 0 && samples.iter().all(|s| s.sharing_limit.is_some()))
+                .then(|| {
+                    time_weighted_average(samples, interval_ms, |s| {
+                        s.sharing_limit.as_ref().map_or(0, |l| l.limit_bytes)
+                    })
+                }),
             mean_bytes: if count == 0 {
                 0
             } else {
@@ -91,9 +102,14 @@ impl Summary {
     }
 }
 
-/// Each sample weighs the time until the next one (the last: one interval);
-/// at least 1 ms so that no sample is dropped.
-fn time_weighted_average(samples: &[Footprint], interval_ms: u64) -> u64 {
+/// The time-weighted mean of `value` over the samples: each sample weighs
+/// the time until the next one (the last: one interval), at least 1 ms so
+/// that no sample is dropped.
+fn time_weighted_average(
+    samples: &[Footprint],
+    interval_ms: u64,
+    value: impl Fn(&Footprint) -> u64,
+) -> u64 {
     let (mut weighted, mut total_weight) = (0u128, 0u128);
     for (i, sample) in samples.iter().enumerate() {
         let until = samples
@@ -102,7 +118,7 @@ fn time_weighted_average(samples: &[Footprint], interval_ms: u64) -> u64 {
                 n.timestamp_ms
             });
         let weight = until.saturating_sub(sample.timestamp_ms).max(1) as u128;
-        weighted += sample.footprint_bytes as u128 * weight;
+        weighted += value(sample) as u128 * weight;
         total_weight += weight;
     }
     weighted.checked_div(total_weight).unwrap_or(0) as u64
@@ -129,6 +145,7 @@ pub struct Sampler {
     tree: bool,
     max_samples: Option<u64>,
     max_duration: Option<Duration>,
+    sharing_limit: bool,
 }
 
 impl Sampler {
@@ -141,7 +158,15 @@ impl Sampler {
             tree: false,
             max_samples: None,
             max_duration: None,
+            sharing_limit: false,
         }
+    }
+
+    /// Read the sharing limit with every sample (limit.rs: it reads every
+    /// anonymous page, so samples take longer and the program runs slower).
+    pub fn sharing_limit(mut self, on: bool) -> Sampler {
+        self.sharing_limit = on;
+        self
     }
 
     /// Measure the process together with its descendants.
@@ -232,10 +257,11 @@ impl Sampler {
         if *start_time.get_or_insert(stat.start_time) != stat.start_time {
             return Err(Error::ProcessExited(self.pid));
         }
-        let mut sample = if self.tree {
-            measure_tree(self.pid)?
-        } else {
-            measure_pid(self.pid)?
+        let mut sample = match (self.tree, self.sharing_limit) {
+            (true, false) => measure_tree(self.pid)?,
+            (true, true) => measure_tree_with_limit(self.pid)?,
+            (false, false) => measure_pid(self.pid)?,
+            (false, true) => measure_pid_with_limit(self.pid)?,
         };
         sample.timestamp_ms = at.as_millis() as u64;
         Ok(sample)
@@ -335,6 +361,7 @@ mod tests {
             vm_hwm_bytes: 0,
             ksm: None,
             timestamp_ms: at_ms,
+            sharing_limit: None,
         }
     }
 

@@ -50,6 +50,8 @@ fn number(words: &[&str], i: usize) -> u64 {
 fn obey(words: &[&str]) -> String {
     match words.first().copied().unwrap_or("") {
         "anon" => anon(number(words, 1) * MIB),
+        "same_content" => same_content(number(words, 1) * MIB),
+        "written_zero" => written_zero(number(words, 1) * MIB),
         "memfd_shared_twice" => memfd_shared_twice(number(words, 1) * MIB),
         "memfd_private" => memfd_private(number(words, 1) * MIB, number(words, 2) * MIB),
         "memfd_unmapped" => memfd_unmapped(number(words, 1) * MIB),
@@ -109,6 +111,22 @@ fn touch(base: *mut u8, len: u64, write: bool) {
 fn anon(len: u64) {
     let base = map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1);
     touch(base, len, true);
+}
+
+/// Anonymous memory whose every page holds the same content.
+fn same_content(len: u64) {
+    let base = map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1);
+    // SAFETY: `base` is a fresh mapping of `len` writable bytes, never unmapped.
+    unsafe { std::slice::from_raw_parts_mut(base, len as usize) }.fill(0x5a);
+}
+
+/// Anonymous memory every page of which was written, then zeroed: each on a
+/// frame of its own, all holding zeros.
+fn written_zero(len: u64) {
+    let base = map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1);
+    touch(base, len, true);
+    // SAFETY: as in `same_content`.
+    unsafe { std::slice::from_raw_parts_mut(base, len as usize) }.fill(0);
 }
 
 fn new_memfd(len: u64) -> i32 {
