@@ -95,6 +95,10 @@ pub struct Config {
     /// A plain copy into an engine block leaves out the source's zero pages
     /// where the destination page reads zero already (copy.rs); needs `zero`.
     pub sparse_copy: bool,
+    /// Zeroing a range of an engine block (memset to 0, through
+    /// `Engine::zero`) leaves out the whole pages that read zero already
+    /// (copy.rs); needs `zero`.
+    pub sparse_zero: bool,
     /// Look at a chunk's pages before protecting it, and protect it only if
     /// a page may be folded or merged (as kernel KSM reads and hashes pages
     /// without write-protecting them, and protects only the page it merges).
@@ -283,6 +287,7 @@ impl Default for Config {
             sample_scan: true,
             churn_rest: true,
             sparse_copy: true,
+            sparse_zero: true,
             look_first: true,
             pin_grace: Duration::from_micros(1000),
             pin_guard: true,
@@ -493,6 +498,7 @@ impl Config {
         flag("PAGEFOLD_SAMPLE_SCAN", &mut c.sample_scan);
         flag("PAGEFOLD_CHURN_REST", &mut c.churn_rest);
         flag("PAGEFOLD_SPARSE_COPY", &mut c.sparse_copy);
+        flag("PAGEFOLD_SPARSE_ZERO", &mut c.sparse_zero);
         flag("PAGEFOLD_LOOK_FIRST", &mut c.look_first);
         flag("PAGEFOLD_PIN_GUARD", &mut c.pin_guard);
         flag("PAGEFOLD_PIN_HOLD", &mut c.pin_hold);

@@ -246,6 +246,40 @@ pub(crate) unsafe fn copy_skipping_zero(
     skipped
 }
 
+/// Sets `len` bytes from `dst` to zero as memset does, but leaves out each
+/// whole page from `first` that `untouched` marks (it reads zero already).
+/// Returns the pages left out.
+///
+/// # Safety
+/// As for memset: `dst` valid for writes of `len` bytes; `first`
+/// page-aligned within `[dst, dst + len]`, with `untouched.len()` whole
+/// pages from it inside the range.
+pub(crate) unsafe fn zero_skipping(
+    dst: *mut u8,
+    len: usize,
+    first: usize,
+    untouched: &[bool],
+) -> u64 {
+    let head = first - dst as usize;
+    std::ptr::write_bytes(dst, 0, head);
+    let mut skipped = 0;
+    let mut a = 0;
+    while a < untouched.len() {
+        let b = (a..untouched.len())
+            .find(|&k| untouched[k] != untouched[a])
+            .unwrap_or(untouched.len());
+        if untouched[a] {
+            skipped += (b - a) as u64;
+        } else {
+            std::ptr::write_bytes(dst.add(head + a * PAGE), 0, (b - a) * PAGE);
+        }
+        a = b;
+    }
+    let done = head + untouched.len() * PAGE;
+    std::ptr::write_bytes(dst.add(done), 0, len - done);
+    skipped
+}
+
 /// Whether every byte of `bytes` (any alignment) is zero; stops at the first
 /// word that is not.
 fn all_zero(bytes: &[u8]) -> bool {

@@ -142,6 +142,35 @@ impl Engine {
     }
 
     /// Folds zero pages and merges identical pages now.
+    /// Sets `len` bytes from `dst` to zero, as memset does, but leaves out
+    /// the whole pages that read zero already without being written: an
+    /// anonymous page never touched (or discarded) and an owned page whose
+    /// frame is a hole (copy.rs, as sparse copies do). A program that clears
+    /// a fresh array it then fills only in part keeps the rest on the
+    /// kernel's zero page instead of a page of zeros per 4 KiB, and pays no
+    /// fault for it. Returns false, having written nothing, when the range
+    /// does not lie inside one engine block or holds no such page: the
+    /// caller then sets it itself.
+    ///
+    /// # Safety
+    /// As for memset: `dst` is valid for writes of `len` bytes.
+    pub unsafe fn zero(&self, dst: *mut u8, len: usize) -> bool {
+        let cfg = &self.inner.cfg;
+        if !(cfg.zero && cfg.sparse_zero) || len < PAGE || crate::fds::lost() {
+            return false;
+        }
+        let untouched = self.inner.lock().untouched_pages(dst as usize, len);
+        let Some((first, pages)) = untouched else {
+            return false;
+        };
+        // Outside the lock, as a plain copy is: a page that reads zero stays
+        // so whatever a scan does meanwhile (it folds zeros, merges only
+        // non-zero content), until the program writes it.
+        let skipped = crate::copy::zero_skipping(dst, len, first, &pages);
+        self.inner.lock().stats.zero_pages_not_written += skipped;
+        true
+    }
+
     pub fn scan(&self) -> crate::stats::ScanReport {
         crate::scan::scan(&self.inner, crate::evict::tier_chunk)
     }

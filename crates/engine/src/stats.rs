@@ -79,6 +79,9 @@ pub struct Stats {
     /// Zero pages of a plain copy's source not written to a destination
     /// page that read zero already (copy.rs).
     pub zero_pages_not_copied: u64,
+    /// Pages a zeroing of an engine range left out: they read zero already
+    /// (copy.rs, `Engine::zero`).
+    pub zero_pages_not_written: u64,
     /// Times a block's looks were spaced further because the program undid
     /// what the previous look folded or merged (sample.rs).
     pub block_rests: u64,

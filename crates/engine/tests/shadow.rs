@@ -92,6 +92,13 @@ enum Op {
         page: usize,
         n: usize,
     },
+    /// memset to zero as the preload makes it: offered to the engine
+    /// (`Engine::zero`), set plainly if it declines.
+    ZeroRange {
+        blk: u64,
+        off: usize,
+        len: usize,
+    },
     DupPage {
         src: u64,
         spage: usize,
@@ -153,6 +160,7 @@ impl Op {
             | Op::WriteRun { blk, .. }
             | Op::FillPages { blk, .. }
             | Op::ZeroPages { blk, .. }
+            | Op::ZeroRange { blk, .. }
             | Op::Compare { blk, .. }
             | Op::CopyOut { blk, .. }
             | Op::CopyIn { blk, .. }
@@ -518,6 +526,9 @@ impl Worker {
     }
 
     fn zero_pages(&mut self) {
+        if self.rng.gen_range(0..2) == 0 {
+            return self.zero_range();
+        }
         let bi = self.pick();
         let (page, n) = self.pages(bi);
         self.record(Op::ZeroPages {
@@ -531,6 +542,29 @@ impl Worker {
         // those bytes exists during the access.
         unsafe { std::ptr::write_bytes(b.ptr.add(s), 0, e - s) };
         b.shadow[s..e].fill(0);
+    }
+
+    /// memset(0) of any byte range as the preload routes it: the engine
+    /// leaves out the pages that read zero already, or declines.
+    fn zero_range(&mut self) {
+        let bi = self.pick();
+        let blen = self.blocks[bi].len;
+        let len = self.rng.gen_range(1..=blen);
+        let off = self.rng.gen_range(0..=blen - len);
+        self.record(Op::ZeroRange {
+            blk: self.blocks[bi].id,
+            off,
+            len,
+        });
+        let b = &mut self.blocks[bi];
+        // SAFETY: the range lies inside a live block this test allocated, and
+        // no reference to those bytes exists during the access.
+        unsafe {
+            if !self.engine.zero(b.ptr.add(off), len) {
+                std::ptr::write_bytes(b.ptr.add(off), 0, len);
+            }
+        }
+        b.shadow[off..off + len].fill(0);
     }
 
     /// madvise(MADV_DONTNEED) as the preload does it: the engine discards its
@@ -1472,6 +1506,10 @@ fn shadow_fresh_anonymous() {
     assert!(
         s.zero_pages_not_copied > 0,
         "no sparse copy left a page out: {s:?}"
+    );
+    assert!(
+        s.zero_pages_not_written > 0,
+        "no zeroing left a page out: {s:?}"
     );
 }
 

@@ -3,6 +3,8 @@
 //! destination still reads what memcpy would have written, pages the
 //! program wrote before the copy are overwritten with the source's zeros,
 //! and with zero folding or sparse copies off every page is written.
+//! Zeroing (`Engine::zero`, memset to 0) leaves out the same pages, under
+//! the same rules.
 
 use pagefold_engine::{Config, Engine, Fresh, Hint, PAGE};
 
@@ -113,4 +115,91 @@ fn a_destination_page_discarded_reads_zero_and_one_written_after_does_not() {
     assert_eq!(e.stats().zero_pages_not_copied, 2);
     // SAFETY: the block this test allocated, freed once.
     unsafe { e.free(p) };
+}
+
+fn without_sparse_zeroing(fresh: Fresh) -> Engine {
+    Engine::new(Config {
+        fresh,
+        sparse_zero: false,
+        ..Config::default()
+    })
+}
+
+/// Zeroes bytes `[off, len - tail)` of a fresh block of `pages` pages after
+/// the program wrote 0xee over the pages in `written`; checks every byte
+/// and returns whether the engine did it and the pages it left out.
+fn zero_in_fresh(
+    e: &Engine,
+    pages: usize,
+    off: usize,
+    tail: usize,
+    written: std::ops::Range<usize>,
+) -> (bool, u64) {
+    let len = pages * PAGE;
+    let p = e.alloc(len, Hint::None);
+    // SAFETY: the pages written lie inside the block just allocated.
+    unsafe { std::ptr::write_bytes(p.add(written.start * PAGE), 0xee, written.len() * PAGE) };
+    let before = e.stats().zero_pages_not_written;
+    // SAFETY: the range lies inside the block.
+    let done = unsafe { e.zero(p.add(off), len - off - tail) };
+    let block = bytes(p, len);
+    if done {
+        assert!(block[off..len - tail].iter().all(|&b| b == 0), "cleared");
+    } else {
+        assert_eq!(e.stats().zero_pages_not_written, before, "nothing left out");
+    }
+    let kept = |i: usize| match written.contains(&(i / PAGE)) {
+        true => 0xee,
+        false => 0,
+    };
+    assert!(
+        (0..off).all(|i| block[i] == kept(i)),
+        "bytes before the range kept"
+    );
+    assert!(
+        (len - tail..len).all(|i| block[i] == kept(i)),
+        "bytes after it kept"
+    );
+    // SAFETY: the block this test allocated, freed once.
+    unsafe { e.free(p) };
+    (done, e.stats().zero_pages_not_written - before)
+}
+
+#[test]
+fn zeroing_leaves_out_the_pages_that_read_zero_and_writes_the_others() {
+    for fresh in [Fresh::Anon, Fresh::Frames] {
+        let e = engine(fresh, true);
+        assert_eq!(zero_in_fresh(&e, 20, 0, 0, 0..0), (true, 20), "{fresh:?}");
+        // Pages 3-5 written first are cleared by writing; the partial first
+        // and last pages are written whatever they held.
+        assert_eq!(
+            zero_in_fresh(&e, 20, 100, 200, 0..6),
+            (true, 18 - 5),
+            "{fresh:?}"
+        );
+        // Every page written: nothing to leave out, the caller clears it.
+        assert_eq!(zero_in_fresh(&e, 20, 0, 0, 0..20), (false, 0), "{fresh:?}");
+    }
+}
+
+#[test]
+fn zeroing_outside_blocks_or_with_sparse_zeroing_or_zero_folding_off_is_the_callers() {
+    let e = engine(Fresh::Anon, true);
+    let mut v = vec![7u8; 8 * PAGE];
+    // SAFETY: the vector is live and 8 pages long.
+    assert!(!unsafe { e.zero(v.as_mut_ptr(), v.len()) });
+    assert!(
+        v.iter().all(|&b| b == 7),
+        "memory not the engine's is not touched"
+    );
+    for fresh in [Fresh::Anon, Fresh::Frames] {
+        assert_eq!(
+            zero_in_fresh(&without_sparse_zeroing(fresh), 20, 0, 0, 0..0),
+            (false, 0)
+        );
+        assert_eq!(
+            zero_in_fresh(&engine(fresh, false), 20, 0, 0, 0..0),
+            (false, 0)
+        );
+    }
 }

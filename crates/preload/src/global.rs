@@ -9,7 +9,7 @@
 //! `PAGEFOLD_THRESHOLD` (bytes, default 1 MiB): smallest block the engine serves,
 //! read as the library is loaded, so a process that never asks for that much
 //! never starts the engine;
-//! `PAGEFOLD_COPY_MIN` (bytes, default 131072): smallest memcpy/memmove offered to the engine;
+//! `PAGEFOLD_COPY_MIN` (bytes, default 131072): smallest memcpy/memmove/memset offered to the engine;
 //! `PAGEFOLD_DISABLE=1`: pass everything to glibc;
 //! `PAGEFOLD_SCAN_INTERVAL_MS` defaults to 1000 here (background scan on);
 //! `PAGEFOLD_RECYCLE_MB` defaults to 256 here (freed blocks reused, see the engine's recycle.rs);

@@ -11,7 +11,7 @@
 //! (or one made on its scanner thread) finds the thread busy and goes
 //! straight to glibc instead of entering the engine again.
 
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use pagefold_engine::{Hint, PAGE};
@@ -399,6 +399,57 @@ pub unsafe extern "C" fn memmove(dst: *mut c_void, src: *const c_void, n: usize)
         }
     }
     dst
+}
+
+/// A large zeroing of engine memory is offered to the engine, which leaves
+/// out the whole pages that read zero already (Engine::zero): R clears
+/// every fresh vector it makes with `integer(n)` or `numeric(n)`, and the
+/// part the program never writes afterwards stays on the zero page instead
+/// of costing a fault and a page of zeros each. True if the engine did it.
+///
+/// # Safety
+/// As for memset: `dst` is valid for writing `n` bytes.
+unsafe fn engine_zero(dst: *mut c_void, n: usize) -> bool {
+    if n < COPY_MIN.load(Ordering::Relaxed) {
+        return false;
+    }
+    let Some(e) = running() else { return false };
+    // SAFETY: the engine's zero has memset's contract, which the caller
+    // keeps. The plain zeroing it does inside calls this library's memset,
+    // which finds the thread busy and hands it to glibc.
+    with_busy(|| unsafe { e.zero(dst.cast(), n) }).unwrap_or(false)
+}
+
+/// # Safety
+/// As for C memset: `dst` is valid for writing `n` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn memset(dst: *mut c_void, c: c_int, n: usize) -> *mut c_void {
+    // SAFETY: the C caller's guarantee covers both; real::memset is
+    // glibc's, never this hook.
+    unsafe {
+        if c as u8 != 0 || !engine_zero(dst, n) {
+            real::memset(dst, c, n);
+        }
+    }
+    dst
+}
+
+/// # Safety
+/// As for glibc's __memset_chk: as memset, and `dst_len` is at most the size
+/// of the object at `dst` (a compiler-computed bound).
+#[no_mangle]
+pub unsafe extern "C" fn __memset_chk(
+    dst: *mut c_void,
+    c: c_int,
+    n: usize,
+    dst_len: usize,
+) -> *mut c_void {
+    if dst_len < n {
+        // SAFETY: no precondition; glibc reports the overflow and aborts.
+        unsafe { real::__chk_fail() };
+    }
+    // SAFETY: memset's contract is the C caller's, and n fits in dst_len.
+    unsafe { memset(dst, c, n) }
 }
 
 /// # Safety

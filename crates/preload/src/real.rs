@@ -1,4 +1,4 @@
-//! glibc's own allocator and copy, reached without going through our hooks.
+//! glibc's own allocator, copy and memset, reached without going through our hooks.
 
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,12 +14,14 @@ extern "C" {
 
 type CopyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> *mut c_void;
 type UsableFn = unsafe extern "C" fn(*mut c_void) -> usize;
+type SetFn = unsafe extern "C" fn(*mut c_void, c_int, usize) -> *mut c_void;
 
 static MEMCPY: AtomicUsize = AtomicUsize::new(0);
 static MEMMOVE: AtomicUsize = AtomicUsize::new(0);
 static USABLE: AtomicUsize = AtomicUsize::new(0);
+static MEMSET: AtomicUsize = AtomicUsize::new(0);
 
-/// Looks up glibc's memcpy, memmove and malloc_usable_size. dlsym may
+/// Looks up glibc's memcpy, memmove, memset and malloc_usable_size. dlsym may
 /// allocate; our malloc handles that (small requests go straight to glibc).
 pub fn resolve() {
     // SAFETY: dlsym gets RTLD_NEXT and NUL-terminated names (C string
@@ -38,6 +40,10 @@ pub fn resolve() {
         );
         USABLE.store(
             libc::dlsym(next, c"malloc_usable_size".as_ptr()) as usize,
+            Ordering::Release,
+        );
+        MEMSET.store(
+            libc::dlsym(next, c"memset".as_ptr()) as usize,
             Ordering::Release,
         );
     }
@@ -88,6 +94,30 @@ pub unsafe fn memcpy(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_v
         // glibc's memcpy (the next definition after ours, never this hook),
         // whose signature CopyFn is; the caller's guarantee is memcpy's.
         f => unsafe { std::mem::transmute::<usize, CopyFn>(f)(dst, src, n) },
+    }
+}
+
+/// glibc's memset, or `rep stosb` until it is resolved.
+///
+/// # Safety
+/// As for C memset: `dst` is valid for writing `n` bytes.
+pub unsafe fn memset(dst: *mut c_void, c: c_int, n: usize) -> *mut c_void {
+    match MEMSET.load(Ordering::Acquire) {
+        0 => {
+            // SAFETY: rep stosb stores al = c's low byte into rcx = n bytes
+            // from rdi = dst, upwards (the direction flag is clear on entry
+            // to any function); the caller guarantees the range. It touches
+            // no stack and no flags, as declared.
+            unsafe {
+                std::arch::asm!("rep stosb", inout("rcx") n => _, inout("rdi") dst => _,
+                in("al") c as u8, options(nostack, preserves_flags));
+            }
+            dst
+        }
+        // SAFETY: a non-zero MEMSET is the address dlsym gave `resolve` for
+        // glibc's memset (the next definition after ours, never this hook),
+        // whose signature SetFn is; the caller's guarantee is memset's.
+        f => unsafe { std::mem::transmute::<usize, SetFn>(f)(dst, c, n) },
     }
 }
 

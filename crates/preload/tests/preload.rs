@@ -241,6 +241,18 @@ fn madvise_answers_as_private_memory_and_frees_frames() {
     assert!(r.is_empty(), "a disabled preload reported: {r:?}");
 }
 
+/// memset to zero on engine blocks leaves out the pages never touched and
+/// writes every other one (checked by the program against the engine's
+/// count); other values, small ranges and glibc's memory are glibc's. With
+/// sparse zeroing off every page is written.
+#[test]
+fn zeroing_leaves_out_untouched_pages_and_writes_the_rest() {
+    let r = same_output("zeroing", &[]);
+    assert!(stat(&r, "zero_pages_not_written") >= 300, "{r:?}");
+    let r = same_output("zeroing", &[("PAGEFOLD_SPARSE_ZERO", "0")]);
+    assert_eq!(stat(&r, "zero_pages_not_written"), 0, "{r:?}");
+}
+
 /// realloc across the threshold both ways, aligned allocations beyond a page,
 /// usable sizes, calloc, copies, zero and duplicate pages — under every
 /// mechanism switched off and every fault injected. The output never changes;
