@@ -5,7 +5,9 @@
 //! With `--compare` the same command also runs plain (and, as root, under
 //! kernel KSM with its knobs restored afterwards), one after the other with
 //! the same input; outputs are captured and must be byte-identical, and the
-//! report puts all runs side by side. The report goes to stderr (or
+//! report puts all runs side by side; with `--sharing-limit` one more plain
+//! run reads what sharing could reach at best on the program, and the
+//! report says how much of it pagefold captured. The report goes to stderr (or
 //! `--report FILE`) so the program's stdout stays its own; with `--json` it
 //! is a document whose `"schema"` is [`SCHEMA`].
 //!
@@ -20,6 +22,7 @@ use std::time::Duration;
 use pagefold_bench::cgroup::MemoryCgroup;
 use pagefold_bench::ksm::KsmGuard;
 use pagefold_bench::program::{self, engine_total, Config, Invocation, Outcome};
+use pagefold_bench::sharing_limit;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -65,6 +68,12 @@ pub struct Args {
     /// program in a fresh memory cgroup limited to it.
     #[arg(long, value_name = "BYTES")]
     pub memory: Option<String>,
+    /// With --compare, run CMD plain once more, reading its sharing limit
+    /// (the footprint with every zero page and repeated anonymous content
+    /// folded) at most twice a second, and report the share of it pagefold
+    /// captured. Needs root; the reading slows that run.
+    #[arg(long, requires = "compare")]
+    pub sharing_limit: bool,
     /// The command and its arguments.
     #[arg(
         trailing_var_arg = true,
@@ -162,6 +171,9 @@ fn run_checked(a: &Args) -> Result<i32, String> {
             Ok(r) => results.push(r),
             Err(e) => eprintln!("pagefold run: KSM comparison skipped: {e}"),
         }
+    }
+    if a.sharing_limit {
+        results.push(in_group(&inv, &config(sharing_limit::CONFIG))?);
     }
     let last = results
         .iter()
@@ -357,6 +369,7 @@ fn table(runs: &[Summary], identical: Option<bool>) -> String {
             );
         }
     }
+    out += &limit_line(runs);
     if let Some(same) = identical {
         out += if same {
             "outputs: byte-identical in every run\n"
@@ -365,4 +378,29 @@ fn table(runs: &[Summary], identical: Option<bool>) -> String {
         };
     }
     out
+}
+
+/// What a `sharing-limit` run read, and the share of it pagefold captured
+/// against the first run (plain); empty without such a run.
+fn limit_line(runs: &[Summary]) -> String {
+    let Some((limited, limit)) = runs.iter().find_map(|r| {
+        let l = r.run.limit_average_bytes?;
+        Some((r.run, l as f64 / r.run.average_bytes.max(1) as f64))
+    }) else {
+        return String::new();
+    };
+    let mut out = format!(
+        "sharing limit: {:.3} of the footprint ({:.1} MiB on average, read in a run of its own)",
+        limit,
+        limited.limit_average_bytes.unwrap_or(0) as f64 / (1024.0 * 1024.0)
+    );
+    let base = runs[0].run.average_bytes.max(1) as f64;
+    if let Some(pf) = runs.iter().find(|r| r.run.config == "pagefold") {
+        let ratio = pf.run.average_bytes as f64 / base;
+        out += &match sharing_limit::captured(ratio, limit) {
+            Some(share) => format!("; pagefold captured {:.0}% of it", share * 100.0),
+            None => "; too little to share for a captured share to mean much".to_string(),
+        };
+    }
+    out + "\n"
 }

@@ -138,6 +138,48 @@ fn run_json_and_the_exit_reports_in_it_have_a_schema() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `pagefold run --compare --sharing-limit` adds a plain run that read the
+/// sharing limit (root: PFNs), which the text report turns into the share
+/// pagefold captured; without `--compare` the option is refused.
+#[test]
+fn run_compare_reads_the_sharing_limit_when_asked() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return eprintln!("skipped: the sharing limit needs root (CI runs as root)");
+    }
+    let bin = pagefold();
+    let dir = scratch("run-limit");
+    let report = dir.join("report.txt");
+    let synth = bin.with_file_name("pagefold-synth");
+    run(Command::new(&bin)
+        .args(["run", "--compare", "--sharing-limit", "--report"])
+        .arg(&report)
+        .arg("--")
+        .arg(&synth)
+        .args(["--quick", "duplicates"]));
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(text.contains("sharing-limit"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("sharing limit: "))
+        .expect(&text);
+    let limit: f64 = line["sharing limit: ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Independently generated duplicates: much to share, and pagefold captures some of it.
+    assert!(limit > 0.0 && limit < 0.9, "{line}");
+    assert!(line.contains("pagefold captured"), "{line}");
+    let refused = Command::new(&bin)
+        .args(["run", "--sharing-limit", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn analyze_json_has_a_schema() {
     let dir = scratch("json-analyze");
