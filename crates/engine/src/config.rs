@@ -99,6 +99,9 @@ pub struct Config {
     /// `Engine::zero`) leaves out the whole pages that read zero already
     /// (copy.rs); needs `zero`.
     pub sparse_zero: bool,
+    /// Sparse copies and zeroing also into the caller's heap (the program
+    /// break's area, heap.rs), where untouched pages read zero; needs `zero`.
+    pub sparse_heap: bool,
     /// Look at a chunk's pages before protecting it, and protect it only if
     /// a page may be folded or merged (as kernel KSM reads and hashes pages
     /// without write-protecting them, and protects only the page it merges).
@@ -288,6 +291,7 @@ impl Default for Config {
             churn_rest: true,
             sparse_copy: true,
             sparse_zero: true,
+            sparse_heap: true,
             look_first: true,
             pin_grace: Duration::from_micros(1000),
             pin_guard: true,
@@ -499,6 +503,7 @@ impl Config {
         flag("PAGEFOLD_CHURN_REST", &mut c.churn_rest);
         flag("PAGEFOLD_SPARSE_COPY", &mut c.sparse_copy);
         flag("PAGEFOLD_SPARSE_ZERO", &mut c.sparse_zero);
+        flag("PAGEFOLD_SPARSE_HEAP", &mut c.sparse_heap);
         flag("PAGEFOLD_LOOK_FIRST", &mut c.look_first);
         flag("PAGEFOLD_PIN_GUARD", &mut c.pin_guard);
         flag("PAGEFOLD_PIN_HOLD", &mut c.pin_hold);

@@ -124,16 +124,26 @@ impl Engine {
                 state.placement.copied_into_plain(&state.cfg, len);
             }
             let cfg = &self.inner.cfg;
-            let untouched = (cfg.zero && cfg.sparse_copy && dst_engine)
-                .then(|| st.untouched_pages(dst as usize, len))
-                .flatten();
+            let untouched = if dst_engine {
+                (cfg.zero && cfg.sparse_copy)
+                    .then(|| st.untouched_pages(dst as usize, len))
+                    .flatten()
+            } else {
+                (cfg.zero && cfg.sparse_heap)
+                    .then(|| st.heap.untouched(st.pagemap.as_ref(), dst as usize, len))
+                    .flatten()
+            };
             // Other threads need not wait for a plain copy.
             drop(st);
             match untouched {
                 Some((first, pages)) => {
                     let skipped = crate::copy::copy_skipping_zero(dst, src, len, first, &pages);
                     if skipped > 0 {
-                        self.inner.lock().stats.zero_pages_not_copied += skipped;
+                        let stats = &mut self.inner.lock().stats;
+                        match dst_engine {
+                            true => stats.zero_pages_not_copied += skipped,
+                            false => stats.heap_pages_left_zero += skipped,
+                        }
                     }
                 }
                 None => std::ptr::copy_nonoverlapping(src, dst, len),
@@ -141,16 +151,15 @@ impl Engine {
         }
     }
 
-    /// Folds zero pages and merges identical pages now.
     /// Sets `len` bytes from `dst` to zero, as memset does, but leaves out
-    /// the whole pages that read zero already without being written: an
-    /// anonymous page never touched (or discarded) and an owned page whose
-    /// frame is a hole (copy.rs, as sparse copies do). A program that clears
-    /// a fresh array it then fills only in part keeps the rest on the
+    /// the whole pages that read zero already without being written: in an
+    /// engine block an anonymous page never touched (or discarded) and an
+    /// owned page whose frame is a hole (copy.rs, as sparse copies do), in
+    /// the caller's heap a page never touched (heap.rs). A program that
+    /// clears a fresh array it then fills only in part keeps the rest on the
     /// kernel's zero page instead of a page of zeros per 4 KiB, and pays no
     /// fault for it. Returns false, having written nothing, when the range
-    /// does not lie inside one engine block or holds no such page: the
-    /// caller then sets it itself.
+    /// lies in neither or holds no such page: the caller then sets it itself.
     ///
     /// # Safety
     /// As for memset: `dst` is valid for writes of `len` bytes.
@@ -159,7 +168,17 @@ impl Engine {
         if !(cfg.zero && cfg.sparse_zero) || len < PAGE || crate::fds::lost() {
             return false;
         }
-        let untouched = self.inner.lock().untouched_pages(dst as usize, len);
+        let (untouched, in_block) = {
+            let st = self.inner.lock();
+            match st.untouched_pages(dst as usize, len) {
+                Some(u) => (Some(u), true),
+                None if cfg.sparse_heap && st.find(dst as usize, len).is_none() => (
+                    st.heap.untouched(st.pagemap.as_ref(), dst as usize, len),
+                    false,
+                ),
+                None => (None, true),
+            }
+        };
         let Some((first, pages)) = untouched else {
             return false;
         };
@@ -167,10 +186,15 @@ impl Engine {
         // so whatever a scan does meanwhile (it folds zeros, merges only
         // non-zero content), until the program writes it.
         let skipped = crate::copy::zero_skipping(dst, len, first, &pages);
-        self.inner.lock().stats.zero_pages_not_written += skipped;
+        let stats = &mut self.inner.lock().stats;
+        match in_block {
+            true => stats.zero_pages_not_written += skipped,
+            false => stats.heap_pages_left_zero += skipped,
+        }
         true
     }
 
+    /// Folds zero pages and merges identical pages now.
     pub fn scan(&self) -> crate::stats::ScanReport {
         crate::scan::scan(&self.inner, crate::evict::tier_chunk)
     }

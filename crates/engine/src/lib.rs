@@ -116,6 +116,7 @@ mod frames;
 mod fresh;
 mod governor;
 mod guard;
+mod heap;
 mod held;
 mod hold;
 mod idle;

@@ -72,6 +72,8 @@ pub(crate) struct State {
     /// Similarity detection and reference pins (patching.rs); made on first use.
     pub patching: Option<Patching>,
     pub pagemap: Option<sys::Pagemap>,
+    /// Where the caller's heap lies, whose untouched pages read zero (heap.rs).
+    pub heap: crate::heap::Heap,
     /// Whether ksmd runs, for the KSM handoff (ksm_link.rs, ksm.rs).
     pub ksm: KsmLink,
     /// Frozen frames by content (kernel KSM's stable tree).
@@ -169,6 +171,7 @@ impl State {
             restoring: Restoring::default(),
             patching: None,
             pagemap,
+            heap: crate::heap::Heap::new(),
             ksm: KsmLink::new(&cfg),
             stable: ContentIndex::default(),
             mappings,

@@ -82,6 +82,9 @@ pub struct Stats {
     /// Pages a zeroing of an engine range left out: they read zero already
     /// (copy.rs, `Engine::zero`).
     pub zero_pages_not_written: u64,
+    /// Pages of the caller's heap that copies and zeroings left out: they
+    /// read zero, untouched (heap.rs).
+    pub heap_pages_left_zero: u64,
     /// Times a block's looks were spaced further because the program undid
     /// what the previous look folded or merged (sample.rs).
     pub block_rests: u64,

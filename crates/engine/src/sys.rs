@@ -563,6 +563,13 @@ pub fn process_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The program break now (the end of glibc's main heap; heap.rs). glibc
+/// keeps the value it last set, so asking costs no system call.
+pub fn program_break() -> usize {
+    // SAFETY: sbrk(0) moves nothing; it returns the current break.
+    unsafe { libc::sbrk(0) as usize }
+}
+
 /// Pagemap flags for a range of our own pages.
 pub struct Pagemap {
     fd: Fd,

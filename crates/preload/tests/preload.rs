@@ -241,14 +241,19 @@ fn madvise_answers_as_private_memory_and_frees_frames() {
     assert!(r.is_empty(), "a disabled preload reported: {r:?}");
 }
 
-/// memset to zero on engine blocks leaves out the pages never touched and
-/// writes every other one (checked by the program against the engine's
-/// count); other values, small ranges and glibc's memory are glibc's. With
-/// sparse zeroing off every page is written.
+/// memset to zero on engine blocks and on the heap's fresh pages, and
+/// memcpy into those, leave out the pages never touched and write every
+/// other one (checked by the program against the engine's counts); other
+/// values, small ranges and the rest of glibc's memory are glibc's. With
+/// sparse zeroing or its heap part off every page is written.
 #[test]
 fn zeroing_leaves_out_untouched_pages_and_writes_the_rest() {
     let r = same_output("zeroing", &[]);
     assert!(stat(&r, "zero_pages_not_written") >= 300, "{r:?}");
+    assert!(stat(&r, "heap_pages_left_zero") >= 2 * 198, "{r:?}");
+    let r = same_output("zeroing", &[("PAGEFOLD_SPARSE_HEAP", "0")]);
+    assert!(stat(&r, "zero_pages_not_written") >= 300, "{r:?}");
+    assert_eq!(stat(&r, "heap_pages_left_zero"), 0, "{r:?}");
     let r = same_output("zeroing", &[("PAGEFOLD_SPARSE_ZERO", "0")]);
     assert_eq!(stat(&r, "zero_pages_not_written"), 0, "{r:?}");
 }

@@ -1,9 +1,11 @@
-/* memset on large blocks: whatever the engine leaves out must still read
- * zero, bytes outside the range must keep their values, and the memory
- * must stay an ordinary, writable block. With the preload it also checks
- * that the engine left out the pages that read zero already (never
- * touched) and wrote every page the program had touched. */
+/* memset on large blocks and on fresh pages of the heap (and memcpy into
+ * those): whatever the engine leaves out must still read zero, bytes outside
+ * the range must keep their values, and the memory must stay ordinary,
+ * writable memory. With the preload it also checks that the engine left out
+ * the pages that read zero already (never touched) and wrote every page the
+ * program had touched. */
 #include "common.h"
+#include <unistd.h>
 
 #define N 300 /* pages: above the preload's 1 MiB threshold */
 
@@ -35,6 +37,8 @@ static void touched_pages_and_edges(void) {
     struct blk a = blk_new(N + 1);
     fill(a.p, 10, 2);
     fill(a.p + 100 * PG, 1, 3);
+    unsigned char tail[200];
+    memcpy(tail, a.p + N * PG - 200, 200);
     uint64_t s0 = left_out();
     /* From byte 100 of page 0 to 200 bytes before the end of page N-1:
      * whole pages 1 .. N-2, of which 1..9 and 100 were written. */
@@ -42,7 +46,7 @@ static void touched_pages_and_edges(void) {
     if (sparse()) CHECK(left_out() == s0 + (N - 2) - 10);
     CHECK(is_zero(a.p + 100, N * PG - 300));
     for (size_t i = 0; i < 100; i++) CHECK(a.p[i] == pat(0, i, 2));
-    for (size_t i = 0; i < 200; i++) CHECK(a.p[N * PG - 200 + i] == 0); /* never written */
+    CHECK(memcmp(a.p + N * PG - 200, tail, 200) == 0);
     printf("touched pages and edges: ok\n");
     blk_free(&a);
 }
@@ -84,10 +88,50 @@ static void others(void) {
     blk_free(&a);
 }
 
+static uint64_t heap_left(void) { return pf_stat("heap_pages_left_zero"); }
+
+/* Whether the engine leaves out untouched pages of the heap too. */
+static int sparse_heap(void) {
+    const char *v = getenv("PAGEFOLD_SPARSE_HEAP");
+    return sparse() && !(v && v[0] == '0');
+}
+
+/* Fresh pages of the program break's area read zero until written: a
+ * clear of them and a copy of zero pages into them may leave them out, and
+ * must read exactly what memset and memcpy would have written. */
+static void heap_pages(void) {
+    unsigned char *old = sbrk(0);
+    size_t pad = (size_t)(-(uintptr_t)old & (PG - 1));
+    CHECK(sbrk(pad + 2 * N * PG) != (void *)-1);
+    unsigned char *h = old + pad; /* page-aligned, 2N untouched pages */
+    h[5 * PG] = 9;               /* one page touched */
+    uint64_t s0 = heap_left();
+    memset(h, 0, N * PG);
+    if (sparse_heap()) CHECK(heap_left() == s0 + N - 1);
+    if (!sparse_heap()) CHECK(heap_left() == s0);
+    CHECK(is_zero(h, N * PG));
+
+    /* A source whose pages 0, 3, 6, ... hold a pattern and the rest zeros. */
+    struct blk src = blk_new(N + 4);
+    for (size_t pg = 0; pg < N; pg++) {
+        if (pg % 3 == 0) fill(src.p + pg * PG, 1, (unsigned)pg);
+        else memset(src.p + pg * PG, 0, PG);
+    }
+    unsigned char *d = h + N * PG;
+    d[PG + 7] = 1; /* page 1 touched: zero in the source, must be written */
+    s0 = heap_left();
+    memcpy(d, src.p, N * PG);
+    if (sparse_heap()) CHECK(heap_left() == s0 + (N - (N + 2) / 3) - 1);
+    CHECK(memcmp(d, src.p, N * PG) == 0);
+    printf("heap pages cleared and copied: ok\n");
+    blk_free(&src); /* the break stays where it is: glibc may have moved it since */
+}
+
 int main(void) {
     fresh_block();
     touched_pages_and_edges();
     written_block();
     others();
+    heap_pages();
     return 0;
 }
