@@ -1,5 +1,5 @@
-//! The exported symbols: malloc family, memcpy, memmove and their fortified
-//! variants. Each decides engine or glibc and never fails where glibc would not.
+//! The exported symbols: malloc family, memcpy, memmove, memset and their
+//! fortified variants. Each decides engine or glibc and never fails where glibc would not.
 //!
 //! Each is called by C code in place of glibc's function of the same name,
 //! so its `# Safety` section is that function's contract, which the C caller

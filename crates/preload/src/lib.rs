@@ -1,7 +1,7 @@
 //! pagefold-preload: the pagefold engine for unmodified programs.
 //!
-//! Loaded with LD_PRELOAD, this library takes over the malloc family and
-//! memcpy/memmove. Blocks of at least `PAGEFOLD_THRESHOLD` bytes (default two
+//! Loaded with LD_PRELOAD, this library takes over the malloc family,
+//! memcpy/memmove and memset. Blocks of at least `PAGEFOLD_THRESHOLD` bytes (default two
 //! pages) come from the engine: page-aligned, so two such blocks that hold
 //! objects at the same offset from their start (R's vector data sits 48 bytes
 //! in) keep source and destination of a copy at equal page offsets, and the
@@ -15,15 +15,17 @@
 //!   is inside the engine, and the engine's own scanner thread, copy plainly;
 //! - never fail the program: if the engine cannot start or refuses, glibc
 //!   serves the request;
-//! - the real memcpy is resolved once (an IFUNC, so through dlsym); until then
-//!   copies use `rep movsb`.
+//! - the real memcpy, memmove and memset are resolved once (IFUNCs, so
+//!   through dlsym); until then copies use `rep movsb` and memset `rep stosb`;
+//! - a large memset to zero writes only the pages that do not read zero
+//!   already (the engine's sparse zeroing); every other memset is glibc's.
 //!
 //! - memory-management calls on engine blocks (madvise, mprotect, mlock)
 //!   get the answer private anonymous memory would give;
 //! - buffers a program registers for long-lived kernel pins (io_uring fixed
 //!   buffers, RDMA memory regions) are taken out of the engine's hands first.
 //!
-//! Modules: `real` (glibc's functions), `hooks` (malloc family and copies),
+//! Modules: `real` (glibc's functions), `hooks` (malloc family, copies and memset),
 //! `placement` (where in its first page a large allocation starts, so that
 //! the program's copies line up),
 //! `vm` (madvise, mprotect, mlock), `pins` (buffer registrations), `global` (the engine instance,
