@@ -217,7 +217,7 @@ impl State {
 /// Copies `len` bytes from `src` to `dst` as memcpy does, but leaves out
 /// each whole destination page from `first` that `untouched` marks (it
 /// reads zero already) where the source's bytes are all zero. Returns the
-/// pages left out.
+/// pages left out; their flags stay set, the others' are cleared.
 ///
 /// # Safety
 /// As for memcpy: `src` valid for reads and `dst` for writes of `len` bytes,
@@ -228,16 +228,17 @@ pub(crate) unsafe fn copy_skipping_zero(
     src: *const u8,
     len: usize,
     first: usize,
-    untouched: &[bool],
+    untouched: &mut [bool],
 ) -> u64 {
     let head = first - dst as usize;
     std::ptr::copy_nonoverlapping(src, dst, head);
     let mut skipped = 0;
-    for (k, &reads_zero) in untouched.iter().enumerate() {
+    for (k, reads_zero) in untouched.iter_mut().enumerate() {
         let (s, d) = (src.add(head + k * PAGE), dst.add(head + k * PAGE));
-        if reads_zero && all_zero(std::slice::from_raw_parts(s, PAGE)) {
+        if *reads_zero && all_zero(std::slice::from_raw_parts(s, PAGE)) {
             skipped += 1;
         } else {
+            *reads_zero = false;
             std::ptr::copy_nonoverlapping(s, d, PAGE);
         }
     }

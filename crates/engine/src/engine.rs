@@ -129,20 +129,27 @@ impl Engine {
                     .then(|| st.untouched_pages(dst as usize, len))
                     .flatten()
             } else {
+                let st = &mut *st;
                 (cfg.zero && cfg.sparse_heap)
-                    .then(|| st.heap.untouched(st.pagemap.as_ref(), dst as usize, len))
+                    .then(|| {
+                        st.heap
+                            .untouched(st.pagemap.as_ref(), &mut st.stats, dst as usize, len)
+                    })
                     .flatten()
             };
             // Other threads need not wait for a plain copy.
             drop(st);
             match untouched {
-                Some((first, pages)) => {
-                    let skipped = crate::copy::copy_skipping_zero(dst, src, len, first, &pages);
+                Some((first, mut pages)) => {
+                    let skipped = crate::copy::copy_skipping_zero(dst, src, len, first, &mut pages);
                     if skipped > 0 {
-                        let stats = &mut self.inner.lock().stats;
+                        let mut st = self.inner.lock();
                         match dst_engine {
-                            true => stats.zero_pages_not_copied += skipped,
-                            false => stats.heap_pages_left_zero += skipped,
+                            true => st.stats.zero_pages_not_copied += skipped,
+                            false => {
+                                st.stats.heap_pages_left_zero += skipped;
+                                st.heap.left_out(first, &pages);
+                            }
                         }
                     }
                 }
@@ -169,11 +176,13 @@ impl Engine {
             return false;
         }
         let (untouched, in_block) = {
-            let st = self.inner.lock();
+            let mut st = self.inner.lock();
+            let st = &mut *st;
             match st.untouched_pages(dst as usize, len) {
                 Some(u) => (Some(u), true),
                 None if cfg.sparse_heap && st.find(dst as usize, len).is_none() => (
-                    st.heap.untouched(st.pagemap.as_ref(), dst as usize, len),
+                    st.heap
+                        .untouched(st.pagemap.as_ref(), &mut st.stats, dst as usize, len),
                     false,
                 ),
                 None => (None, true),
@@ -186,10 +195,13 @@ impl Engine {
         // so whatever a scan does meanwhile (it folds zeros, merges only
         // non-zero content), until the program writes it.
         let skipped = crate::copy::zero_skipping(dst, len, first, &pages);
-        let stats = &mut self.inner.lock().stats;
+        let mut st = self.inner.lock();
         match in_block {
-            true => stats.zero_pages_not_written += skipped,
-            false => stats.heap_pages_left_zero += skipped,
+            true => st.stats.zero_pages_not_written += skipped,
+            false => {
+                st.stats.heap_pages_left_zero += skipped;
+                st.heap.left_out(first, &pages);
+            }
         }
         true
     }

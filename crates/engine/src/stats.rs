@@ -85,6 +85,10 @@ pub struct Stats {
     /// Pages of the caller's heap that copies and zeroings left out: they
     /// read zero, untouched (heap.rs).
     pub heap_pages_left_zero: u64,
+    /// Of those, the pages read back half a second later, and the pages
+    /// found written then (heap.rs).
+    pub heap_pages_judged: u64,
+    pub heap_pages_found_written: u64,
     /// Times a block's looks were spaced further because the program undid
     /// what the previous look folded or merged (sample.rs).
     pub block_rests: u64,
