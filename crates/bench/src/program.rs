@@ -299,7 +299,7 @@ pub struct Outcome {
     pub engine: Vec<Value>,
     /// Footprint over time: (ms since start, bytes).
     pub timeline: Vec<(u64, u64)>,
-    /// Time-weighted average of the sharing limit (the `limit` configuration).
+    /// Time-weighted average of the sharing limit (the `sharing-limit` configuration).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_average_bytes: Option<u64>,
     /// Quantities the program reported about itself (see [`reported_metrics`]).
