@@ -494,6 +494,9 @@ fn as_user(bins: &Path, home: &Path, uid: u32, gid: u32, args: &[&str]) -> Outpu
 
 /// What the user's `pagefold run --compare` gave: its stderr and the
 /// pagefold run's engine totals; fails unless outputs matched plain's.
+/// The workload's memset zeros are written (`PAGEFOLD_SPARSE_ZERO=0`), so
+/// that scans have zero pages to fold: sparse zeroing would leave them
+/// untouched, and folding is what the device enables.
 fn compared_run(bins: &Path, home: &Path, uid: u32, gid: u32, argv: &[String]) -> (String, Value) {
     let report = home.join("report.json");
     let mut args = vec![
@@ -503,6 +506,8 @@ fn compared_run(bins: &Path, home: &Path, uid: u32, gid: u32, argv: &[String]) -
         "--report",
         report.to_str().unwrap(),
         "--",
+        "env",
+        "PAGEFOLD_SPARSE_ZERO=0",
     ];
     args.extend(argv.iter().map(String::as_str));
     let out = as_user(bins, home, uid, gid, &args);
