@@ -7,9 +7,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use pagefold_measure::cli::{self, Failure, SeriesPlan};
-use pagefold_measure::{
-    measure_pid, measure_pid_with_limit, measure_tree, measure_tree_with_limit, Footprint,
-};
+use pagefold_measure::{measure, Footprint};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -57,12 +55,7 @@ fn run_checked(a: &Args) -> Result<(), Failure> {
 }
 
 fn one_shot(pid: u32, a: &Args) -> Result<(), Failure> {
-    let footprint = match (a.tree, a.limit) {
-        (true, false) => measure_tree(pid)?,
-        (true, true) => measure_tree_with_limit(pid)?,
-        (false, false) => measure_pid(pid)?,
-        (false, true) => measure_pid_with_limit(pid)?,
-    };
+    let footprint = measure(pid, a.tree, a.limit)?;
     if a.json {
         println!("{}", cli::footprint_json(&footprint)?);
     } else {

@@ -200,7 +200,7 @@ impl State {
             return;
         }
         for ((u, p), e) in untouched.iter_mut().zip(anon).zip(&entries) {
-            *u = matches!(p, Page::Anon) && e & (sys::PM_PRESENT | sys::PM_SWAP) == 0;
+            *u = matches!(p, Page::Anon) && sys::never_touched(*e);
         }
     }
 

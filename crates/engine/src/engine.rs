@@ -143,13 +143,10 @@ impl Engine {
                 Some((first, mut pages)) => {
                     let skipped = crate::copy::copy_skipping_zero(dst, src, len, first, &mut pages);
                     if skipped > 0 {
-                        let mut st = self.inner.lock();
+                        let st = &mut *self.inner.lock();
                         match dst_engine {
                             true => st.stats.zero_pages_not_copied += skipped,
-                            false => {
-                                st.stats.heap_pages_left_zero += skipped;
-                                st.heap.left_out(first, &pages);
-                            }
+                            false => st.heap.left_out(&mut st.stats, first, &pages),
                         }
                     }
                 }
@@ -195,13 +192,10 @@ impl Engine {
         // so whatever a scan does meanwhile (it folds zeros, merges only
         // non-zero content), until the program writes it.
         let skipped = crate::copy::zero_skipping(dst, len, first, &pages);
-        let mut st = self.inner.lock();
+        let st = &mut *self.inner.lock();
         match in_block {
             true => st.stats.zero_pages_not_written += skipped,
-            false => {
-                st.stats.heap_pages_left_zero += skipped;
-                st.heap.left_out(first, &pages);
-            }
+            false => st.heap.left_out(&mut st.stats, first, &pages),
         }
         true
     }

@@ -115,15 +115,14 @@ impl Heap {
         }
         let mut entries = vec![0u64; (last - first) / PAGE];
         pagemap.read(first as *const u8, &mut entries).ok()?;
-        let untouched: Vec<bool> = entries
-            .iter()
-            .map(|e| e & (sys::PM_PRESENT | sys::PM_SWAP) == 0)
-            .collect();
+        let untouched: Vec<bool> = entries.iter().map(|&e| sys::never_touched(e)).collect();
         untouched.contains(&true).then_some((first, untouched))
     }
 
-    /// The pages from `first` that `left` marks were left out.
-    pub fn left_out(&mut self, first: usize, left: &[bool]) {
+    /// The pages from `first` that `left` marks were left out (counted in
+    /// `stats`; their runs wait for judgment).
+    pub fn left_out(&mut self, stats: &mut crate::stats::Stats, first: usize, left: &[bool]) {
+        stats.heap_pages_left_zero += left.iter().filter(|&&l| l).count() as u64;
         let mut k = 0;
         while k < left.len() {
             if !left[k] {
@@ -218,7 +217,7 @@ mod tests {
         let mut written = vec![0u8; 16 * PAGE];
         written.fill(1);
         let first = (written.as_ptr() as usize).next_multiple_of(PAGE);
-        heap.left_out(first, &[true; 8]);
+        heap.left_out(&mut stats, first, &[true; 8]);
         heap.since = Some(Instant::now() - JUDGE_AFTER);
         assert!(heap
             .untouched(Some(&pagemap), &mut stats, untouched, 4 * PAGE)
@@ -235,7 +234,7 @@ mod tests {
             .expect("a probe");
         assert_eq!((at, &pages), (untouched, &vec![true; 4]));
         // The probe's pages stay unwritten: leaving out pays again.
-        heap.left_out(at, &pages);
+        heap.left_out(&mut stats, at, &pages);
         heap.since = Some(Instant::now() - JUDGE_AFTER);
         assert!(heap
             .untouched(Some(&pagemap), &mut stats, untouched, 4 * PAGE)

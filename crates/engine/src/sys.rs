@@ -613,6 +613,12 @@ impl Drop for Pagemap {
 
 pub const PM_UFFD_WP: u64 = 1 << 57;
 
+/// A pagemap entry of an anonymous page the kernel has neither mapped nor
+/// swapped: it reads zero until written.
+pub fn never_touched(entry: u64) -> bool {
+    entry & (PM_PRESENT | PM_SWAP) == 0
+}
+
 /// A page of a MAP_PRIVATE file mapping has its own anonymous copy: present
 /// and not file-backed, or swapped out. A write-protected page that was never
 /// faulted in shows as a swap entry too (a uffd-wp PTE marker) with the

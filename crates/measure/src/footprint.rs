@@ -102,15 +102,14 @@ pub fn measure_tree(root: u32) -> Result<Footprint, Error> {
     measure_set(&tree::process_tree(root)?, |pid| pid == root, false)
 }
 
-/// `measure_tree`, with the tree's sharing limit (limit.rs) when PFNs are
-/// readable. Reads every anonymous page: far slower than the footprint alone.
-pub fn measure_tree_with_limit(root: u32) -> Result<Footprint, Error> {
-    measure_set(&tree::process_tree(root)?, |pid| pid == root, true)
-}
-
-/// `measure_pid`, with the process's sharing limit (limit.rs) when PFNs are readable.
-pub fn measure_pid_with_limit(pid: u32) -> Result<Footprint, Error> {
-    measure_set(&[pid], |_| true, true)
+/// `measure_tree` if `tree`, else `measure_pid`; with `with_limit`, also
+/// the sharing limit (limit.rs) when PFNs are readable, which reads every
+/// anonymous page: far slower than the footprint alone.
+pub fn measure(pid: u32, tree: bool, with_limit: bool) -> Result<Footprint, Error> {
+    match tree {
+        true => measure_set(&tree::process_tree(pid)?, |p| p == pid, with_limit),
+        false => measure_set(&[pid], |_| true, with_limit),
+    }
 }
 
 /// Footprint of the calling process (includes the few pages the measurement
@@ -179,14 +178,13 @@ fn scan_process(
     let mappings = procfs::parse_maps(&procfs::read_text(pid, "maps")?);
     let memfds = memfd::find_memfds(pid, &mappings)?;
     let mut pfns_hidden = !want_pfns;
+    let mut anon = with_limit.then(Vec::new);
     if want_pfns {
-        let count = pagemap::collect_pfns(pid, &mappings, |m| memfds.accounts(m), pfns)?;
+        let accounts = |m: &procfs::Mapping| memfds.accounts(m);
+        let count = pagemap::collect_pfns(pid, &mappings, accounts, pfns, anon.as_mut())?;
         pfns_hidden = count.hidden > 0;
     }
-    let anon = match with_limit {
-        true => Some(limit::collect(pid, &mappings)?),
-        false => None,
-    };
+    let anon = anon.map(|pages| ProcessPages { pid, pages });
     Ok(ProcessScan {
         pfns_hidden,
         memfds: memfds.bytes_by_inode.into_iter().collect(),

@@ -11,9 +11,9 @@
 //!
 //! - [`measure_pid`], [`measure_pids`], [`measure_tree`], [`measure_self`]:
 //!   one measurement, a [`Footprint`].
-//! - [`measure_tree_with_limit`], [`measure_pid_with_limit`]: the same with
-//!   the sharing limit, the footprint if every zero page and every repeated
-//!   anonymous content were folded ([`SharingLimit`]).
+//! - [`measure`]: either, with the sharing limit if asked, the footprint if
+//!   every zero page and every repeated anonymous content were folded
+//!   ([`SharingLimit`]).
 //! - [`Sampler`]: a time series with peak and average, on the calling thread
 //!   or on its own ([`Sampler::spawn`]).
 //! - [`cli`]: argument checks, messages, text and JSON reports for `pagefold measure`.
@@ -33,8 +33,7 @@ mod tree;
 
 pub use error::Error;
 pub use footprint::{
-    measure_pid, measure_pid_with_limit, measure_pids, measure_self, measure_tree,
-    measure_tree_with_limit, Footprint, Method,
+    measure, measure_pid, measure_pids, measure_self, measure_tree, Footprint, Method,
 };
 pub use limit::SharingLimit;
 pub use pagemap::page_size;

@@ -34,7 +34,6 @@ use std::os::unix::fs::FileExt;
 use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_128;
 
-use crate::error::Error;
 use crate::pagemap::{self, AnonPage};
 use crate::procfs;
 
@@ -55,17 +54,11 @@ pub struct SharingLimit {
     pub limit_bytes: u64,
 }
 
-/// The anonymous pages of one process, as `collect` found them.
+/// The present anonymous pages of one process (the footprint's pagemap
+/// walk collects them with the frames, pagemap.rs `collect_pfns`).
 pub(crate) struct ProcessPages {
     pub pid: u32,
     pub pages: Vec<AnonPage>,
-}
-
-/// The present anonymous pages of `pid` (`mappings` being its maps).
-pub(crate) fn collect(pid: u32, mappings: &[procfs::Mapping]) -> Result<ProcessPages, Error> {
-    let mut pages = Vec::new();
-    pagemap::collect_anon(pid, mappings, &mut pages)?;
-    Ok(ProcessPages { pid, pages })
 }
 
 /// The limit of the processes whose anonymous pages are `processes`, given

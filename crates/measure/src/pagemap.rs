@@ -135,14 +135,17 @@ struct PmScanArg {
 
 /// Appends to `pfns` the PFN of every present page of `mappings`, except
 /// kernel special mappings, the zero page, and, in mappings for which
-/// `skip_file_pages` says so, page-cache pages (bit 61).
+/// `skip_file_pages` says so, page-cache pages (bit 61); and, in the same
+/// walk, to `anon` (when given) every present anonymous page (bit 61 clear)
+/// with its address.
 pub(crate) fn collect_pfns(
     pid: u32,
     mappings: &[Mapping],
     skip_file_pages: impl Fn(&Mapping) -> bool,
     pfns: &mut Vec<u64>,
+    anon: Option<&mut Vec<AnonPage>>,
 ) -> Result<PfnCount, Error> {
-    collect_pfns_via(pid, mappings, skip_file_pages, pfns, true)
+    collect_pfns_via(pid, mappings, skip_file_pages, pfns, anon, true)
 }
 
 /// `collect_pfns`, with PAGEMAP_SCAN allowed or not (tests compare the two).
@@ -151,6 +154,7 @@ fn collect_pfns_via(
     mappings: &[Mapping],
     skip_file_pages: impl Fn(&Mapping) -> bool,
     pfns: &mut Vec<u64>,
+    mut anon: Option<&mut Vec<AnonPage>>,
     use_scan: bool,
 ) -> Result<PfnCount, Error> {
     let path = procfs::proc_path(pid, "pagemap");
@@ -172,8 +176,8 @@ fn collect_pfns_via(
             if filter.skips_region(&region) {
                 continue;
             }
-            reader.for_each_chunk(region.start, region.end, |entries| {
-                filter.collect(entries, pfns, &mut count)
+            reader.for_each_chunk(region.start, region.end, |addr, entries| {
+                filter.collect(entries, addr, pfns, &mut count, anon.as_deref_mut())
             })?;
         }
     }
@@ -186,50 +190,6 @@ fn collect_pfns_via(
 pub(crate) struct AnonPage {
     pub pfn: u64,
     pub addr: u64,
-}
-
-/// Appends every present anonymous page of `mappings` to `pages`, except
-/// kernel special mappings and the zero page. Needs readable PFNs: a page
-/// whose PFN reads as 0 is counted in `hidden` and left out.
-pub(crate) fn collect_anon(
-    pid: u32,
-    mappings: &[Mapping],
-    pages: &mut Vec<AnonPage>,
-) -> Result<PfnCount, Error> {
-    let path = procfs::proc_path(pid, "pagemap");
-    let file = File::open(&path).map_err(|e| Error::from_proc_io(pid, path, e))?;
-    let mapped: Vec<&Mapping> = mappings.iter().filter(|m| !m.is_kernel_special()).collect();
-    let present = match (mapped.first(), mapped.last()) {
-        (Some(first), Some(last)) => scan_present(&file, first.start, last.end),
-        _ => None,
-    };
-    let mut reader = EntryReader::new(pid, file);
-    let mut count = PfnCount::default();
-    let zero_pfn = probe().zero_pfn;
-    let page = page_size();
-    for mapping in mapped {
-        for region in regions_of(present.as_deref(), mapping) {
-            if region.categories & (PAGE_IS_PFNZERO | PAGE_IS_FILE) != 0 {
-                continue;
-            }
-            let mut addr = region.start;
-            reader.for_each_chunk(region.start, region.end, |entries| {
-                for &entry in entries {
-                    let here = addr;
-                    addr += page;
-                    if entry & PRESENT == 0 || entry & FILE_OR_SHARED != 0 {
-                        continue;
-                    }
-                    match entry & PFN_MASK {
-                        0 => count.hidden += 1,
-                        pfn if Some(pfn) == zero_pfn => {}
-                        pfn => pages.push(AnonPage { pfn, addr: here }),
-                    }
-                }
-            })?;
-        }
-    }
-    Ok(count)
 }
 
 /// The runs of `mapping` to read: its present runs when PAGEMAP_SCAN listed
@@ -265,15 +225,31 @@ impl EntryFilter {
             || (self.skip_file_pages && region.categories & PAGE_IS_FILE != 0)
     }
 
-    fn collect(&self, entries: &[u64], pfns: &mut Vec<u64>, count: &mut PfnCount) {
-        for &entry in entries {
+    /// The entries of the pages from `addr` on.
+    fn collect(
+        &self,
+        entries: &[u64],
+        addr: u64,
+        pfns: &mut Vec<u64>,
+        count: &mut PfnCount,
+        mut anon: Option<&mut Vec<AnonPage>>,
+    ) {
+        let page = page_size();
+        for (i, &entry) in entries.iter().enumerate() {
             if entry & PRESENT == 0 || (self.skip_file_pages && entry & FILE_OR_SHARED != 0) {
                 continue;
             }
             match entry & PFN_MASK {
                 0 => count.hidden += 1,
                 pfn if Some(pfn) == self.zero_pfn => {}
-                pfn => pfns.push(pfn),
+                pfn => {
+                    pfns.push(pfn);
+                    if let Some(anon) = anon.as_deref_mut().filter(|_| entry & FILE_OR_SHARED == 0)
+                    {
+                        let addr = addr + i as u64 * page;
+                        anon.push(AnonPage { pfn, addr });
+                    }
+                }
             }
         }
     }
@@ -325,12 +301,13 @@ impl EntryReader {
         }
     }
 
-    /// Calls `each` with the entries of [start, end), chunk by chunk.
+    /// Calls `each` with the entries of [start, end), chunk by chunk, and
+    /// the address of each chunk's first page.
     fn for_each_chunk(
         &mut self,
         start: u64,
         end: u64,
-        mut each: impl FnMut(&[u64]),
+        mut each: impl FnMut(u64, &[u64]),
     ) -> Result<(), Error> {
         let page = page_size();
         let (mut index, last) = (start / page, end / page);
@@ -340,7 +317,7 @@ impl EntryReader {
             if got == 0 {
                 return self.short_read();
             }
-            each(&self.buffer[..got]);
+            each(index * page, &self.buffer[..got]);
             index += got as u64;
         }
         Ok(())
@@ -435,10 +412,20 @@ mod tests {
             PRESENT,
             1 << 62,
         ];
-        let (mut pfns, mut count) = (Vec::new(), PfnCount::default());
-        filter.collect(&entries, &mut pfns, &mut count);
+        let (mut pfns, mut count, mut anon) = (Vec::new(), PfnCount::default(), Vec::new());
+        filter.collect(&entries, 1 << 20, &mut pfns, &mut count, Some(&mut anon));
         assert_eq!(pfns, vec![5]);
         assert_eq!(count.hidden, 1);
+        let at = (1 << 20) + page_size();
+        assert_eq!(anon, vec![AnonPage { pfn: 5, addr: at }]);
+        // A file page kept for the footprint is no anonymous page.
+        let filter = EntryFilter {
+            skip_file_pages: false,
+            zero_pfn: None,
+        };
+        let (mut pfns, mut anon) = (Vec::new(), Vec::new());
+        filter.collect(&entries[3..4], 0, &mut pfns, &mut count, Some(&mut anon));
+        assert_eq!((pfns, anon), (vec![9], vec![]));
     }
 
     /// Maps `total` anonymous pages, writes the first `written`, reads the
@@ -473,16 +460,21 @@ mod tests {
             base as u64
         };
         let target = mapping(base, base + (total * size) as u64);
-        let mut pfns = Vec::new();
+        let (mut pfns, mut anon) = (Vec::new(), Vec::new());
         let pid = std::process::id();
         collect_pfns_via(
             pid,
             std::slice::from_ref(&target),
             |_| false,
             &mut pfns,
+            Some(&mut anon),
             use_scan,
         )
         .unwrap();
+        // Every page is anonymous here: the same pages, at their addresses.
+        assert_eq!(anon.iter().map(|a| a.pfn).collect::<Vec<_>>(), pfns);
+        let at = |k: usize| base + (k * size) as u64;
+        assert!(anon.iter().enumerate().all(|(k, a)| a.addr == at(k)));
         // SAFETY: unmapping exactly what was mapped above.
         unsafe { libc::munmap(base as *mut libc::c_void, total * size) };
         pfns

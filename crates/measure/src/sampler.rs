@@ -23,9 +23,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::footprint::{
-    measure_pid, measure_pid_with_limit, measure_tree, measure_tree_with_limit, Footprint, Method,
-};
+use crate::footprint::{measure, Footprint, Method};
 use crate::procfs;
 
 /// Longest wait between two looks at the stop flag (a signal handler can set
@@ -257,12 +255,7 @@ impl Sampler {
         if *start_time.get_or_insert(stat.start_time) != stat.start_time {
             return Err(Error::ProcessExited(self.pid));
         }
-        let mut sample = match (self.tree, self.sharing_limit) {
-            (true, false) => measure_tree(self.pid)?,
-            (true, true) => measure_tree_with_limit(self.pid)?,
-            (false, false) => measure_pid(self.pid)?,
-            (false, true) => measure_pid_with_limit(self.pid)?,
-        };
+        let mut sample = measure(self.pid, self.tree, self.sharing_limit)?;
         sample.timestamp_ms = at.as_millis() as u64;
         Ok(sample)
     }

@@ -9,7 +9,7 @@
 mod common;
 
 use common::{is_root, Helper, MIB};
-use pagefold_measure::{measure_pid_with_limit, Footprint, Method, SharingLimit};
+use pagefold_measure::{measure, Footprint, Method, SharingLimit};
 
 #[test]
 fn helper_entry() {
@@ -21,7 +21,7 @@ const SLACK_DOWN: i64 = (MIB / 4) as i64;
 const PAGES_16M: i64 = (16 * MIB / 4096) as i64;
 
 fn read(helper: &Helper) -> (Footprint, SharingLimit) {
-    let fp = measure_pid_with_limit(helper.pid()).expect("measuring the helper");
+    let fp = measure(helper.pid(), false, true).expect("measuring the helper");
     assert_eq!(fp.method, Method::Pfn, "these tests need root (PFNs)");
     let limit = fp.sharing_limit.clone().expect("a limit with PFNs");
     assert!(limit.limit_bytes <= fp.footprint_bytes);
