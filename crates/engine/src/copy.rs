@@ -50,7 +50,8 @@ impl State {
             self.stats.copies_made_plain += 1;
             return false;
         }
-        if whole * 2 >= src_block_pages {
+        let credited = whole * 2 >= src_block_pages;
+        if credited {
             self.placement.copied_from(src_block_pages);
         }
         let tail = len - head - whole * PAGE;
@@ -112,6 +113,9 @@ impl State {
         if let Some(b) = self.blocks.get_mut(&db).filter(|_| shared > 0) {
             b.copy_shared += shared;
             b.shared_at = Some(std::time::Instant::now());
+            if credited {
+                b.copied_from_class = Some(src_block_pages);
+            }
         }
         if shared > 0 && sb != db {
             if let Some(b) = self.blocks.get_mut(&sb) {

@@ -114,6 +114,10 @@ pub struct Block {
     /// When a copy last shared pages into this block (fresh.rs learns
     /// from copies freed young).
     pub shared_at: Option<std::time::Instant>,
+    /// The size class (pages) of the block that copy came from, if the copy
+    /// counted it as copied from: the count is taken back if the copy dies
+    /// young (fresh.rs, `uncopied`).
+    pub copied_from_class: Option<usize>,
     /// Blocks a copy shared this block's frames into (a few, most recent
     /// last): when this block is freed, their divergence is read at once.
     pub copies_out: Vec<usize>,
@@ -142,6 +146,7 @@ impl Block {
             evicted,
             copy_shared: 0,
             shared_at: None,
+            copied_from_class: None,
             copies_out: Vec::new(),
             merges_refused: 0,
             found: Default::default(),

@@ -392,6 +392,9 @@ impl State {
         };
         let freed_young = self.placement.judge_copy_lifetime(&self.cfg, &block);
         self.stats.copy_pages_freed_young += freed_young as u64;
+        if let Some(class) = block.copied_from_class.filter(|_| freed_young > 0) {
+            self.placement.uncopied(class);
+        }
         let copies = std::mem::take(&mut block.copies_out);
         self.free_block(block);
         self.refresh_copies(&copies);
@@ -470,7 +473,7 @@ impl State {
     /// holds may cost (mappings.rs, `Mappings::room`).
     pub fn vma_room(&mut self, cost: usize) -> bool {
         let held = self.hold_vmas();
-        self.mappings.room(held + cost, self.cfg.vma_reserve)
+        self.mappings.room(held + cost)
     }
 
     /// Notes that the mapping budget refused `n` merges in block `base`

@@ -574,6 +574,52 @@ fn allocations_no_copy_pays_for_are_left_to_the_caller() {
     assert_eq!(all.stats().allocs_declined, 0);
 }
 
+/// A copy out of a block, into a block the program frees at once, does not
+/// leave the source's size on frames: numpy's slice copied out of a 48 MB
+/// array and dropped at once put the next three arrays of that size on
+/// frames, 4 KiB faults where anonymous memory takes 2 MiB ones. A copy that
+/// lives on does.
+#[test]
+fn a_copy_freed_young_does_not_put_its_sources_size_on_frames() {
+    let _s = serial();
+    let e = Engine::new(Config {
+        copy_young: std::time::Duration::from_secs(60),
+        ..engine_config_leaving_plain_below(1 << 20)
+    });
+    let (n, part) = (96 * PAGE, 64 * PAGE);
+    let a = filled(&e, n, 3);
+    let want = bytes(a, part);
+    let b = e
+        .take(part, Hint::Uninit)
+        .expect("an unknown class is taken");
+    copy(&e, b, a, part);
+    assert_eq!(bytes(b, part), want);
+    let s = e.stats();
+    assert!(s.pages_adopted + s.pages_shared_by_copy >= 64, "{s:?}");
+    free(&e, b);
+    assert_eq!(e.stats().copy_pages_freed_young, 64, "{:?}", e.stats());
+    free(&e, a);
+    let frames = e.stats().frames_in_use;
+    let c = filled(&e, n, 4);
+    assert_eq!(
+        e.stats().frames_in_use,
+        frames,
+        "the source's size starts anonymous"
+    );
+
+    // A copy of another length (its class not judged yet) kept: the
+    // source's size is copied from, its next block on frames.
+    let part = part + 8 * PAGE;
+    let d = e.take(part, Hint::Uninit).expect("taken");
+    copy(&e, d, c, part);
+    let frames = e.stats().frames_in_use;
+    let f = filled(&e, n, 5);
+    assert_eq!(e.stats().frames_in_use, frames + 96, "{:?}", e.stats());
+    for p in [c, d, f] {
+        free(&e, p);
+    }
+}
+
 /// `take_first` sets how many allocations of a size are taken before copy
 /// evidence decides.
 #[test]
