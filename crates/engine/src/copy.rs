@@ -14,43 +14,66 @@
 //! or hole shows it.
 
 use crate::frames::FrameId;
+use crate::fresh::{CopyDecision, PROBE_PAGES};
 use crate::space::{runs, unit_runs, Page};
 use crate::state::State;
 use crate::sys::{self, PAGE};
 
 impl State {
-    /// The copy proper; false if nothing in it can be or should be virtual
-    /// (the caller copies plainly).
+    /// The copy proper. Returns how many bytes from the start it copied: 0
+    /// if nothing in it can be or should be virtual, fewer than `len` for a
+    /// probe (fresh.rs, `CopyDecision::Probe`); the caller copies the rest
+    /// plainly.
     ///
     /// # Safety
     /// As for `Engine::copy`: `src` valid for reads and `dst` for writes of
     /// `len` bytes, and the two ranges do not overlap.
-    pub(crate) unsafe fn virtual_copy(&mut self, dst: *mut u8, src: *const u8, len: usize) -> bool {
+    pub(crate) unsafe fn virtual_copy(
+        &mut self,
+        dst: *mut u8,
+        src: *const u8,
+        len: usize,
+    ) -> usize {
         let (Some(sb), Some(db)) = (self.find(src as usize, len), self.find(dst as usize, len))
         else {
-            return false;
+            return 0;
         };
         if src as usize % PAGE != dst as usize % PAGE
             || self.blocks[&sb].exempt
             || self.blocks[&db].exempt
         {
-            return false;
+            return 0;
         }
         let head = (PAGE - src as usize % PAGE) % PAGE;
         let whole = (len - head) / PAGE;
         if whole == 0 {
-            return false;
+            return 0;
         }
         let src_block_pages = self.blocks[&sb].pages.len();
         let dst_block_pages = self.blocks[&db].pages.len();
-        if self.cfg.copy_learn && !self.placement.copy_pays(dst_block_pages) {
+        let decision = match self.cfg.copy_learn {
+            true => self.placement.copy_pays(dst_block_pages),
+            false => CopyDecision::Share,
+        };
+        if !decision.shares() {
             // The caller copies plainly, as glibc's memcpy would, without
             // the lock. Such a copy does not count its source's class as
             // copied from (fresh.rs).
             self.stats.copies_made_plain += 1;
-            return false;
+            return 0;
         }
-        let credited = whole * 2 >= src_block_pages;
+        // A probe shares its first pages only; the caller copies the rest
+        // plainly, outside the lock.
+        let (whole, len) = match decision {
+            CopyDecision::Probe if whole > PROBE_PAGES => {
+                self.stats.copies_probed += 1;
+                (PROBE_PAGES, head + PROBE_PAGES * PAGE)
+            }
+            _ => (whole, len),
+        };
+        // Only a copy that is expected to pay makes its source's size
+        // worth placing on frames.
+        let credited = decision == CopyDecision::Share && whole * 2 >= src_block_pages;
         if credited {
             self.placement.copied_from(src_block_pages);
         }
@@ -129,7 +152,7 @@ impl State {
             std::ptr::copy_nonoverlapping(s0.add(k * PAGE), d0.add(k * PAGE), PAGE);
             self.stats.bytes_copied_plain += PAGE as u64;
         }
-        true
+        len
     }
 
     /// Copies `n` pages of anonymous memory at `src` into fresh frames and

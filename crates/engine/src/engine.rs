@@ -111,7 +111,9 @@ impl Engine {
             return;
         }
         let mut st = self.inner.lock();
-        if !st.virtual_copy(dst, src, len) {
+        let done = st.virtual_copy(dst, src, len);
+        let (dst, src, len) = (dst.add(done), src.add(done), len - done);
+        if len > 0 {
             let src_engine = st.find(src as usize, len).is_some();
             let dst_engine = st.find(dst as usize, len).is_some();
             if src_engine || dst_engine {

@@ -124,6 +124,10 @@ const JUDGE_AFTER: u32 = 64;
 const DECAY_PAGES_AT: u32 = 1 << 16;
 /// A class whose copies are made plainly still gets one virtual copy in this many...
 const PROBE_EVERY: u32 = 16;
+/// ... of at most this many pages (the rest of that copy is plain): enough
+/// to judge by, where a whole probe of a 38 MB array the program then
+/// writes in full costs 9,400 copy-on-write faults.
+pub const PROBE_PAGES: usize = 512;
 /// ... or in this many while it follows all classes, having no evidence of its own.
 const PRIOR_PROBE_EVERY: u32 = 4;
 
@@ -179,6 +183,24 @@ impl Outcome {
     /// At least half of what copies shared was written over or freed young.
     fn mostly_wasted(&self) -> bool {
         self.judged() && (self.written + self.young) * 2 >= self.shared
+    }
+}
+
+/// How a copy is made (`Placement::copy_pays`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyDecision {
+    /// Every whole page it can share.
+    Share,
+    /// At most `PROBE_PAGES` shared, to keep measuring; the rest plainly.
+    Probe,
+    /// Plainly.
+    Plain,
+}
+
+impl CopyDecision {
+    /// Whether the copy shares pages at all.
+    pub fn shares(self) -> bool {
+        self != CopyDecision::Plain
     }
 }
 
@@ -277,15 +299,16 @@ impl Placement {
         }
     }
 
-    /// Whether a copy into a block of `npages` should share pages: false when
-    /// copies into the class have mostly been written over or freed young
-    /// (see the module comment).
-    pub fn copy_pays(&mut self, npages: usize) -> bool {
+    /// How a copy into a block of `npages` is made: shared, unless copies
+    /// into the class have mostly been written over or freed young (see the
+    /// module comment); then plainly, but for a probe now and then, which
+    /// shares at most `PROBE_PAGES` of the copy.
+    pub fn copy_pays(&mut self, npages: usize) -> CopyDecision {
         if !self.copies_wasted(npages) {
-            return true;
+            return CopyDecision::Share;
         }
         let Some(c) = self.classes.get_mut(&npages) else {
-            return false;
+            return CopyDecision::Plain;
         };
         let every = if c.copies.judged() {
             PROBE_EVERY
@@ -295,9 +318,9 @@ impl Placement {
         c.plain_streak += 1;
         if c.plain_streak >= every {
             c.plain_streak = 0;
-            return true;
+            return CopyDecision::Probe;
         }
-        false
+        CopyDecision::Plain
     }
 
     /// Whether copies into blocks of `npages` have mostly been written over
@@ -383,12 +406,14 @@ mod tests {
     fn copies_that_get_written_are_made_plainly_with_probes() {
         let mut p = Placement::default();
         p.on_frames(Fresh::Adaptive, 10);
-        assert!(p.copy_pays(10), "nothing learnt yet");
+        assert!(p.copy_pays(10).shares(), "nothing learnt yet");
         p.shared_by_copy(10, 100);
         p.written_after_copy(10, 40);
-        assert!(p.copy_pays(10), "less than half written");
+        assert!(p.copy_pays(10).shares(), "less than half written");
         p.written_after_copy(10, 20);
-        let decisions: Vec<bool> = (0..2 * PROBE_EVERY).map(|_| p.copy_pays(10)).collect();
+        let decisions: Vec<bool> = (0..2 * PROBE_EVERY)
+            .map(|_| p.copy_pays(10).shares())
+            .collect();
         let virtual_copies = decisions.iter().filter(|&&v| v).count();
         assert_eq!(
             virtual_copies, 2,
@@ -396,7 +421,7 @@ mod tests {
         );
         // Probes that stay unwritten bring the class back.
         p.shared_by_copy(10, 200);
-        assert!(p.copy_pays(10));
+        assert!(p.copy_pays(10).shares());
     }
 
     #[test]
@@ -424,12 +449,12 @@ mod tests {
         assert!(p.copies_wasted(10));
         assert!(p.copies_wasted(20), "no evidence of its own: the prior");
         let virtual_copies = (0..2 * PRIOR_PROBE_EVERY)
-            .filter(|_| p.copy_pays(20))
+            .filter(|_| p.copy_pays(20).shares())
             .count();
         assert_eq!(virtual_copies, 2, "a probe in {PRIOR_PROBE_EVERY}");
         p.shared_by_copy(20, 100);
         assert!(!p.copies_wasted(20), "judged on its own");
-        assert!(p.copy_pays(20));
+        assert!(p.copy_pays(20).shares());
     }
 
     const RULE: Lifetime = Lifetime {
@@ -444,18 +469,20 @@ mod tests {
         p.shared_by_copy(10, 100);
         let young = Duration::from_millis(50);
         assert!(p.freed_after_copy(10, 40, young, RULE));
-        assert!(p.copy_pays(10), "less than half freed young");
+        assert!(p.copy_pays(10).shares(), "less than half freed young");
         // Written and young pages add up.
         p.written_after_copy(10, 9);
-        assert!(p.copy_pays(10), "half less one");
+        assert!(p.copy_pays(10).shares(), "half less one");
         assert!(p.freed_after_copy(10, 1, young, RULE));
         assert!(p.copies_wasted(10));
-        let virtual_copies = (0..2 * PROBE_EVERY).filter(|_| p.copy_pays(10)).count();
+        let virtual_copies = (0..2 * PROBE_EVERY)
+            .filter(|_| p.copy_pays(10).shares())
+            .count();
         assert_eq!(virtual_copies, 2, "one probe per {PROBE_EVERY}");
         // Probes that live long bring the class back.
         p.shared_by_copy(10, 200);
         assert!(!p.freed_after_copy(10, 200, Duration::from_secs(2), RULE));
-        assert!(p.copy_pays(10));
+        assert!(p.copy_pays(10).shares());
     }
 
     #[test]
@@ -467,7 +494,7 @@ mod tests {
             assert!(!p.freed_after_copy(10, 100, RULE.young, RULE));
         }
         assert!(!p.copies_wasted(10));
-        assert!((0..2 * PROBE_EVERY).all(|_| p.copy_pays(10)));
+        assert!((0..2 * PROBE_EVERY).all(|_| p.copy_pays(10).shares()));
     }
 
     #[test]

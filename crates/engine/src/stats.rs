@@ -67,6 +67,9 @@ pub struct Stats {
     /// Copies made plainly because copies into blocks of that size were
     /// mostly written over or freed young (fresh.rs).
     pub copies_made_plain: u64,
+    /// Copies that shared only their first `fresh::PROBE_PAGES` pages, to
+    /// keep measuring a size whose copies are made plainly (fresh.rs).
+    pub copies_probed: u64,
     /// Pages a copy shared that the program freed young, unwritten (fresh.rs).
     pub copy_pages_freed_young: u64,
     /// Total bytes copied plainly by `copy` (partial pages, non-engine memory, fallbacks).

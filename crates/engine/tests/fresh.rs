@@ -497,6 +497,52 @@ fn copies_the_program_writes_in_full_are_made_plainly_after_a_few() {
     no_frames_left(e.stats());
 }
 
+/// A size whose copies are made plainly still gets a probe now and then;
+/// a probe of a large copy shares only its first pages, and the rest is
+/// copied plainly: every byte arrives either way.
+#[test]
+fn probes_of_large_copies_share_only_their_first_pages() {
+    let _g = serial();
+    let e = Engine::new(Config {
+        copy_learn: true,
+        ..Config::default()
+    });
+    let n = 1200 * PAGE + 100;
+    let a = filled(&e, n, 11);
+    let want = bytes(a, n);
+    let mut shared_per_copy = Vec::new();
+    for round in 0..40u8 {
+        let b = e.alloc(n, Hint::None);
+        let before = e.stats().pages_shared_by_copy;
+        // Unaligned start and end: the head and tail bytes are plain too.
+        copy(&e, b.wrapping_add(100), a.wrapping_add(100), n - 200);
+        shared_per_copy.push(e.stats().pages_shared_by_copy - before);
+        assert_eq!(
+            bytes(b, n)[100..n - 100],
+            want[100..n - 100],
+            "round {round}"
+        );
+        // SAFETY: b is a live block of n bytes.
+        unsafe { std::ptr::write_bytes(b, round, n) };
+        free(&e, b);
+    }
+    let s = e.stats();
+    assert!(s.copies_made_plain >= 30, "{s:?}");
+    assert!(s.copies_probed >= 2, "{s:?}");
+    let probes: Vec<u64> = shared_per_copy[2..]
+        .iter()
+        .copied()
+        .filter(|&p| p > 0)
+        .collect();
+    assert!(
+        !probes.is_empty() && probes.iter().all(|&p| p <= 512),
+        "{shared_per_copy:?}"
+    );
+    assert_eq!(bytes(a, n), want);
+    free(&e, a);
+    no_frames_left(e.stats());
+}
+
 #[test]
 fn copy_learning_can_be_switched_off() {
     let _g = serial();
