@@ -44,7 +44,8 @@
 //! destination's size class the engine counts pages shared by copies and the
 //! pages of those found written (at a scan, or when the block is freed). When
 //! at least half were written, copies into that class are made plainly, but
-//! for one in `PROBE_EVERY`, which keeps measuring, so a class whose copies
+//! for one in `PROBE_EVERY` (of at most `PROBE_PAGES` pages: the rest of
+//! that copy is plain), which keeps measuring, so a class whose copies
 //! stop being written is shared again. A class with too little evidence of
 //! its own follows what copies into all classes did (a program whose copies
 //! are written over tends to write over copies of every size), probing one
