@@ -98,9 +98,7 @@ impl Placement {
         }
         if len < cfg.plain_below
             && fresh_policy(cfg, hint) == Fresh::Adaptive
-            && (crate::fds::lost()
-                || !(self.worth_taking(npages, cfg.take_first)
-                    || (std::env::var_os("PFX_FRUITFUL").is_some() && yields.fruitful(npages))))
+            && (crate::fds::lost() || !self.worth_taking(npages, cfg.take_first))
         {
             self.on_frames(Fresh::Adaptive, npages);
             return Taking::Declined;
