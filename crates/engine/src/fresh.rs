@@ -292,8 +292,8 @@ impl Placement {
     /// so that one short-lived copy does not put the class's next blocks on
     /// frames, where every first touch is a 4 KiB fault (numpy's arrays of
     /// 48 MB, whose huge pages fault 2 MiB at a time on anonymous memory,
-    /// took 25 times the faults each for three allocations after one slice
-    /// of one was copied and freed at once).
+    /// would take 25 times the faults each for the next three allocations
+    /// after one slice of one is copied and freed at once).
     pub fn uncopied(&mut self, npages: usize) {
         if let Some(c) = self.classes.get_mut(&npages) {
             c.copied = c.copied.saturating_sub(1);

@@ -27,12 +27,12 @@
 //! with the count, once the remaps since the last read could have brought
 //! the process within two reserves of the limit: one reserve for what the
 //! program may map of its own until the next read, one for what the
-//! engine's count may lag the kernel's. (Reading whenever the remaps could
-//! have brought it to a quarter of the limit made an interpreter holding
-//! 13,000 mappings for its copies read the 1.3 MB file every 1,600 remaps:
-//! 12% of its CPU.) A few spare mappings are kept too, to be given up when
-//! the process has none left, so that the engine can make the temporary
-//! mappings it needs to give its own back (advice.rs, `give_back_mappings`).
+//! engine's count may lag the kernel's. (A bound at a quarter of the limit
+//! would make an interpreter holding 13,000 mappings for its copies read
+//! the 1.3 MB file every 1,600 remaps: 12% of its CPU.) A few spare
+//! mappings are kept too, to be given up when the process has none left, so
+//! that the engine can make the temporary mappings it needs to give its own
+//! back (advice.rs, `give_back_mappings`).
 
 use std::num::NonZeroUsize;
 
