@@ -52,7 +52,7 @@ impl State {
         let src_block_pages = self.blocks[&sb].pages.len();
         let dst_block_pages = self.blocks[&db].pages.len();
         let decision = match self.cfg.copy_learn {
-            true => self.placement.copy_pays(dst_block_pages),
+            true => self.placement.decide_copy(dst_block_pages),
             false => CopyDecision::Share,
         };
         if !decision.shares() {

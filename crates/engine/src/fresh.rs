@@ -187,7 +187,7 @@ impl Outcome {
     }
 }
 
-/// How a copy is made (`Placement::copy_pays`).
+/// How a copy is made (`Placement::decide_copy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CopyDecision {
     /// Every whole page it can share.
@@ -304,7 +304,7 @@ impl Placement {
     /// into the class have mostly been written over or freed young (see the
     /// module comment); then plainly, but for a probe now and then, which
     /// shares at most `PROBE_PAGES` of the copy.
-    pub fn copy_pays(&mut self, npages: usize) -> CopyDecision {
+    pub fn decide_copy(&mut self, npages: usize) -> CopyDecision {
         if !self.copies_wasted(npages) {
             return CopyDecision::Share;
         }
@@ -325,7 +325,7 @@ impl Placement {
     }
 
     /// Whether copies into blocks of `npages` have mostly been written over
-    /// or freed young (what `copy_pays` judges, without counting a decision).
+    /// or freed young (what `decide_copy` judges, without counting a decision).
     /// A class with too little evidence of its own follows all classes.
     pub fn copies_wasted(&self, npages: usize) -> bool {
         match self.classes.get(&npages).map(|c| c.copies) {
@@ -407,13 +407,13 @@ mod tests {
     fn copies_that_get_written_are_made_plainly_with_probes() {
         let mut p = Placement::default();
         p.on_frames(Fresh::Adaptive, 10);
-        assert!(p.copy_pays(10).shares(), "nothing learnt yet");
+        assert!(p.decide_copy(10).shares(), "nothing learnt yet");
         p.shared_by_copy(10, 100);
         p.written_after_copy(10, 40);
-        assert!(p.copy_pays(10).shares(), "less than half written");
+        assert!(p.decide_copy(10).shares(), "less than half written");
         p.written_after_copy(10, 20);
         let decisions: Vec<bool> = (0..2 * PROBE_EVERY)
-            .map(|_| p.copy_pays(10).shares())
+            .map(|_| p.decide_copy(10).shares())
             .collect();
         let virtual_copies = decisions.iter().filter(|&&v| v).count();
         assert_eq!(
@@ -422,7 +422,7 @@ mod tests {
         );
         // Probes that stay unwritten bring the class back.
         p.shared_by_copy(10, 200);
-        assert!(p.copy_pays(10).shares());
+        assert!(p.decide_copy(10).shares());
     }
 
     #[test]
@@ -450,12 +450,12 @@ mod tests {
         assert!(p.copies_wasted(10));
         assert!(p.copies_wasted(20), "no evidence of its own: the prior");
         let virtual_copies = (0..2 * PRIOR_PROBE_EVERY)
-            .filter(|_| p.copy_pays(20).shares())
+            .filter(|_| p.decide_copy(20).shares())
             .count();
         assert_eq!(virtual_copies, 2, "a probe in {PRIOR_PROBE_EVERY}");
         p.shared_by_copy(20, 100);
         assert!(!p.copies_wasted(20), "judged on its own");
-        assert!(p.copy_pays(20).shares());
+        assert!(p.decide_copy(20).shares());
     }
 
     const RULE: Lifetime = Lifetime {
@@ -470,20 +470,20 @@ mod tests {
         p.shared_by_copy(10, 100);
         let young = Duration::from_millis(50);
         assert!(p.freed_after_copy(10, 40, young, RULE));
-        assert!(p.copy_pays(10).shares(), "less than half freed young");
+        assert!(p.decide_copy(10).shares(), "less than half freed young");
         // Written and young pages add up.
         p.written_after_copy(10, 9);
-        assert!(p.copy_pays(10).shares(), "half less one");
+        assert!(p.decide_copy(10).shares(), "half less one");
         assert!(p.freed_after_copy(10, 1, young, RULE));
         assert!(p.copies_wasted(10));
         let virtual_copies = (0..2 * PROBE_EVERY)
-            .filter(|_| p.copy_pays(10).shares())
+            .filter(|_| p.decide_copy(10).shares())
             .count();
         assert_eq!(virtual_copies, 2, "one probe per {PROBE_EVERY}");
         // Probes that live long bring the class back.
         p.shared_by_copy(10, 200);
         assert!(!p.freed_after_copy(10, 200, Duration::from_secs(2), RULE));
-        assert!(p.copy_pays(10).shares());
+        assert!(p.decide_copy(10).shares());
     }
 
     #[test]
@@ -495,7 +495,7 @@ mod tests {
             assert!(!p.freed_after_copy(10, 100, RULE.young, RULE));
         }
         assert!(!p.copies_wasted(10));
-        assert!((0..2 * PROBE_EVERY).all(|_| p.copy_pays(10).shares()));
+        assert!((0..2 * PROBE_EVERY).all(|_| p.decide_copy(10).shares()));
     }
 
     #[test]

@@ -446,13 +446,18 @@ fn anon_huge_kb(start: usize, len: usize) -> u64 {
     kb
 }
 
+/// The engine's defaults with copy learning on (the preload's setting).
+fn copy_learning_engine() -> Engine {
+    Engine::new(Config {
+        copy_learn: true,
+        ..Config::default()
+    })
+}
+
 #[test]
 fn copies_the_program_writes_in_full_are_made_plainly_after_a_few() {
     let _g = serial();
-    let e = Engine::new(Config {
-        copy_learn: true,
-        ..Config::default()
-    });
+    let e = copy_learning_engine();
     let n = 32 * PAGE;
     let a = filled(&e, n, 8);
     let want = bytes(a, n);
@@ -503,10 +508,7 @@ fn copies_the_program_writes_in_full_are_made_plainly_after_a_few() {
 #[test]
 fn probes_of_large_copies_share_only_their_first_pages() {
     let _g = serial();
-    let e = Engine::new(Config {
-        copy_learn: true,
-        ..Config::default()
-    });
+    let e = copy_learning_engine();
     let n = 1200 * PAGE + 100;
     let a = filled(&e, n, 11);
     let want = bytes(a, n);
