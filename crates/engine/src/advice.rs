@@ -243,6 +243,7 @@ impl State {
             self.move_split_blocks_to_anon();
             self.mappings.make_spares();
             self.mappings.recount();
+            self.mappings.keep_to_what_is_held();
         }
         let given = before.saturating_sub(self.mappings.used());
         self.stats.mappings_given_back += given as u64;

@@ -325,7 +325,9 @@ impl Engine {
     /// added. Recycled blocks are released, then blocks split into several
     /// mappings move onto one anonymous mapping each, most split first (their
     /// sharing is given up: they cost what plain memory would). The program's
-    /// mappings are counted afresh, so later remaps leave them their room.
+    /// mappings are counted afresh, and from then on the engine's blocks use
+    /// no more mappings than they hold after giving back (a scan splitting
+    /// them again would take back what the program was given).
     /// Returns how many mappings were given back (0: retrying cannot help).
     pub fn give_back_mappings(&self) -> usize {
         let mut st = self.inner.lock();

@@ -203,6 +203,14 @@ impl Mappings {
         self.others + self.used + MAPPINGS_SLACK >= self.max_map_count
     }
 
+    /// The program ran out of mappings and the engine gave back what it
+    /// could: from now on its blocks may use no more mappings than they
+    /// hold. The program needs the rest, and a scan that splits blocks again
+    /// would take back, between the program's calls, what it was given.
+    pub(crate) fn keep_to_what_is_held(&mut self) {
+        self.budget = self.budget.min(self.used);
+    }
+
     /// Maps the spares to give up when the process runs out of mappings.
     pub(crate) fn make_spares(&mut self) {
         // A mapping the kernel places itself never starts at address 0.
@@ -282,6 +290,18 @@ mod tests {
             !m.stale,
             "a scan a moment after the last read reads nothing"
         );
+    }
+
+    #[test]
+    fn after_a_shortage_the_engine_takes_no_more_mappings() {
+        let mut m = mappings_under(1 << 30);
+        m.used = 3;
+        assert!(m.room(100));
+        m.keep_to_what_is_held();
+        assert!(!m.room(1), "no split beyond what the engine holds");
+        m.remove(2);
+        assert!(m.room(2), "what it gave up since, it may take again");
+        assert!(!m.room(3));
     }
 
     #[test]

@@ -859,7 +859,7 @@ fn a_program_gets_every_mapping_it_would_plain() {
     // Either side may end a few mappings apart (the preload's own library
     // and threads take some; the engine, once it gave its own back, may hold
     // fewer than plain glibc's heap does).
-    assert!(w.abs_diff(g) <= 64, "plain {w}, preloaded {g}");
+    assert!(w.abs_diff(g) <= 64, "plain {w}, preloaded {g}: {r:?}");
     let last = |s: &str| s.lines().last().unwrap_or("").to_string();
     assert_eq!(last(&want), last(&got));
     assert!(stat(&r, "mapping_shortages") >= 1, "{r:?}");
