@@ -161,6 +161,9 @@ pub struct Stats {
     pub scan_cpu_ns: u64,
     /// Page looks the scans saved: pages skipped because earlier looks found nothing to do.
     pub scan_skipped_idle: u64,
+    /// Page looks the scans left out while memory was short and the kernel
+    /// could swap (a look marks a page used for the kernel's reclaim).
+    pub scan_skipped_pressure: u64,
     /// Chunks the scans write-protected for their look, and chunks they
     /// looked at without protection, none of whose pages could be folded
     /// or merged (`Config::look_first`).
@@ -242,6 +245,9 @@ pub struct ScanReport {
     pub volatile: u64,
     /// Pages not looked at: earlier looks found nothing to do (smart scan).
     pub skipped_idle: u64,
+    /// Pages not looked at because memory was short and the kernel could
+    /// swap (scan.rs: a look would tell the kernel's reclaim they are in use).
+    pub skipped_pressure: u64,
     /// Chunks write-protected for their look, and chunks looked at without
     /// protection because none of their pages could be folded or merged.
     pub chunks_protected: u64,

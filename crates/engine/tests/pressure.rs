@@ -362,6 +362,54 @@ fn passes_stop_while_what_they_evict_is_touched_again() {
     assert!(no_swap.passes >= 8, "passes go on: {by_round:?}");
 }
 
+/// While memory is short and the kernel can swap, a scan that is not a
+/// clock pass reads no page (a read marks the page used for the kernel's
+/// reclaim): written zero pages stay unfolded until memory is no longer
+/// short. Where the kernel cannot swap, or with room to spare, they fold.
+#[test]
+fn while_memory_is_short_and_the_kernel_swaps_scans_read_no_page() {
+    let _serial = serial();
+    let run = |limit: Option<u64>, swap_free: u64| {
+        let e = Engine::new(Config {
+            inject: Inject {
+                hide_cgroup: true,
+                swap_free: Some(swap_free),
+                ..Inject::default()
+            },
+            memory_limit: limit,
+            // One clock pass, the first scan's; the others are plain scans.
+            clock_interval: Duration::from_secs(3600),
+            evict: false,
+            ..pressure_cfg()
+        });
+        e.scan();
+        let pages = 256;
+        let p = e.alloc(pages * PAGE, Hint::None);
+        assert!(!p.is_null());
+        // SAFETY: the fresh block of `pages` pages, written whole twice.
+        unsafe {
+            std::ptr::write_bytes(p, 0x5a, pages * PAGE);
+            std::ptr::write_bytes(p, 0, pages * PAGE);
+        }
+        for _ in 0..3 {
+            e.scan();
+        }
+        // SAFETY: the live block, `pages` pages long.
+        let back = unsafe { std::slice::from_raw_parts(p, pages * PAGE) };
+        assert!(back.iter().all(|&b| b == 0), "every byte back as written");
+        e.stats()
+    };
+    let short = run(Some(1 << 20), 1 << 30);
+    assert_eq!(short.zero_folded, 0, "{short:?}");
+    assert!(short.scan_skipped_pressure >= 3 * 256, "{short:?}");
+    let no_swap = run(Some(1 << 20), 0);
+    assert!(no_swap.zero_folded >= 256, "{no_swap:?}");
+    assert_eq!(no_swap.scan_skipped_pressure, 0);
+    let room = run(None, 1 << 30);
+    assert!(room.zero_folded >= 256, "{room:?}");
+    assert_eq!(room.scan_skipped_pressure, 0);
+}
+
 /// The fault thread tells young restores from old ones (the pass
 /// governor's evidence of churn): with 50 ms clock intervals, a page touched
 /// right after its eviction counts in `restored_young`, one touched 1.5 s
