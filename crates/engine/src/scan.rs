@@ -55,6 +55,11 @@
 //! chooses, inside the same protection (evict.rs `evict_pages`). Every scan
 //! records each look, so a write any scan sees marks the page for the next pass.
 //!
+//! While memory is short and the kernel can swap, a scan that is not a clock
+//! pass refreshes divergence from pagemap and reads no page
+//! (`looks_allowed`): a read marks the page used for the kernel's reclaim.
+//! Passes still read every page: they see writes by changed content.
+//!
 //! Without userfaultfd, steps 4-5 would race with writers and are skipped;
 //! step 2 is safe on its own (divergence never reverts). With folding,
 //! merging and virtual copies all off, a scan that is not a clock pass walks

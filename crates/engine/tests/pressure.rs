@@ -362,14 +362,15 @@ fn passes_stop_while_what_they_evict_is_touched_again() {
     assert!(no_swap.passes >= 8, "passes go on: {by_round:?}");
 }
 
-/// While memory is short and the kernel can swap, a scan that is not a
-/// clock pass reads no page (a read marks the page used for the kernel's
-/// reclaim): written zero pages stay unfolded until memory is no longer
-/// short. Where the kernel cannot swap, or with room to spare, they fold.
+/// While memory is short and the kernel can swap, scans that are not clock
+/// passes read no page (a read marks the page used for the kernel's
+/// reclaim): written zero pages stay unfolded until the next pass, which
+/// reads every page (it sees writes by their changed content). Where the
+/// kernel cannot swap, or with room to spare, every scan folds them.
 #[test]
 fn while_memory_is_short_and_the_kernel_swaps_scans_read_no_page() {
     let _serial = serial();
-    let run = |limit: Option<u64>, swap_free: u64| {
+    let run = |limit: Option<u64>, swap_free: u64, passes: bool| {
         let e = Engine::new(Config {
             inject: Inject {
                 hide_cgroup: true,
@@ -377,8 +378,8 @@ fn while_memory_is_short_and_the_kernel_swaps_scans_read_no_page() {
                 ..Inject::default()
             },
             memory_limit: limit,
-            // One clock pass, the first scan's; the others are plain scans.
-            clock_interval: Duration::from_secs(3600),
+            // Every scan a clock pass, or only the first.
+            clock_interval: Duration::from_secs(if passes { 0 } else { 3600 }),
             evict: false,
             ..pressure_cfg()
         });
@@ -399,13 +400,17 @@ fn while_memory_is_short_and_the_kernel_swaps_scans_read_no_page() {
         assert!(back.iter().all(|&b| b == 0), "every byte back as written");
         e.stats()
     };
-    let short = run(Some(1 << 20), 1 << 30);
+    let short = run(Some(1 << 20), 1 << 30, false);
     assert_eq!(short.zero_folded, 0, "{short:?}");
     assert!(short.scan_skipped_pressure >= 3 * 256, "{short:?}");
-    let no_swap = run(Some(1 << 20), 0);
+    let passes = run(Some(1 << 20), 1 << 30, true);
+    assert!(passes.clock.passes >= 4, "{:?}", passes.clock);
+    assert!(passes.zero_folded >= 256, "{passes:?}");
+    assert_eq!(passes.scan_skipped_pressure, 0);
+    let no_swap = run(Some(1 << 20), 0, false);
     assert!(no_swap.zero_folded >= 256, "{no_swap:?}");
     assert_eq!(no_swap.scan_skipped_pressure, 0);
-    let room = run(None, 1 << 30);
+    let room = run(None, 1 << 30, false);
     assert!(room.zero_folded >= 256, "{room:?}");
     assert_eq!(room.scan_skipped_pressure, 0);
 }
