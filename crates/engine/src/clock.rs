@@ -229,6 +229,10 @@ pub struct ClockStats {
     /// Passes under pressure after which passes stopped for a while, because
     /// what passes evict comes back.
     pub suspensions: u64,
+    /// Calls of the caller's relief while memory was short
+    /// (`Engine::on_memory_short`), and those that released memory.
+    pub reliefs: u64,
+    pub reliefs_released: u64,
     /// The last pass.
     pub last: PassCounts,
     /// Summed over all passes.

@@ -224,6 +224,18 @@ impl Engine {
             .ok();
     }
 
+    /// Gives the engine the caller's way to give memory back while memory is
+    /// short: the preload trims glibc's heap, whose freed chunks stay
+    /// resident (or in swap) until reused. With pressure-driven tiering the
+    /// background scanner calls `relief` on its own thread, outside the
+    /// engine's lock, at most once a clock interval while memory is short
+    /// (pressure.rs); `clock.reliefs` counts the calls and
+    /// `clock.reliefs_released` those that released memory. Only the first
+    /// call sets it.
+    pub fn on_memory_short(&self, relief: fn() -> bool) {
+        let _ = self.inner.relief.set(relief);
+    }
+
     /// Wakes the background scanner now (e.g. after a burst of frees, when
     /// an interpreter's garbage collector has just run). No effect without one.
     pub fn request_scan(&self) {

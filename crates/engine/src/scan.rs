@@ -281,6 +281,7 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64, tier: Tier
     let mut account = share.map(Budget::new);
     let mut earliest = Instant::now();
     let mut next_early: Option<Duration> = None;
+    let mut relieved_at: Option<Instant> = None;
     loop {
         let wait = account.as_ref().map_or(interval, |a| a.interval(interval));
         let wait = next_early.take().map_or(wait, |early| wait.min(early));
@@ -300,6 +301,7 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64, tier: Tier
         if inner.bg_stop.load(Ordering::SeqCst) {
             return;
         }
+        relieve(&inner, &mut relieved_at);
         if let Some(a) = account.as_ref().filter(|_| !short) {
             let fresh = inner.lock().stats.fresh_pages;
             if !a.may_scan(sys::process_cpu_ns(), fresh) {
@@ -321,6 +323,25 @@ pub fn background(weak: Weak<Inner>, interval: Duration, budget: f64, tier: Tier
         // Pages frozen for the pin age are folded by the first scan after it.
         next_early = (rep.frozen > 0).then_some(pin_age);
     }
+}
+
+/// While memory is short (at the last look, pressure.rs), calls the
+/// caller's relief (`Engine::on_memory_short`) if it has one, at most once
+/// a clock interval, outside the lock.
+fn relieve(inner: &Inner, relieved_at: &mut Option<Instant>) {
+    let Some(relief) = inner.relief.get() else {
+        return;
+    };
+    if relieved_at.is_some_and(|t| t.elapsed() < inner.cfg.clock_interval)
+        || !inner.lock().clock.pressure
+    {
+        return;
+    }
+    *relieved_at = Some(Instant::now());
+    let released = relief();
+    let mut st = inner.lock();
+    st.clock.stats.reliefs += 1;
+    st.clock.stats.reliefs_released += released as u64;
 }
 
 /// Fraction of a core the background scanner may use while memory is short.

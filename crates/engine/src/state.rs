@@ -52,6 +52,10 @@ pub(crate) struct Inner {
     /// What pressure-driven tiering reads (pressure.rs): made, and its files
     /// opened, here at engine start, when tiering is driven by pressure.
     gauge: Option<crate::pressure::Gauge>,
+    /// The caller's way to give memory back while memory is short
+    /// (`Engine::on_memory_short`): called on the scanner thread, outside
+    /// the lock; answers whether it released anything.
+    pub relief: std::sync::OnceLock<fn() -> bool>,
 }
 
 pub(crate) struct State {
@@ -104,6 +108,7 @@ impl Inner {
             bg_stop: AtomicBool::new(false),
             bg: Mutex::new(None),
             gauge,
+            relief: std::sync::OnceLock::new(),
             cfg,
         }
     }

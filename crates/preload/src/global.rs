@@ -11,6 +11,8 @@
 //! never starts the engine;
 //! `PAGEFOLD_COPY_MIN` (bytes, default 131072): smallest memcpy/memmove/memset offered to the engine;
 //! `PAGEFOLD_DISABLE=1`: pass everything to glibc;
+//! `PAGEFOLD_HEAP_TRIM` (default 1): while memory is short, the engine has glibc's
+//! freed heap memory given back (hooks.rs `trim_heap`); 0: never;
 //! `PAGEFOLD_SCAN_INTERVAL_MS` defaults to 1000 here (background scan on);
 //! `PAGEFOLD_RECYCLE_MB` defaults to 256 here (freed blocks reused, see the engine's recycle.rs);
 //! `PAGEFOLD_PIN_AGE_MS` defaults to 200 here (owned pages are frozen before they are folded
@@ -125,6 +127,12 @@ fn start() -> Option<&'static Engine> {
         SCAN_AFTER_FREE.store(mb << 20, Ordering::Relaxed);
     }
     let engine = with_busy(|| Engine::new(Config::malloc_from_env()))?;
+    if env_usize(c"PAGEFOLD_HEAP_TRIM").unwrap_or(1) != 0 {
+        engine.on_memory_short(crate::hooks::trim_heap);
+    }
+    if env_usize(c"PAGEFOLD_INJECT_SLOW_TRIM").unwrap_or(0) != 0 {
+        crate::hooks::TRIM_SLOW_NS.store(0, Ordering::Relaxed);
+    }
     // SAFETY: only the thread that moved STATE from UNINIT to STARTING gets
     // here, once; ENGINE is read only after STATE is READY, which is stored
     // just below, so nothing reads it while it is written.

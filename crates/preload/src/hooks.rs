@@ -12,7 +12,7 @@
 //! straight to glibc instead of entering the engine again.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use pagefold_engine::{Hint, PAGE};
 
@@ -79,6 +79,36 @@ fn heap_free(n: usize) -> usize {
 const COUNT_NS_PER_PAGE: u128 = 4000;
 /// Set once a count took longer than its limit.
 static HEAP_COUNT_SLOW: AtomicBool = AtomicBool::new(false);
+
+/// Gives glibc's freed heap memory back to the kernel (`malloc_trim`): the
+/// engine calls this while memory is short (`Engine::on_memory_short`).
+/// glibc returns only the top of a heap on free; chunks freed below it stay
+/// resident until reused, and under a memory limit the kernel swaps them
+/// out, writing garbage to swap and reading it back when glibc hands the
+/// chunk out again. Trimmed, their pages come back as fresh zero pages.
+/// A trim walks the arenas' free chunks under their locks, as a count does
+/// (`heap_free`); one that took longer than `TRIM_SLOW_NS` is not made
+/// again. Answers whether glibc released memory.
+pub fn trim_heap() -> bool {
+    if HEAP_TRIM_SLOW.load(Ordering::Relaxed) {
+        return false;
+    }
+    let t0 = std::time::Instant::now();
+    // SAFETY: malloc_trim has no precondition; it takes glibc's arena locks,
+    // which the engine's scanner thread (its only caller) never holds.
+    let released = unsafe { libc::malloc_trim(0) } != 0;
+    if t0.elapsed().as_nanos() > TRIM_SLOW_NS.load(Ordering::Relaxed) as u128 {
+        HEAP_TRIM_SLOW.store(true, Ordering::Relaxed);
+    }
+    released
+}
+
+/// Longest a trim of glibc's heap may take and be made again: 5% of the
+/// clock interval it runs in at most once. `PAGEFOLD_INJECT_SLOW_TRIM=1`
+/// makes it 0, so the first trim is the last.
+pub static TRIM_SLOW_NS: AtomicU64 = AtomicU64::new(25_000_000);
+/// Set once a trim took longer than `TRIM_SLOW_NS`.
+static HEAP_TRIM_SLOW: AtomicBool = AtomicBool::new(false);
 
 /// A large allocation of `n` bytes from the engine, started where its size
 /// class's copies line up (placement.rs); null if the engine does not take it.

@@ -844,6 +844,41 @@ fn the_engine_starts_only_at_its_threshold() {
     }
 }
 
+/// Memory freed into glibc's heap below a chunk in use stays resident plain;
+/// preloaded, while memory is short (a user's limit far below the usage) the
+/// engine has glibc trim its heap and the program's resident memory drops by
+/// the 64 MiB it checks (heap_trim.c); the output is plain's. With room to
+/// spare the engine does not ask for a trim.
+#[test]
+fn while_memory_is_short_glibcs_freed_heap_goes_back() {
+    let exe = c_program("heap_trim");
+    let exe = exe.to_str().unwrap();
+    let want = plain(&[exe, "drop"]);
+    let (got, r) = preloaded(&[exe, "drop"], &[("PAGEFOLD_MEMORY", "1M")]);
+    assert_eq!(want, got);
+    assert!(stat(&r, "clock.reliefs_released") >= 1, "{r:?}");
+    let (got, r) = preloaded(&[exe], &[]);
+    assert_eq!(want, got);
+    assert_eq!(stat(&r, "clock.reliefs"), 0, "{r:?}");
+    // A trim that took too long is not made again (forced: every trim is
+    // too long); the engine still calls, 50 ms apart, and nothing more
+    // is released.
+    let slow = [
+        ("PAGEFOLD_MEMORY", "1M"),
+        ("PAGEFOLD_CLOCK_MS", "50"),
+        ("PAGEFOLD_INJECT_SLOW_TRIM", "1"),
+    ];
+    let (got, r) = preloaded(&[exe], &slow);
+    assert_eq!(want, got);
+    assert!(stat(&r, "clock.reliefs") >= 3, "{r:?}");
+    assert!(stat(&r, "clock.reliefs_released") <= 1, "{r:?}");
+    // Off: no call.
+    let off = [("PAGEFOLD_MEMORY", "1M"), ("PAGEFOLD_HEAP_TRIM", "0")];
+    let (got, r) = preloaded(&[exe], &off);
+    assert_eq!(want, got);
+    assert_eq!(stat(&r, "clock.reliefs"), 0, "{r:?}");
+}
+
 /// A program that needs every mapping `vm.max_map_count` allows, after
 /// thousands of copies that split the engine's blocks: it gets as many as it
 /// does plain (the preload's own library and threads take a few), because
