@@ -173,7 +173,7 @@ pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
     }
     let mut unstable = Unstable::default();
     let reading = inner.read_pressure();
-    let (bases, mut pass) = {
+    let (bases, mut pass, look) = {
         let mut st = inner.lock();
         st.expire_recycled();
         st.prune_young();
@@ -183,12 +183,14 @@ pub fn scan(inner: &Inner, tier: Tiering) -> ScanReport {
         if st.protector.is_none() {
             st.stats.fallbacks.uffd += 1;
         }
+        let pass = st.begin_pass(tier, reading);
+        let look = st.looks_allowed(pass.is_some(), reading);
         (
             st.blocks.keys().copied().collect::<Vec<usize>>(),
-            st.begin_pass(tier, reading),
+            pass,
+            look,
         )
     };
-    let look = inner.lock().looks_allowed(pass.is_some(), reading);
     let spilled = pass.as_mut().map_or(0, |p| p.spill_now());
     let chunk = inner.cfg.scan_chunk_pages.max(1);
     // With folding, merging and virtual copies all off and no clock pass,
